@@ -1,0 +1,732 @@
+-- pgqueue 0001: the queue core.
+--
+-- Tables: job (live jobs and their leases and checkpoints), dead_letter, stream_config, op_log.
+-- Every transition is a function in this schema that changes state AND appends its op to
+-- op_log in the same transaction, so psql users get the same guarantees as the library.
+--
+-- Timestamps written by pgqueue are truncated to milliseconds so that the op log, which carries
+-- them as epoch milliseconds, replays them exactly.
+
+CREATE SCHEMA IF NOT EXISTS pgqueue;
+
+-- Job ids are unique across streams; lease ids are unique forever (fencing tokens).
+CREATE SEQUENCE pgqueue.job_id_seq;
+CREATE SEQUENCE pgqueue.lease_id_seq;
+
+-- ---------------------------------------------------------------------------------------------
+-- Time helpers
+-- ---------------------------------------------------------------------------------------------
+
+CREATE FUNCTION pgqueue.to_ms(ts timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT (extract(epoch FROM ts) * 1000)::bigint $$;
+
+CREATE FUNCTION pgqueue.from_ms(ms bigint) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 'epoch'::timestamptz + ms * interval '1 millisecond' $$;
+
+-- The transaction's time, truncated to ms. Tests may pin it with SET pgqueue.now = '...';
+-- nothing in production sets it.
+CREATE FUNCTION pgqueue.now_ms() RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    SELECT date_trunc('milliseconds',
+                      coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz, now()))
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Tables
+-- ---------------------------------------------------------------------------------------------
+
+-- Per-stream settings; a stream without a row uses the defaults below.
+CREATE TABLE pgqueue.stream_config (
+    stream            text PRIMARY KEY,
+    retry_base_ms     bigint NOT NULL DEFAULT 1000 CHECK (retry_base_ms >= 0),
+    retry_cap_ms      bigint NOT NULL DEFAULT 3600000 CHECK (retry_cap_ms >= 0),
+    quarantine_after  int    NOT NULL DEFAULT 3 CHECK (quarantine_after >= 1)
+);
+
+-- One row per live job. States:
+--   pending      ready to lease now
+--   scheduled    waiting for not_before (kept apart so a million delayed jobs never slow a lease;
+--                a due scheduled job is leasable at once, without a maintenance pass)
+--   leased       held by lease_id until lease_expires_at
+--   quarantined  its step in progress crashed workers quarantine_after times; operator decides
+--   undecodable  the code that leased it cannot run it (state_reason says why); operator decides
+-- Acked jobs are deleted (their history stays in op_log); dead jobs move to dead_letter.
+CREATE TABLE pgqueue.job (
+    id                    bigint PRIMARY KEY,
+    stream                text NOT NULL,
+    kind                  text,
+    payload               bytea NOT NULL,
+    priority              smallint NOT NULL DEFAULT 0 CHECK (priority BETWEEN 0 AND 255),
+    state                 text NOT NULL
+                          CHECK (state IN ('pending', 'scheduled', 'leased', 'quarantined', 'undecodable')),
+    not_before            timestamptz NOT NULL,
+    enqueued_at           timestamptz NOT NULL,
+    dedup_key             bytea,
+    attempts              int NOT NULL DEFAULT 0,
+    max_attempts          int NOT NULL DEFAULT 25 CHECK (max_attempts >= 0),
+    last_error            text,
+    state_reason          text,
+    -- the lease: only meaningful while state = 'leased'
+    lease_id              bigint,
+    worker_node           int,
+    worker_instance       int,
+    lease_expires_at      timestamptz,
+    -- the checkpoint: written by the renewal UPDATE; survives reclaim, nack and dead-lettering
+    last_completed_step   text,
+    cursor_step           text,
+    cursor                bytea,
+    checkpoint_updated_at timestamptz,
+    schema_version        int,
+    step_set_hash         text,
+    crashes_by_step       jsonb NOT NULL DEFAULT '{}'
+) WITH (fillfactor = 70);  -- room on each page so renewals stay HOT updates
+
+-- Lease order: priority DESC then id, within a stream. Nothing a renewal writes is indexed.
+CREATE INDEX job_pending_idx ON pgqueue.job (stream, priority DESC, id) WHERE state = 'pending';
+CREATE INDEX job_scheduled_idx ON pgqueue.job (stream, not_before, id) WHERE state = 'scheduled';
+-- Reclaim scans leased jobs only; keyed on id (never on the expiry, which renewals change).
+CREATE INDEX job_leased_idx ON pgqueue.job (id) WHERE state = 'leased';
+-- Operators list parked jobs; small.
+CREATE INDEX job_parked_idx ON pgqueue.job (stream, state, id)
+    WHERE state IN ('quarantined', 'undecodable');
+-- At most one live job per (stream, dedup_key): enforced here, never by read-then-write.
+CREATE UNIQUE INDEX job_dedup_idx ON pgqueue.job (stream, dedup_key)
+    WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased');
+
+-- Jobs that used up their attempts, moved out of job with their checkpoint and last error.
+CREATE TABLE pgqueue.dead_letter (
+    id                    bigint PRIMARY KEY,
+    stream                text NOT NULL,
+    kind                  text,
+    payload               bytea NOT NULL,
+    priority              smallint NOT NULL,
+    enqueued_at           timestamptz NOT NULL,
+    dedup_key             bytea,
+    attempts              int NOT NULL,
+    max_attempts          int NOT NULL,
+    last_error            text,
+    died_at               timestamptz NOT NULL,
+    last_completed_step   text,
+    cursor_step           text,
+    cursor                bytea,
+    checkpoint_updated_at timestamptz,
+    schema_version        int,
+    step_set_hash         text,
+    crashes_by_step       jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX dead_letter_stream_idx ON pgqueue.dead_letter (stream, id);
+
+-- The append-only op log: one op per job per transition, written in the transition's
+-- transaction. seq is assigned at insert (not commit); xid lets a reader take only rows whose
+-- transaction is below the snapshot's xmin. Replicas and replays insert rows with the leader's
+-- seq, xid and at, so the log itself is identical everywhere.
+CREATE TABLE pgqueue.op_log (
+    seq      bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    stream   text NOT NULL,
+    op       text NOT NULL,
+    job_id   bigint,
+    lease_id bigint,
+    body     jsonb NOT NULL,
+    xid      xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    at       timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX op_log_job_idx ON pgqueue.op_log (job_id);
+
+
+-- Every job pgqueue knows, live or dead, in one shape: what q.job() and operators read.
+CREATE VIEW pgqueue.jobs AS
+SELECT id, stream, kind, state, payload, priority, attempts, max_attempts, not_before,
+       enqueued_at, dedup_key, last_error, state_reason, lease_id, worker_node, worker_instance,
+       lease_expires_at, NULL::timestamptz AS died_at, last_completed_step, cursor_step, cursor,
+       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step
+FROM pgqueue.job
+UNION ALL
+SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL, enqueued_at,
+       dedup_key, last_error, NULL, NULL, NULL, NULL, NULL, died_at, last_completed_step,
+       cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step
+FROM pgqueue.dead_letter;
+
+-- ---------------------------------------------------------------------------------------------
+-- Shared pieces of the transitions
+-- ---------------------------------------------------------------------------------------------
+
+CREATE FUNCTION pgqueue.b64(b bytea) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT translate(encode(b, 'base64'), E'\n', '') $$;
+
+CREATE FUNCTION pgqueue.unb64(t text) RETURNS bytea
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT decode(t, 'base64') $$;
+
+-- The checkpoint as it travels in ops (cursor in base64).
+CREATE FUNCTION pgqueue.checkpoint_json(j pgqueue.job) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'last_completed_step', j.last_completed_step,
+        'cursor_step', j.cursor_step,
+        'cursor', pgqueue.b64(j.cursor),
+        'updated_at_ms', pgqueue.to_ms(j.checkpoint_updated_at),
+        'schema_version', j.schema_version,
+        'step_set_hash', j.step_set_hash,
+        'crashes_by_step', j.crashes_by_step)
+$$;
+
+-- The body every failure-like op (Nack, Reclaim) carries: the job's resulting values.
+CREATE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamptz) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'job_id', j.id,
+        'state', p_state,
+        'attempts', j.attempts,
+        'not_before_ms', pgqueue.to_ms(j.not_before),
+        'last_error', j.last_error,
+        'state_reason', j.state_reason,
+        'crashes_by_step', j.crashes_by_step,
+        'at_ms', pgqueue.to_ms(p_at))
+$$;
+
+-- Backoff after the n-th failure: about base * 2^n with +-25% jitter, capped.
+CREATE FUNCTION pgqueue.backoff_ms(p_stream text, p_attempts int) RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT least(c.cap, (c.base * power(2, least(p_attempts, 40)) * (0.75 + random() * 0.5)))::bigint
+    FROM (SELECT coalesce(sc.retry_base_ms, 1000) AS base, coalesce(sc.retry_cap_ms, 3600000) AS cap
+          FROM (SELECT 1) one
+          LEFT JOIN pgqueue.stream_config sc ON sc.stream = p_stream) c
+$$;
+
+-- Move a job row to dead_letter (leader and apply share this).
+CREATE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error text, p_died_at timestamptz,
+                             p_crashes jsonb) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    WITH gone AS (DELETE FROM pgqueue.job WHERE id = p_job_id RETURNING *)
+    INSERT INTO pgqueue.dead_letter (id, stream, kind, payload, priority, enqueued_at, dedup_key,
+        attempts, max_attempts, last_error, died_at, last_completed_step, cursor_step, cursor,
+        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step)
+    SELECT id, stream, kind, payload, priority, enqueued_at, dedup_key,
+        p_attempts, max_attempts, p_error, p_died_at, last_completed_step, cursor_step, cursor,
+        checkpoint_updated_at, schema_version, step_set_hash, p_crashes
+    FROM gone
+$$;
+
+CREATE FUNCTION pgqueue.check_stream(p_stream text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_stream IS NULL OR length(p_stream) = 0 OR length(p_stream) > 200 THEN
+        RAISE EXCEPTION 'stream name must be 1 to 200 characters, got %', quote_nullable(left(p_stream, 40))
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Transitions (each appends its op to op_log in the same transaction)
+-- ---------------------------------------------------------------------------------------------
+
+-- Enqueue: returns one id per input, in input order. A job whose dedup_key is held by a live
+-- job of the stream is not inserted; its slot returns the holder's id. Each statement of this
+-- function takes a fresh snapshot (READ COMMITTED), so a holder committed by a concurrent
+-- enqueuer is found by the lookup that follows the conflict, in the same round trip.
+CREATE FUNCTION pgqueue.enqueue(
+    p_stream text,
+    p_payloads bytea[],
+    p_kinds text[],
+    p_priorities int[],
+    p_delays_ms bigint[],
+    p_not_befores timestamptz[],
+    p_dedup_keys bytea[],
+    p_max_attempts int[]
+) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now      timestamptz := pgqueue.now_ms();
+    v_n        int := coalesce(cardinality(p_payloads), 0);
+    v_ids      bigint[];
+    v_result   bigint[];
+    v_todo     int[];
+    v_inserted bigint[];
+    v_holder   bigint;
+    v_round    int := 0;
+    i          int;
+BEGIN
+    PERFORM pgqueue.check_stream(p_stream);
+    IF cardinality(p_kinds) <> v_n OR cardinality(p_priorities) <> v_n
+       OR cardinality(p_delays_ms) <> v_n OR cardinality(p_not_befores) <> v_n
+       OR cardinality(p_dedup_keys) <> v_n OR cardinality(p_max_attempts) <> v_n THEN
+        RAISE EXCEPTION 'enqueue: all arrays must have % elements', v_n USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    v_result := array_fill(NULL::bigint, ARRAY[v_n]);
+    v_todo := ARRAY(SELECT generate_series(1, v_n));
+    LOOP
+        v_round := v_round + 1;
+        v_ids := ARRAY(SELECT nextval('pgqueue.job_id_seq') FROM generate_series(1, cardinality(v_todo)));
+        WITH input AS (
+            SELECT v_ids[k] AS id, t.ord,
+                   p_payloads[t.ord] AS payload, p_kinds[t.ord] AS kind,
+                   p_priorities[t.ord]::smallint AS priority,
+                   greatest(v_now, date_trunc('milliseconds', coalesce(
+                       p_not_befores[t.ord],
+                       v_now + coalesce(p_delays_ms[t.ord], 0) * interval '1 millisecond'))) AS not_before,
+                   p_dedup_keys[t.ord] AS dedup_key, p_max_attempts[t.ord] AS max_attempts
+            FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
+        ), ins AS (
+            INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+                                     enqueued_at, dedup_key, attempts, max_attempts)
+            SELECT id, p_stream, kind, payload, priority,
+                   CASE WHEN not_before > v_now THEN 'scheduled' ELSE 'pending' END,
+                   not_before, v_now, dedup_key, 0, max_attempts
+            FROM input ORDER BY ord
+            ON CONFLICT (stream, dedup_key)
+                WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
+                DO NOTHING
+            RETURNING *
+        ), logged AS (
+            INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+            SELECT ins.stream, 'Enqueue', ins.id, jsonb_build_object(
+                'job_id', ins.id, 'stream', ins.stream, 'kind', ins.kind,
+                'payload', pgqueue.b64(ins.payload), 'priority', ins.priority,
+                'state', ins.state, 'enqueued_at_ms', pgqueue.to_ms(ins.enqueued_at),
+                'not_before_ms', pgqueue.to_ms(ins.not_before),
+                'dedup_key', pgqueue.b64(ins.dedup_key), 'attempts', ins.attempts,
+                'max_attempts', ins.max_attempts, 'next_job_id', ins.id + 1)
+            FROM ins ORDER BY ins.id
+            RETURNING job_id
+        )
+        SELECT array_agg(job_id) INTO v_inserted FROM logged;
+
+        IF coalesce(cardinality(v_inserted), 0) = cardinality(v_todo) THEN
+            FOR i IN 1 .. cardinality(v_todo) LOOP
+                v_result[v_todo[i]] := v_ids[i];
+            END LOOP;
+            EXIT;
+        END IF;
+
+        -- Some inputs met a live holder of their dedup key: find it with a fresh snapshot.
+        DECLARE
+            v_next int[] := '{}';
+        BEGIN
+            FOR i IN 1 .. cardinality(v_todo) LOOP
+                IF v_ids[i] = ANY (v_inserted) THEN
+                    v_result[v_todo[i]] := v_ids[i];
+                ELSE
+                    SELECT id INTO v_holder FROM pgqueue.job
+                    WHERE stream = p_stream AND dedup_key = p_dedup_keys[v_todo[i]]
+                      AND state IN ('pending', 'scheduled', 'leased');
+                    IF FOUND THEN
+                        v_result[v_todo[i]] := v_holder;
+                    ELSE
+                        v_next := v_next || v_todo[i];  -- the holder finished meanwhile: retry
+                    END IF;
+                END IF;
+            END LOOP;
+            v_todo := v_next;
+        END;
+        EXIT WHEN cardinality(v_todo) = 0;
+        IF v_round >= 20 THEN
+            RAISE EXCEPTION 'enqueue: dedup key contention did not settle after % rounds', v_round
+                USING ERRCODE = '40001';
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT unnest(v_result);
+END
+$$;
+
+-- Lease up to p_limit jobs of a stream: pending by priority DESC then id, plus scheduled jobs
+-- whose time has come. Each CTE locks with SKIP LOCKED and is MATERIALIZED, so the planner
+-- cannot lease more rows than asked and concurrent workers never wait on each other.
+CREATE FUNCTION pgqueue.lease(
+    p_stream text, p_limit int, p_visibility_ms bigint, p_worker_node int, p_worker_instance int
+) RETURNS SETOF pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    v_exp timestamptz := v_now + p_visibility_ms * interval '1 millisecond';
+BEGIN
+    IF p_limit < 1 OR p_visibility_ms < 0 THEN
+        RAISE EXCEPTION 'lease: limit must be >= 1 and visibility >= 0' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH ready AS MATERIALIZED (
+        SELECT id, priority FROM pgqueue.job
+        WHERE stream = p_stream AND state = 'pending'
+        ORDER BY priority DESC, id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), due AS MATERIALIZED (
+        SELECT id, priority FROM pgqueue.job
+        WHERE stream = p_stream AND state = 'scheduled' AND not_before <= v_now
+        ORDER BY not_before, id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), pick AS (
+        SELECT id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) c
+        ORDER BY priority DESC, id
+        LIMIT p_limit
+    ), leased AS (
+        UPDATE pgqueue.job j
+        SET state = 'leased', lease_id = nextval('pgqueue.lease_id_seq'),
+            worker_node = p_worker_node, worker_instance = p_worker_instance,
+            lease_expires_at = v_exp
+        FROM pick WHERE j.id = pick.id
+        RETURNING j.*
+    ), logged AS (
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        SELECT l.stream, 'Lease', l.id, l.lease_id, jsonb_build_object(
+            'job_id', l.id, 'lease_id', l.lease_id, 'worker_node', l.worker_node,
+            'worker_instance', l.worker_instance, 'expires_at_ms', pgqueue.to_ms(l.lease_expires_at))
+        FROM leased l ORDER BY l.id
+    )
+    SELECT * FROM leased ORDER BY priority DESC, id;
+END
+$$;
+
+-- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
+-- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
+-- reclaim's, never written here. Returns the leases still current, with their new expiry;
+-- a missing one was lost (fenced by lease_id).
+CREATE FUNCTION pgqueue.renew(
+    p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[]
+) RETURNS TABLE (job_id bigint, lease_id bigint, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+BEGIN
+    RETURN QUERY
+    WITH input AS (
+        SELECT * FROM unnest(p_job_ids, p_lease_ids, p_visibility_ms, p_checkpoints)
+            AS t(job_id, lease_id, visibility_ms, cp)
+    ), renewed AS (
+        UPDATE pgqueue.job j
+        SET lease_expires_at = v_now + i.visibility_ms * interval '1 millisecond',
+            last_completed_step = CASE WHEN i.cp IS NULL THEN j.last_completed_step
+                                       ELSE i.cp ->> 'last_completed_step' END,
+            cursor_step = CASE WHEN i.cp IS NULL THEN j.cursor_step ELSE i.cp ->> 'cursor_step' END,
+            cursor = CASE WHEN i.cp IS NULL THEN j.cursor ELSE pgqueue.unb64(i.cp ->> 'cursor') END,
+            schema_version = CASE WHEN i.cp IS NULL THEN j.schema_version
+                                  ELSE (i.cp ->> 'schema_version')::int END,
+            step_set_hash = CASE WHEN i.cp IS NULL THEN j.step_set_hash
+                                 ELSE i.cp ->> 'step_set_hash' END,
+            checkpoint_updated_at = CASE WHEN i.cp IS NULL THEN j.checkpoint_updated_at ELSE v_now END
+        FROM input i
+        WHERE j.id = i.job_id AND j.lease_id = i.lease_id AND j.state = 'leased'
+        RETURNING j.*
+    ), logged AS (
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        SELECT r.stream, 'Renew', r.id, r.lease_id, jsonb_build_object(
+            'job_id', r.id, 'lease_id', r.lease_id,
+            'expires_at_ms', pgqueue.to_ms(r.lease_expires_at),
+            'checkpoint', pgqueue.checkpoint_json(r))
+        FROM renewed r ORDER BY r.id
+    )
+    SELECT r.id, r.lease_id, r.lease_expires_at FROM renewed r;
+END
+$$;
+
+-- Ack: the job is done and deleted; its history stays in op_log. Returns the ids acked.
+CREATE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH gone AS (
+        DELETE FROM pgqueue.job j
+        USING unnest(p_job_ids, p_lease_ids) AS t(job_id, lease_id)
+        WHERE j.id = t.job_id AND j.lease_id = t.lease_id AND j.state = 'leased'
+        RETURNING j.id, j.lease_id, j.stream
+    ), logged AS (
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        SELECT g.stream, 'Ack', g.id, g.lease_id, jsonb_build_object('job_id', g.id, 'lease_id', g.lease_id)
+        FROM gone g ORDER BY g.id
+    )
+    SELECT g.id FROM gone g;
+END
+$$;
+
+-- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
+-- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL.
+-- Returns one row (dead?) or none when the lease is no longer current.
+CREATE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_error text, p_retry_in_ms bigint)
+RETURNS TABLE (dead boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    j     pgqueue.job;
+    v_state text;
+BEGIN
+    SELECT * INTO j FROM pgqueue.job
+    WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    j.attempts := j.attempts + 1;
+    j.last_error := p_error;
+    IF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
+        v_state := 'dead';
+        PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step);
+    ELSE
+        j.not_before := v_now + coalesce(p_retry_in_ms, pgqueue.backoff_ms(j.stream, j.attempts))
+                               * interval '1 millisecond';
+        j.not_before := date_trunc('milliseconds', j.not_before);
+        v_state := CASE WHEN j.not_before > v_now THEN 'scheduled' ELSE 'pending' END;
+        UPDATE pgqueue.job
+        SET state = v_state, attempts = j.attempts, last_error = j.last_error,
+            not_before = j.not_before, lease_id = NULL, worker_node = NULL,
+            worker_instance = NULL, lease_expires_at = NULL
+        WHERE id = j.id;
+    END IF;
+    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+    VALUES (j.stream, 'Nack', j.id, p_lease_id, pgqueue.outcome_json(j, v_state, v_now));
+    RETURN QUERY SELECT v_state = 'dead';
+END
+$$;
+
+-- Reclaim expired leases of every stream, up to p_limit per call. Each counts one failure and
+-- one crash against the step in progress (key '' when none). Quarantine wins over dead when
+-- both limits are reached at once. The expiry is re-checked under the row lock, so a renewal
+-- that commits first wins. Returns the number reclaimed.
+CREATE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now   timestamptz := pgqueue.now_ms();
+    v_count int := 0;
+    j       pgqueue.job;
+    v_step  text;
+    v_crashes int;
+    v_limit int;
+    v_state text;
+    v_lease bigint;
+BEGIN
+    FOR j IN
+        SELECT * FROM pgqueue.job
+        WHERE state = 'leased' AND lease_expires_at < v_now
+        ORDER BY id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        v_lease := j.lease_id;
+        v_step := coalesce(j.cursor_step, '');
+        v_crashes := coalesce((j.crashes_by_step ->> v_step)::int, 0) + 1;
+        j.crashes_by_step := j.crashes_by_step || jsonb_build_object(v_step, v_crashes);
+        j.attempts := j.attempts + 1;
+        j.last_error := format('lease %s expired (worker %s/%s)', v_lease, j.worker_node, j.worker_instance);
+        SELECT coalesce(max(sc.quarantine_after), 3) INTO v_limit
+        FROM pgqueue.stream_config sc WHERE sc.stream = j.stream;
+        IF v_crashes >= v_limit THEN
+            v_state := 'quarantined';
+            j.state_reason := format('step %s crashed %s times', quote_literal(v_step), v_crashes);
+        ELSIF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
+            v_state := 'dead';
+        ELSE
+            v_state := 'pending';
+        END IF;
+        IF v_state = 'dead' THEN
+            PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step);
+        ELSE
+            UPDATE pgqueue.job
+            SET state = v_state, attempts = j.attempts, last_error = j.last_error,
+                state_reason = j.state_reason, crashes_by_step = j.crashes_by_step,
+                lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
+            WHERE id = j.id;
+        END IF;
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        VALUES (j.stream, 'Reclaim', j.id, v_lease, pgqueue.outcome_json(j, v_state, v_now));
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
+-- Return a dead letter to pending with attempts reset (checkpoint kept, so steps resume).
+-- Raises PQ404 when the id is not a dead letter, PQ409 when a live job holds its dedup key.
+CREATE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now  timestamptz := pgqueue.now_ms();
+    d      pgqueue.dead_letter;
+    v_holder bigint;
+BEGIN
+    SELECT * INTO d FROM pgqueue.dead_letter WHERE id = p_job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % is not a dead letter', p_job_id USING ERRCODE = 'PQ404';
+    END IF;
+    IF d.dedup_key IS NOT NULL THEN
+        SELECT id INTO v_holder FROM pgqueue.job
+        WHERE stream = d.stream AND dedup_key = d.dedup_key
+          AND state IN ('pending', 'scheduled', 'leased');
+        IF FOUND THEN
+            RAISE EXCEPTION 'cannot requeue dead letter %: live job % holds its dedup key', p_job_id, v_holder
+                USING ERRCODE = 'PQ409', DETAIL = format('holder=%s', v_holder);
+        END IF;
+    END IF;
+    DELETE FROM pgqueue.dead_letter WHERE id = p_job_id;
+    INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before, enqueued_at,
+        dedup_key, attempts, max_attempts, last_error, last_completed_step, cursor_step, cursor,
+        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step)
+    VALUES (d.id, d.stream, d.kind, d.payload, d.priority, 'pending', v_now, d.enqueued_at,
+        d.dedup_key, 0, d.max_attempts, d.last_error, d.last_completed_step, d.cursor_step,
+        d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash, d.crashes_by_step);
+    INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+    VALUES (d.stream, 'RequeueDeadLetter', d.id, jsonb_build_object(
+        'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
+END
+$$;
+
+-- Per-stream settings, logged like any other state change.
+CREATE FUNCTION pgqueue.configure_stream(
+    p_stream text, p_retry_base_ms bigint DEFAULT NULL, p_retry_cap_ms bigint DEFAULT NULL,
+    p_quarantine_after int DEFAULT NULL
+) RETURNS pgqueue.stream_config
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    c pgqueue.stream_config;
+BEGIN
+    PERFORM pgqueue.check_stream(p_stream);
+    INSERT INTO pgqueue.stream_config AS s (stream, retry_base_ms, retry_cap_ms, quarantine_after)
+    VALUES (p_stream, coalesce(p_retry_base_ms, 1000), coalesce(p_retry_cap_ms, 3600000),
+            coalesce(p_quarantine_after, 3))
+    ON CONFLICT (stream) DO UPDATE SET
+        retry_base_ms = coalesce(p_retry_base_ms, s.retry_base_ms),
+        retry_cap_ms = coalesce(p_retry_cap_ms, s.retry_cap_ms),
+        quarantine_after = coalesce(p_quarantine_after, s.quarantine_after)
+    RETURNING * INTO c;
+    INSERT INTO pgqueue.op_log (stream, op, body)
+    VALUES (p_stream, 'ConfigureStream', to_jsonb(c));
+    RETURN c;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Apply: the one code path that turns an op into state (replay and replicas)
+-- ---------------------------------------------------------------------------------------------
+
+-- Apply one op's effect to the state tables. Ops carry resulting values, never increments.
+CREATE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgqueue
+AS $$
+BEGIN
+    CASE p_op
+    WHEN 'Enqueue' THEN
+        INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+                                 enqueued_at, dedup_key, attempts, max_attempts)
+        VALUES (p_job_id, b ->> 'stream', b ->> 'kind', pgqueue.unb64(b ->> 'payload'),
+                (b ->> 'priority')::smallint, b ->> 'state',
+                pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
+                pgqueue.from_ms((b ->> 'enqueued_at_ms')::bigint),
+                pgqueue.unb64(b ->> 'dedup_key'), (b ->> 'attempts')::int,
+                (b ->> 'max_attempts')::int)
+        ON CONFLICT (id) DO NOTHING;
+    WHEN 'Lease' THEN
+        UPDATE pgqueue.job
+        SET state = 'leased', lease_id = p_lease_id, worker_node = (b ->> 'worker_node')::int,
+            worker_instance = (b ->> 'worker_instance')::int,
+            lease_expires_at = pgqueue.from_ms((b ->> 'expires_at_ms')::bigint)
+        WHERE id = p_job_id;
+    WHEN 'Renew' THEN
+        UPDATE pgqueue.job
+        SET lease_expires_at = pgqueue.from_ms((b ->> 'expires_at_ms')::bigint),
+            last_completed_step = b #>> '{checkpoint,last_completed_step}',
+            cursor_step = b #>> '{checkpoint,cursor_step}',
+            cursor = pgqueue.unb64(b #>> '{checkpoint,cursor}'),
+            checkpoint_updated_at = pgqueue.from_ms((b #>> '{checkpoint,updated_at_ms}')::bigint),
+            schema_version = (b #>> '{checkpoint,schema_version}')::int,
+            step_set_hash = b #>> '{checkpoint,step_set_hash}'
+        WHERE id = p_job_id AND lease_id = p_lease_id;
+    WHEN 'Ack' THEN
+        DELETE FROM pgqueue.job WHERE id = p_job_id;
+    WHEN 'Nack', 'Reclaim' THEN
+        IF b ->> 'state' = 'dead' THEN
+            PERFORM pgqueue.bury(p_job_id, (b ->> 'attempts')::int, b ->> 'last_error',
+                                 pgqueue.from_ms((b ->> 'at_ms')::bigint), b -> 'crashes_by_step');
+        ELSE
+            UPDATE pgqueue.job
+            SET state = b ->> 'state', attempts = (b ->> 'attempts')::int,
+                last_error = b ->> 'last_error', state_reason = b ->> 'state_reason',
+                not_before = pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
+                crashes_by_step = b -> 'crashes_by_step',
+                lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
+            WHERE id = p_job_id;
+        END IF;
+    WHEN 'RequeueDeadLetter' THEN
+        WITH d AS (DELETE FROM pgqueue.dead_letter WHERE id = p_job_id RETURNING *)
+        INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before, enqueued_at,
+            dedup_key, attempts, max_attempts, last_error, last_completed_step, cursor_step, cursor,
+            checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step)
+        SELECT d.id, d.stream, d.kind, d.payload, d.priority, b ->> 'state',
+            pgqueue.from_ms((b ->> 'not_before_ms')::bigint), d.enqueued_at, d.dedup_key,
+            (b ->> 'attempts')::int, d.max_attempts, d.last_error, d.last_completed_step,
+            d.cursor_step, d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash,
+            d.crashes_by_step
+        FROM d;
+    WHEN 'ConfigureStream' THEN
+        INSERT INTO pgqueue.stream_config AS s
+        SELECT * FROM jsonb_populate_record(NULL::pgqueue.stream_config, b)
+        ON CONFLICT (stream) DO UPDATE SET
+            retry_base_ms = excluded.retry_base_ms, retry_cap_ms = excluded.retry_cap_ms,
+            quarantine_after = excluded.quarantine_after;
+    ELSE
+        RAISE EXCEPTION 'apply_op: unknown op %', p_op USING ERRCODE = '22023';
+    END CASE;
+END
+$$;
+
+-- Ingest one op from another database's log: apply it and record it, unless this database has
+-- already applied that seq (so delivering an op twice changes nothing). Ops must arrive in the
+-- source's commit order; per job that is seq order, because a transition holds the job's row
+-- lock when it appends its op.
+CREATE FUNCTION pgqueue.ingest_op(
+    p_seq bigint, p_stream text, p_op text, p_job_id bigint, p_lease_id bigint, p_body jsonb,
+    p_xid xid8, p_at timestamptz
+) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgqueue
+AS $$
+BEGIN
+    INSERT INTO pgqueue.op_log (seq, stream, op, job_id, lease_id, body, xid, at)
+    VALUES (p_seq, p_stream, p_op, p_job_id, p_lease_id, p_body, p_xid, p_at)
+    ON CONFLICT (seq) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pgqueue.apply_op(p_op, p_job_id, p_lease_id, p_body);
+    RETURN true;
+END
+$$;
+
+-- Ingest a batch of ops (a jsonb array of op_log rows, as to_jsonb gives them) in array order.
+-- Returns how many were new.
+CREATE FUNCTION pgqueue.ingest_ops(p_ops jsonb) RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgqueue
+AS $$
+DECLARE
+    o pgqueue.op_log;
+    v_new int := 0;
+BEGIN
+    FOR o IN SELECT * FROM jsonb_populate_recordset(NULL::pgqueue.op_log, p_ops) LOOP
+        IF pgqueue.ingest_op(o.seq, o.stream, o.op, o.job_id, o.lease_id, o.body, o.xid, o.at) THEN
+            v_new := v_new + 1;
+        END IF;
+    END LOOP;
+    RETURN v_new;
+END
+$$;

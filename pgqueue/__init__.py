@@ -1,0 +1,61 @@
+"""pgqueue: a Postgres-backed job queue with fenced leases, an op log and step replay.
+
+    import pgqueue
+    pgqueue.migrate(dsn)
+    with pgqueue.Queue(dsn, stream="default") as q:
+        q.enqueue({"to": "a@example.com"}, kind="send_email")
+        for lease in q.lease(limit=10):
+            ...
+            q.ack(lease)
+"""
+from __future__ import annotations
+
+from pgqueue.errors import (
+    ConnectionFailed,
+    DedupConflict,
+    JobNotFound,
+    LeaseLost,
+    NotLeader,
+    PgQueueError,
+    SchemaError,
+    SchemaMissing,
+    SchemaTooNew,
+)
+from pgqueue.models import JOB_STATES, Checkpoint, JobInfo, JobState, Lease, NewJob, Op, StreamStats
+from pgqueue.oplog import ReplayResult, replay
+from pgqueue.queue import Queue
+
+__version__ = "0.1.0"
+
+
+def migrate(dsn: str) -> None:
+    """Bring the database's pgqueue schema up to date (idempotent). Needs CREATE rights."""
+    from pgqueue import schema  # alembic is imported only when migrating
+
+    schema.migrate(dsn)
+
+
+__all__ = [
+    "JOB_STATES",
+    "Checkpoint",
+    "ConnectionFailed",
+    "DedupConflict",
+    "JobInfo",
+    "JobNotFound",
+    "JobState",
+    "Lease",
+    "LeaseLost",
+    "NewJob",
+    "NotLeader",
+    "Op",
+    "PgQueueError",
+    "Queue",
+    "ReplayResult",
+    "SchemaError",
+    "SchemaMissing",
+    "SchemaTooNew",
+    "StreamStats",
+    "__version__",
+    "migrate",
+    "replay",
+]

@@ -1,0 +1,87 @@
+"""Connections: open them with errors that name the server (never the password), and check
+that the database carries the schema this library was written for.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool
+
+from pgqueue import queries
+from pgqueue.errors import ConnectionFailed, SchemaMissing, SchemaTooNew
+
+#: The alembic revision this library's SQL was written against (revision ids are integers).
+SCHEMA_REVISION = "0001"
+
+
+def describe(dsn: str) -> str:
+    """`host:port/dbname` of a DSN, for messages: it never includes the password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
+    port = str(parts.get("port") or "5432")
+    db = str(parts.get("dbname") or parts.get("user") or "")
+    return f"{host}:{port}/{db}" if db else f"{host}:{port}"
+
+
+def redact(dsn: str) -> str:
+    """The DSN with any password removed, for showing to people."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    parts.pop("password", None)
+    return " ".join(f"{k}={v}" for k, v in parts.items() if v is not None)
+
+
+def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> queries.Conn:
+    """Open one connection; a failure raises ConnectionFailed naming host and port."""
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, **kwargs)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"dsn: cannot parse the connection string: {exc}") from None
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ConnectionFailed(f"cannot connect to Postgres at {describe(dsn)}: {reason}") from None
+
+
+def check_schema(conn: queries.Conn) -> None:
+    """Refuse a database without the schema, or with one older or newer than this library."""
+    revision = queries.scalar(conn, "schema_revision")
+    if revision is None:
+        raise SchemaMissing(
+            "the database has no pgqueue schema; run `pgqueue db upgrade` (or pgqueue.migrate(dsn))"
+        )
+    if int(revision) > int(SCHEMA_REVISION):
+        raise SchemaTooNew(
+            f"the database's pgqueue schema is revision {revision}, newer than this library's "
+            f"{SCHEMA_REVISION}; upgrade the pgqueue package"
+        )
+    if int(revision) < int(SCHEMA_REVISION):
+        raise SchemaMissing(
+            f"the database's pgqueue schema is revision {revision}, older than this library's "
+            f"{SCHEMA_REVISION}; run `pgqueue db upgrade`"
+        )
+
+
+def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue") -> ConnectionPool[Any]:
+    """A checked pool of autocommit connections: reachability and schema are verified first,
+    so a bad DSN or schema fails here with a clear message instead of a pool timeout."""
+    with connect(dsn) as conn:
+        check_schema(conn)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=max(1, max_size),
+        kwargs={"autocommit": True},
+        name=name,
+        open=False,
+        check=ConnectionPool.check_connection,
+        reconnect_timeout=60.0,
+    )
+    pool.open(wait=True, timeout=30.0)
+    return pool

@@ -1,0 +1,19 @@
+"""Dead letters: jobs that used up their attempts, kept until an operator acts."""
+from __future__ import annotations
+
+from pgqueue import queries, validate
+from pgqueue.models import JobInfo
+
+
+def dead_letters(conn: queries.Conn, stream: str, limit: int) -> list[JobInfo]:
+    """The newest dead letters of `stream`."""
+    validate.stream(stream)
+    validate.integer(limit, "limit", low=1)
+    rows = queries.fetch(conn, "dead_letters", {"stream": stream, "limit": limit})
+    return [JobInfo.from_row(r) for r in rows]
+
+
+def requeue(conn: queries.Conn, job_id: int) -> None:
+    """Return a dead letter to pending with attempts reset (JobNotFound, DedupConflict)."""
+    validate.integer(job_id, "job_id", low=1)
+    queries.fetch(conn, "requeue_dead_letter", {"job_id": job_id})

@@ -1,0 +1,46 @@
+"""The errors pgqueue raises.
+
+Everything that goes wrong on the database side derives from PgQueueError, so a caller can
+catch one class. Bad arguments raise ValueError or TypeError naming the argument instead.
+"""
+from __future__ import annotations
+
+
+class PgQueueError(Exception):
+    """Base of every database-side error pgqueue raises."""
+
+
+class ConnectionFailed(PgQueueError):
+    """The database could not be reached. The message names host and port, never a password."""
+
+
+class SchemaError(PgQueueError):
+    """The pgqueue schema is missing, older or newer than this library."""
+
+
+class SchemaMissing(SchemaError):
+    """The database has no pgqueue schema (or an older one): run `pgqueue db upgrade`."""
+
+
+class SchemaTooNew(SchemaError):
+    """The database was migrated by a newer pgqueue than this one."""
+
+
+class LeaseLost(PgQueueError):
+    """The lease is no longer current (reclaimed, acked or nacked): the write changed nothing."""
+
+
+class JobNotFound(PgQueueError):
+    """No job with that id in the set the operation works on."""
+
+
+class DedupConflict(PgQueueError):
+    """A live job already holds the dedup key; `holder` is its id when known."""
+
+    def __init__(self, message: str, holder: int | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class NotLeader(PgQueueError):
+    """The database is a replica and refuses queue writes."""

@@ -1,0 +1,70 @@
+"""Lease and renew: hand jobs to a worker under a fencing lease id, and keep them.
+
+A renewal extends many leases in one statement and carries each job's checkpoint in the same
+UPDATE, so step boundaries cost no extra round trip and the update stays HOT.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from pgqueue import queries, validate
+from pgqueue.models import Checkpoint, Lease
+
+
+def lease(
+    conn: queries.Conn,
+    stream: str,
+    limit: int,
+    visibility_timeout: float,
+    worker_node: int,
+    worker_instance: int,
+) -> list[Lease]:
+    """Lease up to `limit` jobs of `stream` for `visibility_timeout` seconds."""
+    validate.stream(stream)
+    validate.integer(limit, "limit", low=1, high=100_000)
+    vt_ms = validate.to_ms(visibility_timeout, "visibility_timeout", positive=True)
+    validate.integer(worker_node, "worker_node", low=-(2**31), high=2**31 - 1)
+    validate.integer(worker_instance, "worker_instance", low=-(2**31), high=2**31 - 1)
+    rows = queries.fetch(conn, "lease_jobs", {
+        "stream": stream, "limit": limit, "visibility_ms": vt_ms,
+        "worker_node": worker_node, "worker_instance": worker_instance,
+    })
+    vt = vt_ms / 1000.0
+    return [
+        Lease(
+            lease_id=r["lease_id"], job_id=r["id"], stream=r["stream"], kind=r["kind"],
+            payload=bytes(r["payload"]), priority=r["priority"], attempts=r["attempts"],
+            max_attempts=r["max_attempts"], enqueued_at=r["enqueued_at"],
+            expires_at=r["lease_expires_at"], checkpoint=Checkpoint.from_row(r),
+            visibility_timeout=vt,
+        )
+        for r in rows
+    ]
+
+
+def renew_many(
+    conn: queries.Conn,
+    items: Sequence[tuple[Lease, float | None, Checkpoint | None]],
+) -> dict[int, dt.datetime]:
+    """Renew (lease, visibility_timeout or None for the lease's own, checkpoint or None) in one
+    statement. Returns {lease_id: new expiry} for the leases still current; absent = lost."""
+    if not items:
+        return {}
+    params: dict[str, list[Any]] = {"job_ids": [], "lease_ids": [], "visibility_ms": [],
+                                    "checkpoints": []}
+    for held, vt, checkpoint in items:
+        if not isinstance(held, Lease):
+            raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"checkpoint must be a pgqueue.Checkpoint, got {type(checkpoint).__name__}")
+        params["job_ids"].append(held.job_id)
+        params["lease_ids"].append(held.lease_id)
+        params["visibility_ms"].append(validate.to_ms(
+            held.visibility_timeout if vt is None else vt, "visibility_timeout", positive=True))
+        params["checkpoints"].append(None if checkpoint is None else Jsonb(checkpoint.to_json()))
+    rows = queries.fetch(conn, "renew_leases", params)
+    return {r["lease_id"]: r["expires_at"] for r in rows}

@@ -1,0 +1,151 @@
+"""The records pgqueue hands to callers: new jobs, leases, job snapshots, checkpoints.
+
+Frozen dataclasses, so a lease or snapshot cannot be mistaken for live state.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: The one vocabulary of job states, the same in SQL, Python, CLI output and docs.
+JobState = Literal["pending", "scheduled", "leased", "dead", "quarantined", "undecodable"]
+JOB_STATES: tuple[str, ...] = ("pending", "scheduled", "leased", "dead", "quarantined", "undecodable")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a step job stands. The worker owns every field but crashes_by_step (reclaim's).
+
+    cursor is the last fully processed position inside cursor_step, as opaque bytes.
+    """
+
+    last_completed_step: str | None = None
+    cursor_step: str | None = None
+    cursor: bytes | None = None
+    updated_at_ms: int | None = None
+    schema_version: int | None = None
+    step_set_hash: str | None = None
+    crashes_by_step: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Checkpoint:
+        """The checkpoint columns of a job row."""
+        updated = row.get("checkpoint_updated_at")
+        cursor = row.get("cursor")
+        return cls(
+            last_completed_step=row.get("last_completed_step"),
+            cursor_step=row.get("cursor_step"),
+            cursor=None if cursor is None else bytes(cursor),
+            updated_at_ms=None if updated is None else round(updated.timestamp() * 1000),
+            schema_version=row.get("schema_version"),
+            step_set_hash=row.get("step_set_hash"),
+            crashes_by_step=dict(row.get("crashes_by_step") or {}),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The worker-owned fields as the renewal takes them (cursor in base64)."""
+        return {
+            "last_completed_step": self.last_completed_step,
+            "cursor_step": self.cursor_step,
+            "cursor": None if self.cursor is None else base64.b64encode(self.cursor).decode(),
+            "schema_version": self.schema_version,
+            "step_set_hash": self.step_set_hash,
+        }
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job for `Queue.enqueue_many`; the fields mean what `Queue.enqueue`'s arguments do."""
+
+    payload: Any
+    kind: str | None = None
+    priority: int = 0
+    delay: float | dt.timedelta | None = None
+    not_before: dt.datetime | None = None
+    dedup_key: str | bytes | None = None
+    max_attempts: int = 25
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A job handed to one worker until expires_at. Every write about it names lease_id."""
+
+    lease_id: int
+    job_id: int
+    stream: str
+    kind: str | None
+    payload: bytes
+    priority: int
+    attempts: int
+    max_attempts: int
+    enqueued_at: dt.datetime
+    expires_at: dt.datetime
+    checkpoint: Checkpoint
+    visibility_timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A snapshot of one job in any set (live, dead, parked)."""
+
+    job_id: int
+    stream: str
+    kind: str | None
+    state: JobState
+    payload: bytes
+    priority: int
+    attempts: int
+    max_attempts: int
+    not_before: dt.datetime | None
+    last_error: str | None
+    checkpoint: Checkpoint
+    enqueued_at: dt.datetime | None = None
+    dedup_key: bytes | None = None
+    state_reason: str | None = None
+    lease_id: int | None = None
+    lease_expires_at: dt.datetime | None = None
+    worker_node: int | None = None
+    worker_instance: int | None = None
+    died_at: dt.datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobInfo:
+        """A row of the pgqueue.jobs view."""
+        return cls(
+            job_id=row["id"], stream=row["stream"], kind=row["kind"], state=row["state"],
+            payload=bytes(row["payload"]), priority=row["priority"], attempts=row["attempts"],
+            max_attempts=row["max_attempts"], not_before=row["not_before"],
+            last_error=row["last_error"], checkpoint=Checkpoint.from_row(row),
+            enqueued_at=row["enqueued_at"],
+            dedup_key=None if row["dedup_key"] is None else bytes(row["dedup_key"]),
+            state_reason=row["state_reason"], lease_id=row["lease_id"],
+            lease_expires_at=row["lease_expires_at"], worker_node=row["worker_node"],
+            worker_instance=row["worker_instance"], died_at=row["died_at"],
+        )
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """Jobs of one stream in one state, and the age of its oldest ready job."""
+
+    stream: str
+    state: str
+    count: int
+    oldest_age_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Op:
+    """One row of the op log."""
+
+    seq: int
+    stream: str
+    op: str
+    job_id: int | None
+    lease_id: int | None
+    body: dict[str, Any]
+    xid: str
+    at: dt.datetime

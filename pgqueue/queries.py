@@ -1,0 +1,142 @@
+"""The one module that executes SQL.
+
+Runtime SQL lives in pgqueue/sql/<stage>.sql as named blocks:
+
+    -- name: lease_jobs
+    -- Lease up to %(limit)s jobs of a stream.
+    SELECT ...
+
+Names are unique across files. Every execution goes through `fetch`/`execute` here, which
+also turn driver errors into pgqueue's errors, so no other module imports psycopg's cursor API
+(and `pgqueue sql show NAME` can print any statement for psql).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, cast
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql as pg_sql
+from psycopg.rows import dict_row
+from typing_extensions import LiteralString
+
+from pgqueue.errors import (
+    ConnectionFailed,
+    DedupConflict,
+    JobNotFound,
+    NotLeader,
+    PgQueueError,
+    SchemaMissing,
+)
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_HOLDER = re.compile(r"holder=(\d+)")
+
+Conn = psycopg.Connection[Any]
+Params = Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Query:
+    """A named statement from a stage's .sql file."""
+
+    name: str
+    stage: str
+    sql: str
+
+
+@cache
+def catalog() -> dict[str, Query]:
+    """Every named query of every pgqueue/sql/*.sql file, by name."""
+    found: dict[str, Query] = {}
+    for entry in sorted(resources.files("pgqueue.sql").iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        stage = entry.name[: -len(".sql")]
+        text = entry.read_text(encoding="utf-8")
+        parts = _NAME.split(text)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise RuntimeError(f"query {name!r} is defined twice ({found[name].stage}, {stage})")
+            found[name] = Query(name=name, stage=stage, sql=body.strip().rstrip(";"))
+    return found
+
+
+def get(name: str) -> Query:
+    """The named query; KeyError names what is missing."""
+    try:
+        return catalog()[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r}") from None
+
+
+def fetch(conn: Conn, name: str, params: Params = None) -> list[dict[str, Any]]:
+    """Run a named query and return its rows as dicts."""
+    sql = cast(LiteralString, get(name).sql)
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if cur.description is not None else []
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+def fetch_one(conn: Conn, name: str, params: Params = None) -> dict[str, Any] | None:
+    """Run a named query and return its first row, or None."""
+    rows = fetch(conn, name, params)
+    return rows[0] if rows else None
+
+
+def scalar(conn: Conn, name: str, params: Params = None) -> Any:
+    """Run a named query and return the first column of its first row (None when no row)."""
+    row = fetch_one(conn, name, params)
+    return None if row is None else next(iter(row.values()))
+
+
+def create_database(conn: Conn, name: str, *, template: str | None = None,
+                    if_missing: bool = False) -> None:
+    """CREATE DATABASE name [TEMPLATE template]; names go through psycopg.sql.Identifier."""
+    if if_missing and scalar(conn, "database_exists", {"name": name}):
+        return
+    stmt = pg_sql.SQL("CREATE DATABASE {}").format(pg_sql.Identifier(name))
+    if template is not None:
+        stmt = pg_sql.SQL("{} TEMPLATE {}").format(stmt, pg_sql.Identifier(template))
+    try:
+        conn.execute(stmt)
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+def drop_database(conn: Conn, name: str) -> None:
+    """DROP DATABASE IF EXISTS name WITH (FORCE)."""
+    stmt = pg_sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pg_sql.Identifier(name))
+    try:
+        conn.execute(stmt)
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+def translate(exc: psycopg.Error) -> Exception:
+    """Map a driver error to pgqueue's error classes (SQLSTATEs raised by our functions)."""
+    state = getattr(exc.diag, "sqlstate", None) if isinstance(exc, psycopg.Error) else None
+    message = (exc.diag.message_primary if exc.diag else None) or str(exc)
+    if state == "PQ404":
+        return JobNotFound(message)
+    if state == "PQ409":
+        detail = exc.diag.message_detail or ""
+        found = _HOLDER.search(detail)
+        return DedupConflict(message, int(found.group(1)) if found else None)
+    if state == "PQ401":
+        return NotLeader(message)
+    if isinstance(exc, pg_errors.InvalidSchemaName | pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
+        return SchemaMissing(
+            f"the pgqueue schema is missing or out of date ({message}); run `pgqueue db upgrade`"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return ConnectionFailed(f"lost the database connection: {message}")
+    return PgQueueError(message)

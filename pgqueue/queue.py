@@ -1,0 +1,177 @@
+"""Queue: the public, synchronous API over one stream of one database.
+
+A thin facade: each method validates its arguments, borrows a pooled autocommit connection
+and calls one stage module, so every call is one statement and one round trip.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+from psycopg_pool import PoolTimeout
+
+from pgqueue import connection, deadletter, enqueue, inspect, lease, oplog, reclaim, settle, validate
+from pgqueue.errors import ConnectionFailed, LeaseLost
+from pgqueue.models import Checkpoint, JobInfo, Lease, NewJob, Op, StreamStats
+from pgqueue.queries import Conn
+
+
+class Queue:
+    """One stream of a pgqueue database. Thread-safe; use as a context manager or close()."""
+
+    def __init__(self, dsn: str, stream: str = "default", *, pool_size: int = 4) -> None:
+        if not isinstance(dsn, str) or not dsn:
+            raise TypeError("dsn must be a non-empty connection string")
+        self.stream = validate.stream(stream)
+        self.dsn = dsn
+        self._pool = connection.open_pool(dsn, max_size=pool_size, name=f"pgqueue:{stream}")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._pool.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[Conn]:
+        """Borrow a pooled autocommit connection (for stage functions and tools)."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise ConnectionFailed(
+                f"no connection to Postgres at {connection.describe(self.dsn)}: {exc}"
+            ) from None
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        payload: Any,
+        *,
+        kind: str | None = None,
+        priority: int = 0,
+        delay: float | dt.timedelta | None = None,
+        not_before: dt.datetime | None = None,
+        dedup_key: str | bytes | None = None,
+        max_attempts: int = 25,
+        conn: Conn | None = None,
+    ) -> int:
+        """Enqueue one job; returns its id (or the id of the live job holding dedup_key).
+
+        With `conn`, the job is written in the caller's transaction and exists only if the
+        caller commits."""
+        job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
+                     dedup_key=dedup_key, max_attempts=max_attempts)
+        return self.enqueue_many([job], conn=conn)[0]
+
+    def enqueue_many(self, jobs: Sequence[NewJob], *, conn: Conn | None = None) -> list[int]:
+        """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
+        if conn is not None:
+            return enqueue.enqueue_many(conn, self.stream, jobs)
+        with self.connection() as own:
+            return enqueue.enqueue_many(own, self.stream, jobs)
+
+    # -- lease and settle --------------------------------------------------------------------
+
+    def lease(self, limit: int = 1, *, visibility_timeout: float = 30.0, worker_node: int = 0,
+              worker_instance: int = 0) -> list[Lease]:
+        """Lease up to `limit` ready jobs, highest priority first, FIFO within a priority."""
+        with self.connection() as conn:
+            return lease.lease(conn, self.stream, limit, visibility_timeout, worker_node,
+                               worker_instance)
+
+    def renew(self, lease_: Lease, *, visibility_timeout: float | None = None,
+              checkpoint: Checkpoint | None = None) -> dt.datetime:
+        """Extend a lease (by its own visibility timeout unless given) and write the checkpoint
+        in the same UPDATE. Raises LeaseLost when the lease is no longer current."""
+        renewed = self.renew_many([(lease_, visibility_timeout, checkpoint)])
+        if lease_.lease_id not in renewed:
+            raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
+        return renewed[lease_.lease_id]
+
+    def renew_many(
+        self, items: Sequence[tuple[Lease, float | None, Checkpoint | None]]
+    ) -> dict[int, dt.datetime]:
+        """Renew many leases in one statement; {lease_id: expiry} for those still current."""
+        with self.connection() as conn:
+            return lease.renew_many(conn, items)
+
+    def ack(self, lease_: Lease) -> None:
+        """The job is done: delete it. Raises LeaseLost when the lease is no longer current."""
+        if lease_.job_id not in self.ack_many([lease_]):
+            raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
+
+    def ack_many(self, leases: Sequence[Lease]) -> set[int]:
+        """Ack many leases in one statement; returns the job ids acked."""
+        with self.connection() as conn:
+            return settle.ack_many(conn, leases)
+
+    def nack(self, lease_: Lease, *, error: str | None = None,
+             retry_in: float | dt.timedelta | None = None) -> bool:
+        """Record a failure; returns True when the job went to the dead letters. Retries after
+        exactly `retry_in` seconds, or the stream's backoff. Raises LeaseLost when stale."""
+        with self.connection() as conn:
+            dead = settle.nack(conn, lease_, error,
+                               None if retry_in is None else validate.seconds(retry_in, "retry_in"))
+        if dead is None:
+            raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
+        return dead
+
+    def reclaim_expired(self) -> int:
+        """Return every expired lease, of every stream, to pending (or dead, or quarantined)."""
+        with self.connection() as conn:
+            return reclaim.reclaim_expired(conn)
+
+    # -- dead letters and inspection ---------------------------------------------------------
+
+    def dead_letters(self, limit: int = 100) -> list[JobInfo]:
+        """This stream's dead letters, newest first."""
+        with self.connection() as conn:
+            return deadletter.dead_letters(conn, self.stream, limit)
+
+    def requeue_dead_letter(self, job_id: int) -> None:
+        """Return a dead letter to pending with attempts reset."""
+        with self.connection() as conn:
+            deadletter.requeue(conn, job_id)
+
+    def job(self, job_id: int) -> JobInfo | None:
+        """A job of any stream in any set; None when acked or unknown."""
+        with self.connection() as conn:
+            return inspect.job(conn, job_id)
+
+    def jobs(self, *, state: str | None = None, all_streams: bool = False,
+             limit: int = 100) -> list[JobInfo]:
+        """Jobs of this stream (or every stream), newest first, optionally in one state."""
+        with self.connection() as conn:
+            return inspect.jobs(conn, stream=None if all_streams else self.stream, state=state,
+                                limit=limit)
+
+    def stats(self) -> list[StreamStats]:
+        """Job counts by stream and state, across the database."""
+        with self.connection() as conn:
+            return inspect.stats(conn)
+
+    def configure_stream(self, *, retry_base: float | None = None, retry_cap: float | None = None,
+                         quarantine_after: int | None = None) -> None:
+        """Set this stream's retry backoff (seconds) and crash quarantine threshold."""
+        with self.connection() as conn:
+            inspect.configure_stream(conn, self.stream, retry_base=retry_base,
+                                     retry_cap=retry_cap, quarantine_after=quarantine_after)
+
+    def op_log(self, *, limit: int = 20, job_id: int | None = None,
+               all_streams: bool = False) -> list[Op]:
+        """The newest ops of this stream (or every stream), newest first."""
+        with self.connection() as conn:
+            return oplog.tail(conn, limit=limit, job_id=job_id,
+                              stream=None if all_streams else self.stream)

@@ -1,0 +1,38 @@
+"""Settle a lease: ack (done, deleted) or nack (one failure: retry with backoff, or dead).
+
+Both are fenced by the lease id: a stale lease changes nothing and the caller learns it.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pgqueue import queries, validate
+from pgqueue.models import Lease
+
+
+def ack_many(conn: queries.Conn, leases: Sequence[Lease]) -> set[int]:
+    """Ack leases in one statement; returns the job ids acked (the others were lost)."""
+    if not leases:
+        return set()
+    for held in leases:
+        if not isinstance(held, Lease):
+            raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
+    rows = queries.fetch(conn, "ack_jobs", {
+        "job_ids": [held.job_id for held in leases],
+        "lease_ids": [held.lease_id for held in leases],
+    })
+    return {r["id"] for r in rows}
+
+
+def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | None) -> bool | None:
+    """Record one failure. True: the job went to the dead letters; False: it will be retried;
+    None: the lease was no longer current (nothing changed)."""
+    if not isinstance(held, Lease):
+        raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
+    if error is not None and not isinstance(error, str):
+        raise TypeError(f"error must be a str, got {type(error).__name__}")
+    retry_ms = None if retry_in is None else validate.to_ms(retry_in, "retry_in")
+    row = queries.fetch_one(conn, "nack_job", {
+        "job_id": held.job_id, "lease_id": held.lease_id, "error": error, "retry_in_ms": retry_ms,
+    })
+    return None if row is None else bool(row["dead"])

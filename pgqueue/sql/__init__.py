@@ -1,0 +1,1 @@
+"""Runtime SQL, one file per lifecycle stage, as `-- name:` blocks (see pgqueue.queries)."""

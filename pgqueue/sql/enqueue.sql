@@ -1,0 +1,7 @@
+-- name: enqueue_jobs
+-- Enqueue a batch into one stream (one round trip, one op per inserted job). Returns one id
+-- per input in input order; an input whose dedup key a live job holds returns the holder's id.
+SELECT id FROM pgqueue.enqueue(
+    %(stream)s, %(payloads)s::bytea[], %(kinds)s::text[], %(priorities)s::int[],
+    %(delays_ms)s::bigint[], %(not_befores)s::timestamptz[], %(dedup_keys)s::bytea[],
+    %(max_attempts)s::int[]) AS t(id)

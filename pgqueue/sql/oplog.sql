@@ -1,0 +1,35 @@
+-- name: oplog_tail
+-- The newest ops, optionally of one stream and/or job.
+SELECT seq, stream, op, job_id, lease_id, body, xid::text AS xid, at
+FROM pgqueue.op_log
+WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+  AND (%(job_id)s::bigint IS NULL OR job_id = %(job_id)s::bigint)
+ORDER BY seq DESC
+LIMIT %(limit)s
+
+-- name: oplog_counts
+-- How many ops of each kind the log holds.
+SELECT op, count(*) AS count FROM pgqueue.op_log GROUP BY op ORDER BY op
+
+-- name: oplog_committed_batch
+-- The next ops after seq %(after)s whose writing transaction finished before this snapshot
+-- began (so no later commit can appear below them), as op_log rows in jsonb, in seq order.
+SELECT seq, to_jsonb(o) AS op
+FROM pgqueue.op_log o
+WHERE seq > %(after)s AND xid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY seq
+LIMIT %(limit)s
+
+-- name: oplog_ingest
+-- Apply a batch of ops from another database's log (skipping seqs already applied).
+SELECT pgqueue.ingest_ops(%(ops)s::jsonb) AS applied
+
+-- name: advance_sequences
+-- Move the job and lease id sequences past every id in the op log (after a replay, or at
+-- promotion), so new ids never collide with replayed ones.
+SELECT setval('pgqueue.job_id_seq',
+              greatest((SELECT last_value FROM pgqueue.job_id_seq),
+                       (SELECT coalesce(max(job_id), 0) FROM pgqueue.op_log), 1)) AS job_id,
+       setval('pgqueue.lease_id_seq',
+              greatest((SELECT last_value FROM pgqueue.lease_id_seq),
+                       (SELECT coalesce(max(lease_id), 0) FROM pgqueue.op_log), 1)) AS lease_id

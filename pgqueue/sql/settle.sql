@@ -1,0 +1,7 @@
+-- name: ack_jobs
+-- Ack many leases at once; returns the job ids whose lease was still current.
+SELECT id FROM pgqueue.ack(%(job_ids)s::bigint[], %(lease_ids)s::bigint[]) AS t(id)
+
+-- name: nack_job
+-- One failure: back to pending after a backoff, or to the dead letters. No row: lease lost.
+SELECT dead FROM pgqueue.nack(%(job_id)s, %(lease_id)s, %(error)s, %(retry_in_ms)s)

@@ -1,0 +1,99 @@
+"""Argument checks shared by the stages: each raises ValueError or TypeError naming the
+argument, before anything is sent to the database (so a bad call changes nothing)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from typing import Any
+
+MAX_STREAM_LEN = 200
+MAX_DEDUP_KEY_BYTES = 1024
+
+
+def stream(name: Any, arg: str = "stream") -> str:
+    """A stream name: a non-empty str of at most 200 characters."""
+    if not isinstance(name, str):
+        raise TypeError(f"{arg} must be a str, got {type(name).__name__}")
+    if not name or len(name) > MAX_STREAM_LEN:
+        raise ValueError(f"{arg} must be 1 to {MAX_STREAM_LEN} characters, got {len(name)}")
+    return name
+
+
+def integer(value: Any, arg: str, *, low: int | None = None, high: int | None = None) -> int:
+    """An int (not a bool) within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{arg} must be an int, got {type(value).__name__}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{low} to {high}" if high is not None else f">= {low}"
+        raise ValueError(f"{arg} must be {bounds}, got {value}")
+    return value
+
+
+def seconds(value: Any, arg: str, *, positive: bool = False) -> float:
+    """A duration in seconds (int, float or timedelta), not negative (or > 0 when positive)."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{arg} must be a number of seconds or a timedelta, got {type(value).__name__}")
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{arg} must be a finite number of seconds, got {value}")
+    if value < 0 or (positive and value == 0):
+        raise ValueError(f"{arg} must be {'> 0' if positive else '>= 0'} seconds, got {value}")
+    return float(value)
+
+
+def to_ms(value: Any, arg: str, *, positive: bool = False) -> int:
+    """A duration as whole milliseconds (rounded up, so a positive value never becomes 0)."""
+    return math.ceil(seconds(value, arg, positive=positive) * 1000)
+
+
+def aware_datetime(value: Any, arg: str) -> dt.datetime:
+    """A timezone-aware datetime (a naive one is ambiguous, so it is refused)."""
+    if not isinstance(value, dt.datetime):
+        raise TypeError(f"{arg} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{arg} must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    return value
+
+
+def payload(value: Any, arg: str = "payload") -> bytes:
+    """The payload as stored: bytes as is, str as UTF-8, anything else as JSON text."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{arg} must be bytes, str or JSON-serialisable, got {type(value).__name__}: {exc}"
+        ) from None
+
+
+def dedup_key(value: Any, arg: str = "dedup_key") -> bytes | None:
+    """A dedup key: str (stored as UTF-8) or bytes, at most 1 KiB; None for no key."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    elif isinstance(value, bytearray | memoryview):
+        value = bytes(value)
+    elif not isinstance(value, bytes):
+        raise TypeError(f"{arg} must be str or bytes, got {type(value).__name__}")
+    if len(value) > MAX_DEDUP_KEY_BYTES:
+        raise ValueError(f"{arg} must be at most {MAX_DEDUP_KEY_BYTES} bytes, got {len(value)}")
+    return value
+
+
+def kind(value: Any, arg: str = "kind") -> str | None:
+    """A job kind: None or a non-empty str."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{arg} must not be empty (use None for no kind)")
+    return value
