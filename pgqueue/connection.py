@@ -7,6 +7,8 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+
+__all__ = ["conninfo_to_dict"]
 from psycopg_pool import ConnectionPool
 
 from pgqueue import queries
