@@ -39,7 +39,9 @@ def bin_dir() -> Path:
 
 
 def default_data_dir() -> Path:
-    """The per-user data directory of the CLI's embedded server."""
+    """The per-user data directory of the CLI's embedded server ($PGQUEUE_DATA_DIR wins)."""
+    if os.environ.get("PGQUEUE_DATA_DIR"):
+        return Path(os.environ["PGQUEUE_DATA_DIR"])
     if os.geteuid() == 0:
         return Path("/var/lib/pgqueue/embedded")
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
