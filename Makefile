@@ -1,0 +1,28 @@
+# Two commands on a fresh machine:
+#   make demo   set up .venv and run the demo (embedded Postgres unless PGQUEUE_DSN is set)
+#   make test   set up .venv and run lint, types and the whole test suite on real Postgres
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test venv lint bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+venv: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+
+demo: venv
+	$(BIN)/pgqueue demo
+
+lint: venv
+	$(BIN)/ruff check pgqueue cli migrations tests bench
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python bench/throughput.py
