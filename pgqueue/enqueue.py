@@ -15,7 +15,7 @@ from pgqueue.models import NewJob
 def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {
         "payloads": [], "kinds": [], "priorities": [], "delays_ms": [],
-        "not_befores": [], "dedup_keys": [], "max_attempts": [],
+        "not_befores": [], "dedup_keys": [], "max_attempts": [], "schema_versions": [],
     }
     for i, job in enumerate(jobs):
         where = f"jobs[{i}]." if len(jobs) > 1 else ""
@@ -36,6 +36,11 @@ def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
         cols["dedup_keys"].append(validate.dedup_key(job.dedup_key, f"{where}dedup_key"))
         cols["max_attempts"].append(
             validate.integer(job.max_attempts, f"{where}max_attempts", low=0, high=2**31 - 1)
+        )
+        cols["schema_versions"].append(
+            None if job.schema_version is None
+            else validate.integer(job.schema_version, f"{where}schema_version", low=0,
+                                  high=2**31 - 1)
         )
     return cols
 

@@ -67,6 +67,8 @@ class NewJob:
     not_before: dt.datetime | None = None
     dedup_key: str | bytes | None = None
     max_attempts: int = 25
+    #: The payload's schema version (step jobs record it so a newer worker can upcast).
+    schema_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class JobInfo:
     enqueued_at: dt.datetime | None = None
     dedup_key: bytes | None = None
     state_reason: str | None = None
+    state_detail: dict[str, Any] | None = None
     lease_id: int | None = None
     lease_expires_at: dt.datetime | None = None
     worker_node: int | None = None
@@ -121,7 +124,8 @@ class JobInfo:
             last_error=row["last_error"], checkpoint=Checkpoint.from_row(row),
             enqueued_at=row["enqueued_at"],
             dedup_key=None if row["dedup_key"] is None else bytes(row["dedup_key"]),
-            state_reason=row["state_reason"], lease_id=row["lease_id"],
+            state_reason=row["state_reason"], state_detail=row["state_detail"],
+            lease_id=row["lease_id"],
             lease_expires_at=row["lease_expires_at"], worker_node=row["worker_node"],
             worker_instance=row["worker_instance"], died_at=row["died_at"],
         )

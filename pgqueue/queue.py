@@ -65,6 +65,7 @@ class Queue:
         not_before: dt.datetime | None = None,
         dedup_key: str | bytes | None = None,
         max_attempts: int = 25,
+        schema_version: int | None = None,
         conn: Conn | None = None,
     ) -> int:
         """Enqueue one job; returns its id (or the id of the live job holding dedup_key).
@@ -72,7 +73,8 @@ class Queue:
         With `conn`, the job is written in the caller's transaction and exists only if the
         caller commits."""
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
-                     dedup_key=dedup_key, max_attempts=max_attempts)
+                     dedup_key=dedup_key, max_attempts=max_attempts,
+                     schema_version=schema_version)
         return self.enqueue_many([job], conn=conn)[0]
 
     def enqueue_many(self, jobs: Sequence[NewJob], *, conn: Conn | None = None) -> list[int]:

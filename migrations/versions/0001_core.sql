@@ -68,7 +68,8 @@ CREATE TABLE pgqueue.job (
     attempts              int NOT NULL DEFAULT 0,
     max_attempts          int NOT NULL DEFAULT 25 CHECK (max_attempts >= 0),
     last_error            text,
-    state_reason          text,
+    state_reason          text,   -- why quarantined/undecodable: crashed, unknown_kind, ...
+    state_detail          jsonb,  -- the particulars (step and crashes, old and new step lists)
     -- the lease: only meaningful while state = 'leased'
     lease_id              bigint,
     worker_node           int,
@@ -119,6 +120,36 @@ CREATE TABLE pgqueue.dead_letter (
 );
 CREATE INDEX dead_letter_stream_idx ON pgqueue.dead_letter (stream, id);
 
+-- The ordered step list behind each step-set hash, so a resumed job's recorded steps can be
+-- compared with the code's (hash of ordered step names and versions, never of source).
+CREATE TABLE pgqueue.step_set (
+    hash       text PRIMARY KEY,
+    kind       text NOT NULL,
+    steps      jsonb NOT NULL,  -- [{"name": ..., "version": ...}, ...] in order
+    created_at timestamptz NOT NULL
+);
+
+-- Per-kind overrides of the stream's crash quarantine threshold (set when a worker registers
+-- a handler with quarantine_after=N, or by the CLI); reclaim runs without handler code.
+CREATE TABLE pgqueue.kind_config (
+    stream           text NOT NULL,
+    kind             text NOT NULL,
+    quarantine_after int NOT NULL CHECK (quarantine_after >= 1),
+    PRIMARY KEY (stream, kind)
+);
+
+-- Registered worker processes (liveness only, local to this database; not replicated).
+CREATE TABLE pgqueue.worker (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    node         int NOT NULL,
+    host         text NOT NULL,
+    pid          int NOT NULL,
+    streams      text[] NOT NULL,
+    concurrency  int NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- The append-only op log: one op per job per transition, written in the transition's
 -- transaction. seq is assigned at insert (not commit); xid lets a reader take only rows whose
 -- transaction is below the snapshot's xmin. Replicas and replays insert rows with the leader's
@@ -139,13 +170,13 @@ CREATE INDEX op_log_job_idx ON pgqueue.op_log (job_id);
 -- Every job pgqueue knows, live or dead, in one shape: what q.job() and operators read.
 CREATE VIEW pgqueue.jobs AS
 SELECT id, stream, kind, state, payload, priority, attempts, max_attempts, not_before,
-       enqueued_at, dedup_key, last_error, state_reason, lease_id, worker_node, worker_instance,
-       lease_expires_at, NULL::timestamptz AS died_at, last_completed_step, cursor_step, cursor,
+       enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
+       worker_instance, lease_expires_at, NULL::timestamptz AS died_at, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step
 FROM pgqueue.job
 UNION ALL
 SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL, enqueued_at,
-       dedup_key, last_error, NULL, NULL, NULL, NULL, NULL, died_at, last_completed_step,
+       dedup_key, last_error, NULL, NULL, NULL, NULL, NULL, NULL, died_at, last_completed_step,
        cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step
 FROM pgqueue.dead_letter;
 
@@ -183,9 +214,11 @@ AS $$
         'job_id', j.id,
         'state', p_state,
         'attempts', j.attempts,
+        'max_attempts', j.max_attempts,
         'not_before_ms', pgqueue.to_ms(j.not_before),
         'last_error', j.last_error,
         'state_reason', j.state_reason,
+        'state_detail', j.state_detail,
         'crashes_by_step', j.crashes_by_step,
         'at_ms', pgqueue.to_ms(p_at))
 $$;
@@ -242,7 +275,8 @@ CREATE FUNCTION pgqueue.enqueue(
     p_delays_ms bigint[],
     p_not_befores timestamptz[],
     p_dedup_keys bytea[],
-    p_max_attempts int[]
+    p_max_attempts int[],
+    p_schema_versions int[]
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -254,13 +288,15 @@ DECLARE
     v_todo     int[];
     v_inserted bigint[];
     v_holder   bigint;
+    v_ready    boolean;
     v_round    int := 0;
     i          int;
 BEGIN
     PERFORM pgqueue.check_stream(p_stream);
     IF cardinality(p_kinds) <> v_n OR cardinality(p_priorities) <> v_n
        OR cardinality(p_delays_ms) <> v_n OR cardinality(p_not_befores) <> v_n
-       OR cardinality(p_dedup_keys) <> v_n OR cardinality(p_max_attempts) <> v_n THEN
+       OR cardinality(p_dedup_keys) <> v_n OR cardinality(p_max_attempts) <> v_n
+       OR cardinality(p_schema_versions) <> v_n THEN
         RAISE EXCEPTION 'enqueue: all arrays must have % elements', v_n USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
@@ -278,14 +314,15 @@ BEGIN
                    greatest(v_now, date_trunc('milliseconds', coalesce(
                        p_not_befores[t.ord],
                        v_now + coalesce(p_delays_ms[t.ord], 0) * interval '1 millisecond'))) AS not_before,
-                   p_dedup_keys[t.ord] AS dedup_key, p_max_attempts[t.ord] AS max_attempts
+                   p_dedup_keys[t.ord] AS dedup_key, p_max_attempts[t.ord] AS max_attempts,
+                   p_schema_versions[t.ord] AS schema_version
             FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
         ), ins AS (
             INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
-                                     enqueued_at, dedup_key, attempts, max_attempts)
+                                     enqueued_at, dedup_key, attempts, max_attempts, schema_version)
             SELECT id, p_stream, kind, payload, priority,
                    CASE WHEN not_before > v_now THEN 'scheduled' ELSE 'pending' END,
-                   not_before, v_now, dedup_key, 0, max_attempts
+                   not_before, v_now, dedup_key, 0, max_attempts, schema_version
             FROM input ORDER BY ord
             ON CONFLICT (stream, dedup_key)
                 WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
@@ -299,11 +336,16 @@ BEGIN
                 'state', ins.state, 'enqueued_at_ms', pgqueue.to_ms(ins.enqueued_at),
                 'not_before_ms', pgqueue.to_ms(ins.not_before),
                 'dedup_key', pgqueue.b64(ins.dedup_key), 'attempts', ins.attempts,
-                'max_attempts', ins.max_attempts, 'next_job_id', ins.id + 1)
+                'max_attempts', ins.max_attempts, 'schema_version', ins.schema_version,
+                'next_job_id', ins.id + 1)
             FROM ins ORDER BY ins.id
-            RETURNING job_id
+            RETURNING job_id, (body ->> 'state') = 'pending' AS ready
         )
-        SELECT array_agg(job_id) INTO v_inserted FROM logged;
+        SELECT array_agg(job_id), bool_or(ready) INTO v_inserted, v_ready FROM logged;
+        IF v_ready THEN
+            -- Wake idle workers of this stream; identical notifications coalesce per commit.
+            PERFORM pg_notify('pgqueue_jobs', p_stream);
+        END IF;
 
         IF coalesce(cardinality(v_inserted), 0) = cardinality(v_todo) THEN
             FOR i IN 1 .. cardinality(v_todo) LOOP
@@ -458,7 +500,8 @@ $$;
 -- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
 -- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL.
 -- Returns one row (dead?) or none when the lease is no longer current.
-CREATE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_error text, p_retry_in_ms bigint)
+CREATE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_error text, p_retry_in_ms bigint,
+                             p_max_attempts int DEFAULT NULL)
 RETURNS TABLE (dead boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -475,8 +518,11 @@ BEGIN
     END IF;
     j.attempts := j.attempts + 1;
     j.last_error := p_error;
+    -- A handler's own limit (app.job(max_attempts=...)) overrides the enqueue-time one.
+    j.max_attempts := coalesce(p_max_attempts, j.max_attempts);
     IF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
         v_state := 'dead';
+        UPDATE pgqueue.job SET max_attempts = j.max_attempts WHERE id = j.id;
         PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step);
     ELSE
         j.not_before := v_now + coalesce(p_retry_in_ms, pgqueue.backoff_ms(j.stream, j.attempts))
@@ -484,8 +530,8 @@ BEGIN
         j.not_before := date_trunc('milliseconds', j.not_before);
         v_state := CASE WHEN j.not_before > v_now THEN 'scheduled' ELSE 'pending' END;
         UPDATE pgqueue.job
-        SET state = v_state, attempts = j.attempts, last_error = j.last_error,
-            not_before = j.not_before, lease_id = NULL, worker_node = NULL,
+        SET state = v_state, attempts = j.attempts, max_attempts = j.max_attempts,
+            last_error = j.last_error, not_before = j.not_before, lease_id = NULL, worker_node = NULL,
             worker_instance = NULL, lease_expires_at = NULL
         WHERE id = j.id;
     END IF;
@@ -525,11 +571,16 @@ BEGIN
         j.crashes_by_step := j.crashes_by_step || jsonb_build_object(v_step, v_crashes);
         j.attempts := j.attempts + 1;
         j.last_error := format('lease %s expired (worker %s/%s)', v_lease, j.worker_node, j.worker_instance);
-        SELECT coalesce(max(sc.quarantine_after), 3) INTO v_limit
-        FROM pgqueue.stream_config sc WHERE sc.stream = j.stream;
+        SELECT coalesce((SELECT kc.quarantine_after FROM pgqueue.kind_config kc
+                         WHERE kc.stream = j.stream AND kc.kind = j.kind),
+                        (SELECT sc.quarantine_after FROM pgqueue.stream_config sc
+                         WHERE sc.stream = j.stream),
+                        3) INTO v_limit;
         IF v_crashes >= v_limit THEN
             v_state := 'quarantined';
-            j.state_reason := format('step %s crashed %s times', quote_literal(v_step), v_crashes);
+            j.state_reason := 'crashed';
+            j.state_detail := jsonb_build_object('step', v_step, 'crashes', v_crashes,
+                                                 'threshold', v_limit);
         ELSIF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
             v_state := 'dead';
         ELSE
@@ -540,8 +591,8 @@ BEGIN
         ELSE
             UPDATE pgqueue.job
             SET state = v_state, attempts = j.attempts, last_error = j.last_error,
-                state_reason = j.state_reason, crashes_by_step = j.crashes_by_step,
-                lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
+                state_reason = j.state_reason, state_detail = j.state_detail,
+                crashes_by_step = j.crashes_by_step, lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
             WHERE id = j.id;
         END IF;
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
@@ -614,6 +665,418 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------------------------
+-- Worker-side and operator transitions on one job. Each loads the row under lock, changes it
+-- in memory, and saves it with pgqueue.save_job, which writes every mutable column and logs
+-- the op with the job's whole resulting state (so apply is one generic path).
+-- ---------------------------------------------------------------------------------------------
+
+-- The job's resulting state as generic ops carry it.
+CREATE FUNCTION pgqueue.job_state_json(j pgqueue.job) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'job_id', j.id, 'state', j.state, 'attempts', j.attempts, 'max_attempts', j.max_attempts,
+        'not_before_ms', pgqueue.to_ms(j.not_before), 'last_error', j.last_error,
+        'state_reason', j.state_reason, 'state_detail', j.state_detail,
+        'checkpoint', pgqueue.checkpoint_json(j))
+$$;
+
+CREATE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id bigint, p_extra jsonb DEFAULT '{}')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF j.state <> 'leased' THEN
+        j.lease_id := NULL; j.worker_node := NULL; j.worker_instance := NULL;
+        j.lease_expires_at := NULL;
+    END IF;
+    UPDATE pgqueue.job
+    SET payload = j.payload, state = j.state, attempts = j.attempts,
+        max_attempts = j.max_attempts, not_before = j.not_before, last_error = j.last_error,
+        state_reason = j.state_reason, state_detail = j.state_detail, lease_id = j.lease_id,
+        worker_node = j.worker_node, worker_instance = j.worker_instance,
+        lease_expires_at = j.lease_expires_at, last_completed_step = j.last_completed_step,
+        cursor_step = j.cursor_step, cursor = j.cursor,
+        checkpoint_updated_at = j.checkpoint_updated_at, schema_version = j.schema_version,
+        step_set_hash = j.step_set_hash, crashes_by_step = j.crashes_by_step
+    WHERE id = j.id;
+    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+    VALUES (j.stream, p_op, j.id, p_lease_id, pgqueue.job_state_json(j) || p_extra);
+END
+$$;
+
+-- The apply side of save_job: set every field the body carries.
+CREATE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgqueue
+AS $$
+BEGIN
+    UPDATE pgqueue.job
+    SET payload = CASE WHEN b ? 'payload' THEN pgqueue.unb64(b ->> 'payload') ELSE payload END,
+        state = b ->> 'state', attempts = (b ->> 'attempts')::int,
+        max_attempts = (b ->> 'max_attempts')::int,
+        not_before = pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
+        last_error = b ->> 'last_error', state_reason = b ->> 'state_reason',
+        state_detail = nullif(b -> 'state_detail', 'null'::jsonb),
+        lease_id = CASE WHEN b ->> 'state' = 'leased' THEN lease_id END,
+        worker_node = CASE WHEN b ->> 'state' = 'leased' THEN worker_node END,
+        worker_instance = CASE WHEN b ->> 'state' = 'leased' THEN worker_instance END,
+        lease_expires_at = CASE WHEN b ->> 'state' = 'leased' THEN lease_expires_at END,
+        last_completed_step = b #>> '{checkpoint,last_completed_step}',
+        cursor_step = b #>> '{checkpoint,cursor_step}',
+        cursor = pgqueue.unb64(b #>> '{checkpoint,cursor}'),
+        checkpoint_updated_at = pgqueue.from_ms((b #>> '{checkpoint,updated_at_ms}')::bigint),
+        schema_version = (b #>> '{checkpoint,schema_version}')::int,
+        step_set_hash = b #>> '{checkpoint,step_set_hash}',
+        crashes_by_step = b #> '{checkpoint,crashes_by_step}'
+    WHERE id = p_job_id;
+END
+$$;
+
+-- Load a leased job under lock, fenced by its lease id (NULL when the lease is not current).
+CREATE FUNCTION pgqueue.leased_job(p_job_id bigint, p_lease_id bigint) RETURNS pgqueue.job
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT * FROM pgqueue.job
+    WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
+    FOR UPDATE
+$$;
+
+-- Load a job for an operator, under lock; PQ404 when it is not a live job, PQ422 when leased
+-- or not in one of p_states.
+CREATE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, p_states text[]) RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job;
+BEGIN
+    SELECT * INTO j FROM pgqueue.job WHERE id = p_job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM pgqueue.dead_letter WHERE id = p_job_id) THEN
+            RAISE EXCEPTION 'cannot % job %: it is a dead letter (requeue it first)', p_action, p_job_id
+                USING ERRCODE = 'PQ422';
+        END IF;
+        RAISE EXCEPTION 'no live job %', p_job_id USING ERRCODE = 'PQ404';
+    END IF;
+    IF NOT j.state = ANY (p_states) THEN
+        RAISE EXCEPTION 'cannot % job %: it is %, and % applies only to % jobs', p_action, p_job_id,
+            j.state, p_action, array_to_string(p_states, ' or ') USING ERRCODE = 'PQ422';
+    END IF;
+    RETURN j;
+END
+$$;
+
+-- A parked or rewound job goes back to pending: refuse when a live job holds its dedup key.
+CREATE FUNCTION pgqueue.check_dedup_free(j pgqueue.job) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_holder bigint;
+BEGIN
+    IF j.dedup_key IS NULL OR j.state IN ('pending', 'scheduled', 'leased') THEN
+        RETURN;
+    END IF;
+    SELECT id INTO v_holder FROM pgqueue.job
+    WHERE stream = j.stream AND dedup_key = j.dedup_key AND id <> j.id
+      AND state IN ('pending', 'scheduled', 'leased');
+    IF FOUND THEN
+        RAISE EXCEPTION 'cannot return job % to pending: live job % holds its dedup key', j.id, v_holder
+            USING ERRCODE = 'PQ409', DETAIL = format('holder=%s', v_holder);
+    END IF;
+END
+$$;
+
+-- The ordered step names of a step set (NULL when unknown).
+CREATE FUNCTION pgqueue.step_names(p_hash text) RETURNS text[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT array_agg(e ->> 'name' ORDER BY o)
+    FROM pgqueue.step_set s, jsonb_array_elements(s.steps) WITH ORDINALITY AS t(e, o)
+    WHERE s.hash = p_hash
+$$;
+
+-- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
+CREATE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    j pgqueue.job;
+    i int;
+BEGIN
+    FOR i IN 1 .. coalesce(cardinality(p_job_ids), 0) LOOP
+        j := pgqueue.leased_job(p_job_ids[i], p_lease_ids[i]);
+        CONTINUE WHEN j.id IS NULL;
+        j.state := 'pending';
+        j.not_before := least(j.not_before, v_now);
+        PERFORM pgqueue.save_job(j, 'ReturnLease', p_lease_ids[i]);
+        RETURN NEXT j.id;
+    END LOOP;
+END
+$$;
+
+-- Worker: this code cannot run the job (unknown_kind, payload_version, step_set_changed).
+-- Costs no attempt. Returns false when the lease is not current.
+CREATE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id bigint, p_reason text,
+                                         p_detail jsonb) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+BEGIN
+    IF j.id IS NULL THEN
+        RETURN false;
+    END IF;
+    j.state := 'undecodable';
+    j.state_reason := p_reason;
+    j.state_detail := p_detail;
+    PERFORM pgqueue.save_job(j, 'MarkUndecodable', p_lease_id);
+    RETURN true;
+END
+$$;
+
+-- Worker: store an upcast payload and its new schema version as the job resumes.
+CREATE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
+                               p_schema_version int) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+BEGIN
+    IF j.id IS NULL THEN
+        RETURN false;
+    END IF;
+    j.payload := p_payload;
+    j.schema_version := p_schema_version;
+    PERFORM pgqueue.save_job(j, 'Upcast', p_lease_id,
+                             jsonb_build_object('payload', pgqueue.b64(p_payload)));
+    RETURN true;
+END
+$$;
+
+-- Operator: a quarantined or undecodable job runs again (optionally forgetting its crashes).
+CREATE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false)
+RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', ARRAY['quarantined', 'undecodable']);
+BEGIN
+    PERFORM pgqueue.check_dedup_free(j);
+    j.state := 'pending';
+    j.not_before := pgqueue.now_ms();
+    j.state_reason := NULL;
+    j.state_detail := NULL;
+    IF p_reset_crashes THEN
+        j.crashes_by_step := '{}';
+    END IF;
+    PERFORM pgqueue.save_job(j, 'Release', NULL);
+    RETURN j;
+END
+$$;
+
+-- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
+CREATE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'rewind',
+                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
+    v_names text[] := pgqueue.step_names(j.step_set_hash);
+    v_pos int;
+BEGIN
+    IF v_names IS NULL THEN
+        RAISE EXCEPTION 'cannot rewind job %: it has no recorded step list (it never ran as a step job)',
+            p_job_id USING ERRCODE = 'PQ422';
+    END IF;
+    v_pos := array_position(v_names, p_to_step);
+    IF v_pos IS NULL THEN
+        RAISE EXCEPTION 'cannot rewind job % to step %: its steps are %', p_job_id,
+            quote_literal(p_to_step), array_to_string(v_names, ', ') USING ERRCODE = 'PQ422';
+    END IF;
+    PERFORM pgqueue.check_dedup_free(j);
+    j.last_completed_step := CASE WHEN v_pos > 1 THEN v_names[v_pos - 1] END;
+    j.cursor_step := NULL;
+    j.cursor := NULL;
+    j.checkpoint_updated_at := pgqueue.now_ms();
+    j.state := 'pending';
+    j.not_before := pgqueue.now_ms();
+    j.state_reason := NULL;
+    j.state_detail := NULL;
+    PERFORM pgqueue.save_job(j, 'Rewind', NULL);
+    RETURN j;
+END
+$$;
+
+-- Operator: drop the checkpoint and run the job from step one (only when asked).
+CREATE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'restart',
+                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
+BEGIN
+    PERFORM pgqueue.check_dedup_free(j);
+    j.last_completed_step := NULL;
+    j.cursor_step := NULL;
+    j.cursor := NULL;
+    j.step_set_hash := NULL;
+    j.checkpoint_updated_at := pgqueue.now_ms();
+    j.crashes_by_step := '{}';
+    j.state := 'pending';
+    j.not_before := pgqueue.now_ms();
+    j.state_reason := NULL;
+    j.state_detail := NULL;
+    PERFORM pgqueue.save_job(j, 'Restart', NULL);
+    RETURN j;
+END
+$$;
+
+-- Operator: count the step in progress as completed without running it, and go on.
+CREATE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'skip a step of',
+                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
+    v_names text[] := pgqueue.step_names(j.step_set_hash);
+    v_next int;
+BEGIN
+    IF v_names IS NULL THEN
+        RAISE EXCEPTION 'cannot skip a step of job %: it has no recorded step list', p_job_id
+            USING ERRCODE = 'PQ422';
+    END IF;
+    v_next := coalesce(array_position(v_names, j.last_completed_step), 0) + 1;
+    IF v_next > cardinality(v_names) THEN
+        RAISE EXCEPTION 'cannot skip a step of job %: all its steps are completed', p_job_id
+            USING ERRCODE = 'PQ422';
+    END IF;
+    PERFORM pgqueue.check_dedup_free(j);
+    j.last_completed_step := v_names[v_next];
+    j.cursor_step := NULL;
+    j.cursor := NULL;
+    j.checkpoint_updated_at := pgqueue.now_ms();
+    j.state := 'pending';
+    j.not_before := pgqueue.now_ms();
+    j.state_reason := NULL;
+    j.state_detail := NULL;
+    PERFORM pgqueue.save_job(j, 'SkipStep', NULL, jsonb_build_object('skipped', v_names[v_next]));
+    RETURN j;
+END
+$$;
+
+-- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
+-- its last completed step, matched by name in the new list.
+CREATE FUNCTION pgqueue.accept_step_set(p_job_id bigint) RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'accept the step set of', ARRAY['undecodable']);
+    v_hash text;
+    v_names text[];
+BEGIN
+    IF j.state_reason IS DISTINCT FROM 'step_set_changed' THEN
+        RAISE EXCEPTION 'cannot accept the step set of job %: it is undecodable for %, not step_set_changed',
+            p_job_id, coalesce(j.state_reason, 'no recorded reason') USING ERRCODE = 'PQ422';
+    END IF;
+    v_hash := j.state_detail ->> 'new_hash';
+    v_names := pgqueue.step_names(v_hash);
+    IF v_names IS NULL THEN
+        RAISE EXCEPTION 'cannot accept the step set of job %: new step set % is not registered',
+            p_job_id, coalesce(v_hash, '?') USING ERRCODE = 'PQ422';
+    END IF;
+    IF j.last_completed_step IS NOT NULL AND array_position(v_names, j.last_completed_step) IS NULL THEN
+        RAISE EXCEPTION 'cannot accept the step set of job %: its last completed step % is not in the new list (%); use rewind or restart',
+            p_job_id, quote_literal(j.last_completed_step), array_to_string(v_names, ', ')
+            USING ERRCODE = 'PQ422';
+    END IF;
+    PERFORM pgqueue.check_dedup_free(j);
+    IF j.cursor_step IS NOT NULL AND array_position(v_names, j.cursor_step) IS NULL THEN
+        j.cursor_step := NULL;
+        j.cursor := NULL;
+    END IF;
+    j.step_set_hash := v_hash;
+    j.state := 'pending';
+    j.not_before := pgqueue.now_ms();
+    j.state_reason := NULL;
+    j.state_detail := NULL;
+    PERFORM pgqueue.save_job(j, 'AcceptStepSet', NULL);
+    RETURN j;
+END
+$$;
+
+-- Operator: remove a job that is not leased (live or dead) for good.
+CREATE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_stream text;
+    v_state text;
+BEGIN
+    SELECT stream, state INTO v_stream, v_state FROM pgqueue.job WHERE id = p_job_id FOR UPDATE;
+    IF FOUND THEN
+        IF v_state = 'leased' THEN
+            RAISE EXCEPTION 'cannot cancel job %: it is leased by a worker; wait for it to settle or for its lease to expire',
+                p_job_id USING ERRCODE = 'PQ422';
+        END IF;
+        DELETE FROM pgqueue.job WHERE id = p_job_id;
+    ELSE
+        DELETE FROM pgqueue.dead_letter WHERE id = p_job_id RETURNING stream, 'dead' INTO v_stream, v_state;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no job %', p_job_id USING ERRCODE = 'PQ404';
+        END IF;
+    END IF;
+    INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+    VALUES (v_stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', v_state));
+END
+$$;
+
+-- Record a step set (once per hash).
+CREATE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p_steps jsonb) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+BEGIN
+    INSERT INTO pgqueue.step_set (hash, kind, steps, created_at)
+    VALUES (p_hash, p_kind, p_steps, v_now)
+    ON CONFLICT (hash) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO pgqueue.op_log (stream, op, body)
+    VALUES ('', 'RegisterStepSet', jsonb_build_object('hash', p_hash, 'kind', p_kind,
+            'steps', p_steps, 'created_at_ms', pgqueue.to_ms(v_now)));
+    RETURN true;
+END
+$$;
+
+-- Set (or with NULL, remove) a kind's quarantine threshold in a stream; logs only changes.
+CREATE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after int)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM pgqueue.check_stream(p_stream);
+    IF p_quarantine_after IS NULL THEN
+        DELETE FROM pgqueue.kind_config WHERE stream = p_stream AND kind = p_kind;
+    ELSE
+        INSERT INTO pgqueue.kind_config AS k (stream, kind, quarantine_after)
+        VALUES (p_stream, p_kind, p_quarantine_after)
+        ON CONFLICT (stream, kind) DO UPDATE SET quarantine_after = excluded.quarantine_after
+        WHERE k.quarantine_after IS DISTINCT FROM excluded.quarantine_after;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO pgqueue.op_log (stream, op, body)
+    VALUES (p_stream, 'ConfigureKind', jsonb_build_object('stream', p_stream, 'kind', p_kind,
+            'quarantine_after', p_quarantine_after));
+    RETURN true;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
 -- Apply: the one code path that turns an op into state (replay and replicas)
 -- ---------------------------------------------------------------------------------------------
 
@@ -627,13 +1090,13 @@ BEGIN
     CASE p_op
     WHEN 'Enqueue' THEN
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
-                                 enqueued_at, dedup_key, attempts, max_attempts)
+                                 enqueued_at, dedup_key, attempts, max_attempts, schema_version)
         VALUES (p_job_id, b ->> 'stream', b ->> 'kind', pgqueue.unb64(b ->> 'payload'),
                 (b ->> 'priority')::smallint, b ->> 'state',
                 pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
                 pgqueue.from_ms((b ->> 'enqueued_at_ms')::bigint),
                 pgqueue.unb64(b ->> 'dedup_key'), (b ->> 'attempts')::int,
-                (b ->> 'max_attempts')::int)
+                (b ->> 'max_attempts')::int, (b ->> 'schema_version')::int)
         ON CONFLICT (id) DO NOTHING;
     WHEN 'Lease' THEN
         UPDATE pgqueue.job
@@ -655,12 +1118,15 @@ BEGIN
         DELETE FROM pgqueue.job WHERE id = p_job_id;
     WHEN 'Nack', 'Reclaim' THEN
         IF b ->> 'state' = 'dead' THEN
+            UPDATE pgqueue.job SET max_attempts = (b ->> 'max_attempts')::int WHERE id = p_job_id;
             PERFORM pgqueue.bury(p_job_id, (b ->> 'attempts')::int, b ->> 'last_error',
                                  pgqueue.from_ms((b ->> 'at_ms')::bigint), b -> 'crashes_by_step');
         ELSE
             UPDATE pgqueue.job
             SET state = b ->> 'state', attempts = (b ->> 'attempts')::int,
+                max_attempts = (b ->> 'max_attempts')::int,
                 last_error = b ->> 'last_error', state_reason = b ->> 'state_reason',
+                state_detail = nullif(b -> 'state_detail', 'null'::jsonb),
                 not_before = pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
                 crashes_by_step = b -> 'crashes_by_step',
                 lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
@@ -677,6 +1143,24 @@ BEGIN
             d.cursor_step, d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash,
             d.crashes_by_step
         FROM d;
+    WHEN 'ReturnLease', 'MarkUndecodable', 'Upcast', 'Release', 'Rewind', 'Restart', 'SkipStep',
+         'AcceptStepSet' THEN
+        PERFORM pgqueue.apply_job_state(p_job_id, b);
+    WHEN 'Cancel' THEN
+        DELETE FROM pgqueue.job WHERE id = p_job_id;
+        DELETE FROM pgqueue.dead_letter WHERE id = p_job_id;
+    WHEN 'RegisterStepSet' THEN
+        INSERT INTO pgqueue.step_set (hash, kind, steps, created_at)
+        VALUES (b ->> 'hash', b ->> 'kind', b -> 'steps', pgqueue.from_ms((b ->> 'created_at_ms')::bigint))
+        ON CONFLICT (hash) DO NOTHING;
+    WHEN 'ConfigureKind' THEN
+        IF b ->> 'quarantine_after' IS NULL THEN
+            DELETE FROM pgqueue.kind_config WHERE stream = b ->> 'stream' AND kind = b ->> 'kind';
+        ELSE
+            INSERT INTO pgqueue.kind_config (stream, kind, quarantine_after)
+            VALUES (b ->> 'stream', b ->> 'kind', (b ->> 'quarantine_after')::int)
+            ON CONFLICT (stream, kind) DO UPDATE SET quarantine_after = excluded.quarantine_after;
+        END IF;
     WHEN 'ConfigureStream' THEN
         INSERT INTO pgqueue.stream_config AS s
         SELECT * FROM jsonb_populate_record(NULL::pgqueue.stream_config, b)

@@ -4,4 +4,4 @@
 SELECT id FROM pgqueue.enqueue(
     %(stream)s, %(payloads)s::bytea[], %(kinds)s::text[], %(priorities)s::int[],
     %(delays_ms)s::bigint[], %(not_befores)s::timestamptz[], %(dedup_keys)s::bytea[],
-    %(max_attempts)s::int[]) AS t(id)
+    %(max_attempts)s::int[], %(schema_versions)s::int[]) AS t(id)

@@ -1,0 +1,122 @@
+"""`pgqueue db`: the schema through alembic (upgrade, downgrade, current) and the install SQL.
+
+`db sql` prints the revisions' plain SQL without connecting, so a DBA can read (or run) exactly
+what `db upgrade` would.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from pgqueue import connection, schema
+
+from .common import EXIT_USAGE, dsn, fail, print_json
+
+
+@click.group()
+def db() -> None:
+    """Manage the pgqueue schema (alembic revisions of plain SQL)."""
+
+
+@contextmanager
+def _revision_errors(revision: str) -> Iterator[None]:
+    """alembic refuses a revision it cannot resolve with its own CommandError; name it."""
+    try:
+        yield
+    except Exception as exc:
+        if not type(exc).__module__.startswith("alembic."):
+            raise
+        fail(f"revision {revision!r}: {exc}", EXIT_USAGE)
+
+
+def _describe(revision: str | None) -> str:
+    return revision if revision is not None else "none (no pgqueue schema)"
+
+
+@db.command()
+@click.argument("revision", default="head")
+def upgrade(revision: str) -> None:
+    """Migrate the database up to REVISION (default: head, this library's newest).
+
+    Idempotent: upgrading a database that is already at REVISION changes nothing.
+    """
+    target = dsn()
+    before = schema.current(target)
+    with _revision_errors(revision):
+        schema.upgrade(target, revision)
+    after = schema.current(target)
+    click.echo(f"pgqueue schema of {connection.describe(target)}: "
+               f"{_describe(before)} -> {_describe(after)}")
+
+
+@db.command()
+@click.argument("revision")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+def downgrade(revision: str, yes: bool) -> None:
+    """Migrate the database down to REVISION: an id, a relative step such as -1, or "base".
+
+    REVISION is required: a downgrade drops tables and their jobs, so it is never implied.
+    "base" removes every pgqueue object. Asks for confirmation unless --yes (scripts: pass
+    --yes; without a terminal the prompt reads end-of-file and the command exits 1).
+    """
+    target = dsn()
+    before = schema.current(target)
+    if not yes:
+        click.confirm(
+            f"Downgrade the pgqueue schema of {connection.describe(target)} from "
+            f"{_describe(before)} to {revision}? Dropped tables lose their jobs",
+            abort=True, err=True,
+        )
+    with _revision_errors(revision):
+        schema.downgrade(target, revision)
+    after = schema.current(target)
+    click.echo(f"pgqueue schema of {connection.describe(target)}: "
+               f"{_describe(before)} -> {_describe(after)}")
+
+
+@db.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def current(as_json: bool) -> None:
+    """Show the database's schema revision and this library's newest (head)."""
+    target = dsn()
+    found = schema.current(target)
+    head = schema.head()
+    if as_json:
+        print_json({"database": connection.describe(target), "current": found, "head": head,
+                    "up_to_date": found == head})
+        return
+    if found is None:
+        click.echo(f"current: none (no pgqueue schema); head: {head}; "
+                   f"run `pgqueue db upgrade`")
+    elif found == head:
+        click.echo(f"current: {found} (head, up to date)")
+    else:
+        click.echo(f"current: {found}; head: {head}; run `pgqueue db upgrade`")
+
+
+def revision_files(*, down: bool = False) -> list[Path]:
+    """The revisions' SQL files in apply order: up files by name, or down files reversed."""
+    versions = schema.migrations_dir() / "versions"
+    if down:
+        return sorted(versions.glob("*.down.sql"), reverse=True)
+    return sorted(p for p in versions.glob("*.sql") if not p.name.endswith(".down.sql"))
+
+
+@db.command("sql")
+@click.option("--down", is_flag=True, help="Print the downgrade SQL (newest first) instead.")
+def sql_(down: bool) -> None:
+    """Print the install SQL of every revision, in order, without connecting.
+
+    Run through psql it builds the same schema as `db upgrade`, except alembic's version
+    table: a database installed this way is not known to alembic, so prefer `db upgrade`.
+    """
+    files = revision_files(down=down)
+    if not files:
+        fail(f"no revision SQL files in {schema.migrations_dir() / 'versions'}")
+    for path in files:
+        click.echo(f"-- pgqueue revision file {path.name}")
+        click.echo(path.read_text(encoding="utf-8").rstrip("\n"))
+        click.echo("")
