@@ -10,9 +10,11 @@
 """
 from __future__ import annotations
 
+from pgqueue.app import App, JobHandler, Step, StepJob
 from pgqueue.errors import (
     ConnectionFailed,
     DedupConflict,
+    InvalidState,
     JobNotFound,
     LeaseLost,
     NotLeader,
@@ -24,6 +26,8 @@ from pgqueue.errors import (
 from pgqueue.models import JOB_STATES, Checkpoint, JobInfo, JobState, Lease, NewJob, Op, StreamStats
 from pgqueue.oplog import ReplayResult, replay
 from pgqueue.queue import Queue
+from pgqueue.steps import JobContext, StepContext
+from pgqueue.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -36,6 +40,14 @@ def migrate(dsn: str) -> None:
 
 
 __all__ = [
+    "App",
+    "InvalidState",
+    "JobContext",
+    "JobHandler",
+    "Step",
+    "StepContext",
+    "StepJob",
+    "Worker",
     "JOB_STATES",
     "Checkpoint",
     "ConnectionFailed",

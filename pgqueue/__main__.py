@@ -1,7 +1,7 @@
-"""`python -m pgqueue` runs the pgqueue command line."""
+"""`python -m pgqueue` runs the pgqueue command line (the pgqueue_cli package)."""
 from __future__ import annotations
 
-from pgqueue_cli import main
+from importlib import import_module
 
 if __name__ == "__main__":
-    main()
+    import_module("pgqueue_cli").main()

@@ -44,3 +44,7 @@ class DedupConflict(PgQueueError):
 
 class NotLeader(PgQueueError):
     """The database is a replica and refuses queue writes."""
+
+
+class InvalidState(PgQueueError):
+    """The job is in a state where the operation makes no sense (e.g. releasing a pending job)."""

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -28,6 +28,7 @@ from typing_extensions import LiteralString
 from pgqueue.errors import (
     ConnectionFailed,
     DedupConflict,
+    InvalidState,
     JobNotFound,
     NotLeader,
     PgQueueError,
@@ -77,7 +78,7 @@ def get(name: str) -> Query:
 
 def fetch(conn: Conn, name: str, params: Params = None) -> list[dict[str, Any]]:
     """Run a named query and return its rows as dicts."""
-    sql = cast(LiteralString, get(name).sql)
+    sql: LiteralString = get(name).sql
     try:
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute(sql, params)
@@ -121,6 +122,14 @@ def drop_database(conn: Conn, name: str) -> None:
         raise translate(exc) from exc
 
 
+def listen(conn: Conn, channel: str) -> None:
+    """LISTEN on a channel (the name goes through psycopg.sql.Identifier)."""
+    try:
+        conn.execute(pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel)))
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
 def translate(exc: psycopg.Error) -> Exception:
     """Map a driver error to pgqueue's error classes (SQLSTATEs raised by our functions)."""
     state = getattr(exc.diag, "sqlstate", None) if isinstance(exc, psycopg.Error) else None
@@ -131,6 +140,8 @@ def translate(exc: psycopg.Error) -> Exception:
         detail = exc.diag.message_detail or ""
         found = _HOLDER.search(detail)
         return DedupConflict(message, int(found.group(1)) if found else None)
+    if state == "PQ422":
+        return InvalidState(message)
     if state == "PQ401":
         return NotLeader(message)
     if isinstance(exc, pg_errors.InvalidSchemaName | pg_errors.UndefinedTable | pg_errors.UndefinedFunction):

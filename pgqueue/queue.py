@@ -13,7 +13,17 @@ from typing import Any
 
 from psycopg_pool import PoolTimeout
 
-from pgqueue import connection, deadletter, enqueue, inspect, lease, oplog, reclaim, settle, validate
+from pgqueue import (
+    connection,
+    deadletter,
+    enqueue,
+    inspect,
+    lease,
+    oplog,
+    reclaim,
+    settle,
+    validate,
+)
 from pgqueue.errors import ConnectionFailed, LeaseLost
 from pgqueue.models import Checkpoint, JobInfo, Lease, NewJob, Op, StreamStats
 from pgqueue.queries import Conn

@@ -24,8 +24,10 @@ def ack_many(conn: queries.Conn, leases: Sequence[Lease]) -> set[int]:
     return {r["id"] for r in rows}
 
 
-def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | None) -> bool | None:
-    """Record one failure. True: the job went to the dead letters; False: it will be retried;
+def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | None,
+         max_attempts: int | None = None) -> bool | None:
+    """Record one failure (max_attempts, when given, replaces the job's limit first).
+    True: the job went to the dead letters; False: it will be retried;
     None: the lease was no longer current (nothing changed)."""
     if not isinstance(held, Lease):
         raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
@@ -34,5 +36,7 @@ def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | N
     retry_ms = None if retry_in is None else validate.to_ms(retry_in, "retry_in")
     row = queries.fetch_one(conn, "nack_job", {
         "job_id": held.job_id, "lease_id": held.lease_id, "error": error, "retry_in_ms": retry_ms,
+        "max_attempts": None if max_attempts is None
+        else validate.integer(max_attempts, "max_attempts", low=0),
     })
     return None if row is None else bool(row["dead"])

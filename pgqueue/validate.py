@@ -85,7 +85,7 @@ def dedup_key(value: Any, arg: str = "dedup_key") -> bytes | None:
         raise TypeError(f"{arg} must be str or bytes, got {type(value).__name__}")
     if len(value) > MAX_DEDUP_KEY_BYTES:
         raise ValueError(f"{arg} must be at most {MAX_DEDUP_KEY_BYTES} bytes, got {len(value)}")
-    return value
+    return bytes(value)
 
 
 def kind(value: Any, arg: str = "kind") -> str | None:

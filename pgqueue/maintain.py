@@ -1,0 +1,87 @@
+"""Maintenance: the periodic passes a queue needs (reclaim expired leases, forget dead
+workers), run inside workers under an advisory-lock election or by `pgqueue maintain`.
+
+Every pass is idempotent and safe to run from many places at once: reclaim re-checks each
+lease's expiry under its row lock, so the election only avoids wasted work.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from pgqueue import connection, queries, reclaim
+from pgqueue.errors import PgQueueError
+
+log = logging.getLogger("pgqueue.maintain")
+
+#: Workers silent for this long are dropped from the registry.
+WORKER_TTL_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one maintenance pass did."""
+
+    reclaimed: int
+    workers_pruned: int
+
+
+def run_pass(conn: queries.Conn) -> PassResult:
+    """One pass of every maintenance task, in batches until each comes back short."""
+    reclaimed = reclaim.reclaim_expired(conn)
+    pruned = len(queries.fetch(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
+    if reclaimed:
+        log.info("maintenance: reclaimed %d expired lease(s)", reclaimed)
+    return PassResult(reclaimed=reclaimed, workers_pruned=pruned)
+
+
+class Maintainer:
+    """Runs passes every `interval` seconds while elected (one runner per database)."""
+
+    def __init__(self, dsn: str, *, interval: float = 1.0, elect: bool = True) -> None:
+        self.dsn = dsn
+        self.interval = interval
+        self.elect = elect
+        self.elected = False
+        self.passes = 0
+        self._stop = threading.Event()
+        self._conn: queries.Conn | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                log.debug("closing maintenance connection failed", exc_info=True)
+        self._conn = None
+        self.elected = False
+
+    def tick(self) -> PassResult | None:
+        """Try to be elected, and run one pass if so; None when another runner holds it."""
+        if self._conn is None or self._conn.closed:
+            self._conn = connection.connect(self.dsn)
+            self.elected = False
+        if self.elect and not self.elected:
+            self.elected = bool(queries.scalar(self._conn, "try_maintenance_lock"))
+            if not self.elected:
+                return None
+        result = run_pass(self._conn)
+        self.passes += 1
+        return result
+
+    def run(self) -> None:
+        """Loop until stop(); survives lost connections (the lock is re-contested)."""
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.tick()
+                except PgQueueError as exc:
+                    log.warning("maintenance pass failed: %s", exc)
+                    self._drop_connection()
+                self._stop.wait(self.interval)
+        finally:
+            self._drop_connection()

@@ -1,0 +1,44 @@
+"""Operator transitions on one job: release, rewind, restart, skip a step, accept a new step
+set, cancel. Each is a SQL function that refuses a job in a state where it makes no sense
+(InvalidState, JobNotFound, DedupConflict) and logs its op."""
+from __future__ import annotations
+
+from pgqueue import queries, validate
+
+
+def _job_id(job_id: int) -> int:
+    return validate.integer(job_id, "job_id", low=1)
+
+
+def release(conn: queries.Conn, job_id: int, *, reset_crashes: bool = False) -> None:
+    """A quarantined or undecodable job runs again."""
+    queries.fetch(conn, "release_job", {"job_id": _job_id(job_id), "reset_crashes": reset_crashes})
+
+
+def rewind(conn: queries.Conn, job_id: int, to_step: str) -> None:
+    """The job's next run starts at `to_step`."""
+    if not isinstance(to_step, str) or not to_step:
+        raise ValueError("to_step must be a step name")
+    queries.fetch(conn, "rewind_job", {"job_id": _job_id(job_id), "to_step": to_step})
+
+
+def restart(conn: queries.Conn, job_id: int) -> None:
+    """Drop the checkpoint: the job runs from step one."""
+    queries.fetch(conn, "restart_job", {"job_id": _job_id(job_id)})
+
+
+def skip_step(conn: queries.Conn, job_id: int) -> str:
+    """Count the step in progress as done without running it; returns the skipped step."""
+    row = queries.fetch_one(conn, "skip_step_job", {"job_id": _job_id(job_id)})
+    assert row is not None
+    return str(row["last_completed_step"])
+
+
+def accept_step_set(conn: queries.Conn, job_id: int) -> None:
+    """Accept the new step list of a job parked as step_set_changed."""
+    queries.fetch(conn, "accept_step_set_job", {"job_id": _job_id(job_id)})
+
+
+def cancel(conn: queries.Conn, job_id: int) -> None:
+    """Remove a job that is not leased, live or dead, for good."""
+    queries.fetch(conn, "cancel_job", {"job_id": _job_id(job_id)})

@@ -1,0 +1,38 @@
+-- name: register_worker
+-- A worker process announces itself; its id is the worker_instance of its leases.
+INSERT INTO pgqueue.worker (node, host, pid, streams, concurrency)
+VALUES (%(node)s, %(host)s, %(pid)s, %(streams)s, %(concurrency)s)
+RETURNING id
+
+-- name: heartbeat_worker
+UPDATE pgqueue.worker SET heartbeat_at = now() WHERE id = %(id)s RETURNING id
+
+-- name: deregister_worker
+DELETE FROM pgqueue.worker WHERE id = %(id)s
+
+-- name: list_workers
+-- Registered workers with the number of leases each holds right now.
+SELECT w.id, w.node, w.host, w.pid, w.streams, w.concurrency, w.started_at, w.heartbeat_at,
+       (SELECT count(*) FROM pgqueue.job j
+        WHERE j.state = 'leased' AND j.worker_node = w.node AND j.worker_instance = w.id) AS leases
+FROM pgqueue.worker w
+ORDER BY w.id
+
+-- name: register_step_set
+SELECT pgqueue.register_step_set(%(hash)s, %(kind)s, %(steps)s) AS inserted
+
+-- name: step_set_by_hash
+SELECT hash, kind, steps FROM pgqueue.step_set WHERE hash = %(hash)s
+
+-- name: configure_kind
+SELECT pgqueue.configure_kind(%(stream)s, %(kind)s, %(quarantine_after)s) AS changed
+
+-- name: return_leases
+-- Give leases back without costing an attempt (graceful shutdown); returns the ids returned.
+SELECT id FROM pgqueue.return_leases(%(job_ids)s::bigint[], %(lease_ids)s::bigint[]) AS t(id)
+
+-- name: mark_undecodable
+SELECT pgqueue.mark_undecodable(%(job_id)s, %(lease_id)s, %(reason)s, %(detail)s) AS marked
+
+-- name: upcast_job
+SELECT pgqueue.upcast(%(job_id)s, %(lease_id)s, %(payload)s, %(schema_version)s) AS done

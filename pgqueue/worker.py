@@ -1,0 +1,455 @@
+"""Worker: lease jobs, run their handlers on a thread pool, keep their leases alive.
+
+One process runs:
+- the lease loop (main thread): leases in batches up to its free capacity, wakes on
+  LISTEN/NOTIFY when a job is enqueued and polls as the fallback;
+- `concurrency` handler threads;
+- a renewer thread: every renewal interval it renews every held lease in one statement,
+  carrying each job's dirty checkpoint in the same UPDATE, and heartbeats the registry;
+- a listener thread and (unless disabled) a maintenance thread elected by advisory lock.
+
+On SIGTERM or SIGINT it stops leasing, lets running handlers finish within the grace period,
+returns the rest without costing them an attempt (checkpoint kept), and returns normally.
+Lost connections (a Postgres restart) are retried with backoff everywhere.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import queue as queue_mod
+import signal
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from pgqueue import connection, lease, queries, settle, steps, validate
+from pgqueue.app import App, StepJob
+from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
+from pgqueue.maintain import Maintainer
+from pgqueue.models import Lease
+from pgqueue.steps import Held
+
+log = logging.getLogger("pgqueue.worker")
+
+T = TypeVar("T")
+
+NOTIFY_CHANNEL = "pgqueue_jobs"
+HEARTBEAT_SECONDS = 5.0
+MAX_ERROR_CHARS = 4000
+
+
+class Worker:
+    """Runs an App's handlers against one database. `run()` blocks; `stop()` drains."""
+
+    def __init__(
+        self,
+        app: App,
+        dsn: str,
+        *,
+        streams: Sequence[str] = ("default",),
+        concurrency: int = 4,
+        visibility_timeout: float = 30.0,
+        renew_interval: float | None = None,
+        poll_interval: float = 1.0,
+        maintenance_interval: float = 1.0,
+        maintenance: bool = True,
+        grace_period: float = 30.0,
+        node: int = 0,
+    ) -> None:
+        if not isinstance(app, App):
+            raise TypeError(f"app must be a pgqueue.App, got {type(app).__name__}")
+        if isinstance(streams, str):
+            streams = [streams]
+        self.streams = [validate.stream(s, "streams") for s in streams]
+        if not self.streams:
+            raise ValueError("streams must name at least one stream")
+        self.app = app
+        self.dsn = dsn
+        self.concurrency = validate.integer(concurrency, "concurrency", low=1, high=10_000)
+        self.visibility_timeout = validate.seconds(visibility_timeout, "visibility_timeout",
+                                                   positive=True)
+        shortest = min([self.visibility_timeout] + [
+            h.visibility_timeout for h in app.handlers.values() if h.visibility_timeout])
+        self.renew_interval = (shortest / 3.0 if renew_interval is None
+                               else validate.seconds(renew_interval, "renew_interval", positive=True))
+        if self.renew_interval >= shortest:
+            raise ValueError(f"renew_interval ({self.renew_interval}s) must be shorter than the "
+                             f"visibility timeout ({shortest}s), or leases expire between renewals")
+        self.poll_interval = validate.seconds(poll_interval, "poll_interval", positive=True)
+        self.maintenance_interval = validate.seconds(maintenance_interval, "maintenance_interval",
+                                                     positive=True)
+        self.maintenance = maintenance
+        self.grace_period = validate.seconds(grace_period, "grace_period")
+        self.node = validate.integer(node, "node", low=0, high=2**31 - 1)
+        self.worker_id = 0
+        self.processed = 0
+
+        self._pool: ConnectionPool[Any] | None = None
+        self._held: dict[int, Held] = {}
+        self._held_lock = threading.Lock()
+        self._work: queue_mod.Queue[Held | None] = queue_mod.Queue()
+        self._stopping = threading.Event()   # stop leasing
+        self._finished = threading.Event()   # background threads exit
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._maintainer: Maintainer | None = None
+
+    # -- public ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop leasing and drain (thread- and signal-safe)."""
+        self._stopping.set()
+        self._wake.set()
+
+    @property
+    def held_count(self) -> int:
+        with self._held_lock:
+            return len(self._held)
+
+    def run(self) -> None:
+        """Work until stop() or SIGTERM/SIGINT; then drain and return."""
+        restore = self._install_signals()
+        try:
+            self._start()
+            self._lease_loop()
+        finally:
+            try:
+                self._drain()
+            finally:
+                restore()
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _install_signals(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if self._stopping.is_set():
+                self.grace_period = 0.0  # a second signal: stop waiting for handlers
+            log.info("worker %s: received %s, draining", self.worker_id, signal.Signals(signum).name)
+            self.stop()
+
+        for sig in previous:
+            signal.signal(sig, on_signal)
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def _start(self) -> None:
+        self._pool = self._retry(lambda: connection.open_pool(
+            self.dsn, max_size=self.concurrency + 2, name="pgqueue-worker"), "connect",
+            until=self._stopping)
+        if self._pool is None:
+            return
+        row = self._retry(lambda: self._db(lambda c: queries.fetch_one(c, "register_worker", {
+            "node": self.node, "host": socket.gethostname(), "pid": os.getpid(),
+            "streams": self.streams, "concurrency": self.concurrency})), "register",
+            until=self._stopping)
+        if row is None:
+            return
+        self.worker_id = int(row["id"])
+        self._retry(lambda: self._db(self._register_handlers), "register handlers",
+                    until=self._stopping)
+        log.info("worker %s started: streams=%s concurrency=%d", self.worker_id,
+                 ",".join(self.streams), self.concurrency)
+        targets: list[tuple[str, Callable[[], None]]] = [
+            ("renewer", self._renew_loop), ("listener", self._listen_loop)]
+        targets += [(f"handler-{i}", self._handler_loop) for i in range(self.concurrency)]
+        if self.maintenance:
+            self._maintainer = Maintainer(self.dsn, interval=self.maintenance_interval)
+            targets.append(("maintenance", self._maintainer.run))
+        for name, target in targets:
+            t = threading.Thread(target=target, name=f"pgqueue-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _register_handlers(self, conn: queries.Conn) -> None:
+        """Record step lists and per-kind quarantine thresholds where reclaim can see them."""
+        for handler in self.app.handlers.values():
+            if isinstance(handler, StepJob) and handler.steps:
+                queries.fetch(conn, "register_step_set", {
+                    "hash": handler.step_set_hash, "kind": handler.kind,
+                    "steps": Jsonb(handler.step_list)})
+            if handler.quarantine_after is not None:
+                for stream in self.streams:
+                    queries.fetch(conn, "configure_kind", {
+                        "stream": stream, "kind": handler.kind,
+                        "quarantine_after": handler.quarantine_after})
+
+    # -- database access with retries --------------------------------------------------------
+
+    def _db(self, fn: Callable[[queries.Conn], T]) -> T:
+        assert self._pool is not None
+        try:
+            with self._pool.connection(timeout=10.0) as conn:
+                return fn(conn)
+        except PoolTimeout as exc:
+            raise ConnectionFailed(
+                f"no connection to Postgres at {connection.describe(self.dsn)}: {exc}") from None
+
+    def _retry(self, fn: Callable[[], T], what: str, *, deadline: float | None = None,
+               until: threading.Event | None = None) -> T | None:
+        """Call fn until it succeeds; None when the worker finishes, `until` is set, or the
+        deadline passes first."""
+        delay = 0.1
+        until = until or self._finished
+        while True:
+            try:
+                return fn()
+            except (ConnectionFailed, PoolTimeout) as exc:
+                if until.is_set() or (deadline is not None and time.monotonic() > deadline):
+                    log.warning("worker %s: giving up on %s: %s", self.worker_id, what, exc)
+                    return None
+                log.warning("worker %s: %s failed (%s); retrying in %.1fs",
+                            self.worker_id, what, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    # -- the lease loop ----------------------------------------------------------------------
+
+    def _lease_loop(self) -> None:
+        turn = 0
+        delay = 0.1
+        while not self._stopping.is_set():
+            free = self.concurrency - self.held_count
+            if free <= 0:
+                self._wake.wait(self.poll_interval)
+                self._wake.clear()
+                continue
+            stream = self.streams[turn % len(self.streams)]
+            turn += 1
+            def take(conn: queries.Conn, stream: str = stream, limit: int = free) -> list[Lease]:
+                return lease.lease(conn, stream, limit, self.visibility_timeout, self.node,
+                                   self.worker_id)
+
+            try:
+                got = self._db(take)
+                delay = 0.1
+            except PgQueueError as exc:
+                log.warning("worker %s: lease failed (%s); retrying in %.1fs",
+                            self.worker_id, exc, delay)
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            for leased in got:
+                handler = self.app.handlers.get(leased.kind or "")
+                vt = (handler.visibility_timeout if handler and handler.visibility_timeout
+                      else self.visibility_timeout)
+                held = Held(leased, vt)
+                with self._held_lock:
+                    self._held[leased.lease_id] = held
+                self._work.put(held)
+            if len(got) < free and turn % len(self.streams) == 0:
+                # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.
+                self._wake.wait(self.poll_interval)
+                self._wake.clear()
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    def _handler_loop(self) -> None:
+        while True:
+            held = self._work.get()
+            if held is None:
+                return
+            try:
+                self._execute(held)
+            finally:
+                with self._held_lock:
+                    self._held.pop(held.lease.lease_id, None)
+                    self.processed += 1
+                self._wake.set()
+
+    def _execute(self, held: Held) -> None:
+        kind = held.lease.kind
+        handler = self.app.handlers.get(kind or "")
+        try:
+            if handler is None:
+                self.mark_undecodable(held, "unknown_kind", {
+                    "message": f"no handler for kind {kind!r} in this worker",
+                    "kind": kind, "known_kinds": sorted(self.app.handlers)})
+                return
+            steps.run(handler, held, self)
+        except LeaseLost as exc:
+            log.warning("worker %s: job %s: %s; result discarded", self.worker_id,
+                        held.lease.job_id, exc)
+        except Exception as exc:
+            if held.lost.is_set():
+                log.warning("worker %s: job %s failed after its lease was lost: %s",
+                            self.worker_id, held.lease.job_id, exc)
+                return
+            error = "".join(traceback.format_exception(exc))[-MAX_ERROR_CHARS:]
+            max_attempts = handler.max_attempts if handler is not None else None
+            self._settle(held, "nack", lambda c: settle.nack(
+                c, held.lease, error, None, max_attempts))
+
+    def _settle(self, held: Held, what: str, fn: Callable[[queries.Conn], T]) -> T | None:
+        """A write about a held job: serialised with its renewals, retried until its lease
+        would have expired (after that another worker owns the job anyway)."""
+        deadline = time.monotonic() + held.visibility_timeout
+        with held.write_lock:
+            held.check()
+            return self._retry(lambda: self._db(fn), f"{what} of job {held.lease.job_id}",
+                               deadline=deadline)
+
+    # -- steps.Settler -----------------------------------------------------------------------
+
+    def write_checkpoint(self, held: Held) -> None:
+        """Write the held job's checkpoint now (and extend its lease)."""
+        def write(conn: queries.Conn) -> bool:
+            checkpoint, version = held.snapshot()
+            renewed = lease.renew_many(conn, [(held.lease, held.visibility_timeout, checkpoint)])
+            if held.lease.lease_id in renewed:
+                held.mark_flushed(version)
+                return True
+            return False
+
+        if self._settle(held, "checkpoint", write) is not True:
+            held.lost.set()
+            held.check()
+
+    def ack(self, held: Held) -> None:
+        acked = self._settle(held, "ack", lambda c: settle.ack_many(c, [held.lease]))
+        if not acked:
+            held.lost.set()
+            held.check()
+
+    def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:
+        log.warning("worker %s: job %s is undecodable (%s): %s", self.worker_id,
+                    held.lease.job_id, reason, detail.get("message", ""))
+        marked = self._settle(held, "mark undecodable", lambda c: queries.scalar(
+            c, "mark_undecodable", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id,
+                                    "reason": reason, "detail": Jsonb(detail)}))
+        if not marked:
+            held.lost.set()
+
+    def upcast(self, held: Held, payload: bytes, schema_version: int) -> None:
+        done = self._settle(held, "upcast", lambda c: queries.scalar(
+            c, "upcast_job", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id,
+                              "payload": payload, "schema_version": schema_version}))
+        if not done:
+            held.lost.set()
+            held.check()
+        held.payload = payload
+        held.set_checkpoint(dataclasses.replace(held.checkpoint, schema_version=schema_version))
+
+    def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
+        row = self._retry(lambda: self._db(lambda c: queries.fetch_one(
+            c, "step_set_by_hash", {"hash": step_set_hash})), "step set lookup")
+        return None if row is None else list(row["steps"])
+
+    # -- renewals, heartbeats, notifications --------------------------------------------------
+
+    def _renew_round(self) -> None:
+        with self._held_lock:
+            held = sorted(self._held.values(), key=lambda h: h.lease.lease_id)
+        if not held:
+            return
+        for h in held:
+            h.write_lock.acquire()
+        try:
+            snapshots = [h.snapshot() for h in held]
+            items = [(h.lease, h.visibility_timeout, cp if h.dirty else None)
+                     for h, (cp, _v) in zip(held, snapshots, strict=True)]
+            renewed = self._db(lambda c: lease.renew_many(c, items))
+            for h, (_cp, version) in zip(held, snapshots, strict=True):
+                if h.lease.lease_id in renewed:
+                    h.mark_flushed(version)
+                else:
+                    h.lost.set()
+                    log.warning("worker %s: lease %s of job %s was lost", self.worker_id,
+                                h.lease.lease_id, h.lease.job_id)
+        finally:
+            for h in held:
+                h.write_lock.release()
+
+    def _renew_loop(self) -> None:
+        last_beat = time.monotonic()
+        while not self._finished.wait(self.renew_interval):
+            try:
+                self._renew_round()
+                if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                    self._db(lambda c: queries.fetch(c, "heartbeat_worker", {"id": self.worker_id}))
+                    last_beat = time.monotonic()
+            except PgQueueError as exc:
+                log.warning("worker %s: renewal failed: %s", self.worker_id, exc)
+
+    def _listen_loop(self) -> None:
+        delay = 0.1
+        while not self._finished.is_set():
+            try:
+                with connection.connect(self.dsn) as conn:
+                    queries.listen(conn, NOTIFY_CHANNEL)
+                    delay = 0.1
+                    while not self._finished.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            if note.payload in self.streams:
+                                self._wake.set()
+            except Exception as exc:
+                log.debug("worker %s: listener reconnecting: %s", self.worker_id, exc)
+                self._finished.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.grace_period
+        while self.held_count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with self._held_lock:
+            remaining = list(self._held.values())
+        if remaining and self._pool is not None:
+            self._return(remaining)
+        self._finished.set()
+        if self._maintainer is not None:
+            self._maintainer.stop()
+        for _ in range(self.concurrency):
+            self._work.put(None)
+        for t in self._threads:
+            if t.name != "pgqueue-maintenance" and not t.name.startswith("pgqueue-handler"):
+                t.join(timeout=5.0)
+        if self._pool is not None:
+            if self.worker_id:
+                try:
+                    self._db(lambda c: queries.fetch(c, "deregister_worker", {"id": self.worker_id}))
+                except PgQueueError as exc:
+                    log.warning("worker %s: deregister failed: %s", self.worker_id, exc)
+            self._pool.close()
+        log.info("worker %s stopped after %d job(s)", self.worker_id, self.processed)
+
+    def _return(self, remaining: Iterable[Held]) -> None:
+        """Flush the checkpoints of unfinished jobs and give their leases back (no attempt)."""
+        held = sorted(remaining, key=lambda h: h.lease.lease_id)
+        for h in held:
+            h.write_lock.acquire()
+        try:
+            items = [(h.lease, h.visibility_timeout, h.snapshot()[0]) for h in held]
+
+            def give_back(conn: queries.Conn) -> list[dict[str, Any]]:
+                lease.renew_many(conn, items)
+                return queries.fetch(conn, "return_leases", {
+                    "job_ids": [h.lease.job_id for h in held],
+                    "lease_ids": [h.lease.lease_id for h in held]})
+
+            returned = self._retry(lambda: self._db(give_back), "return leases",
+                                   deadline=time.monotonic() + 10.0)
+            for h in held:
+                h.lost.set()  # the handler's later writes are refused
+            log.info("worker %s: returned %d unfinished job(s)", self.worker_id,
+                     len(returned or []))
+        finally:
+            for h in held:
+                h.write_lock.release()
+
+
