@@ -19,7 +19,9 @@ from pgqueue import (
     enqueue,
     inspect,
     lease,
+    operate,
     oplog,
+    queries,
     reclaim,
     settle,
     validate,
@@ -187,3 +189,64 @@ class Queue:
         with self.connection() as conn:
             return oplog.tail(conn, limit=limit, job_id=job_id,
                               stream=None if all_streams else self.stream)
+
+    # -- worker-side and operator transitions -------------------------------------------------
+
+    def return_lease(self, lease_: Lease) -> None:
+        """Give a lease back without costing an attempt (checkpoint kept): leased -> pending.
+        Raises LeaseLost when the lease is no longer current."""
+        with self.connection() as conn:
+            rows = queries.fetch(conn, "return_leases", {
+                "job_ids": [lease_.job_id], "lease_ids": [lease_.lease_id]})
+        if not rows:
+            raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
+
+    def release(self, job_id: int, *, reset_crashes: bool = False) -> None:
+        """Let a quarantined or undecodable job run again."""
+        with self.connection() as conn:
+            operate.release(conn, job_id, reset_crashes=reset_crashes)
+
+    def rewind(self, job_id: int, to_step: str) -> None:
+        """Make a step job's next run start at `to_step`."""
+        with self.connection() as conn:
+            operate.rewind(conn, job_id, to_step)
+
+    def restart(self, job_id: int) -> None:
+        """Drop a job's checkpoint: it runs from step one."""
+        with self.connection() as conn:
+            operate.restart(conn, job_id)
+
+    def skip_step(self, job_id: int) -> str:
+        """Count a job's step in progress as done without running it; returns its name."""
+        with self.connection() as conn:
+            return operate.skip_step(conn, job_id)
+
+    def accept_step_set(self, job_id: int) -> None:
+        """Accept the new step list of a job parked as step_set_changed."""
+        with self.connection() as conn:
+            operate.accept_step_set(conn, job_id)
+
+    def cancel(self, job_id: int) -> None:
+        """Remove a job that is not leased (live or dead) for good."""
+        with self.connection() as conn:
+            operate.cancel(conn, job_id)
+
+    def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
+        """The recorded step list behind a step-set hash."""
+        with self.connection() as conn:
+            row = queries.fetch_one(conn, "step_set_by_hash", {"hash": step_set_hash})
+        return None if row is None else list(row["steps"])
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Registered worker processes and how many leases each holds."""
+        with self.connection() as conn:
+            return queries.fetch(conn, "list_workers")
+
+    def configure_kind(self, kind: str, *, quarantine_after: int | None) -> None:
+        """Set (None: remove) a kind's crash quarantine threshold in this stream."""
+        validate.kind(kind)
+        if quarantine_after is not None:
+            validate.integer(quarantine_after, "quarantine_after", low=1)
+        with self.connection() as conn:
+            queries.fetch(conn, "configure_kind", {
+                "stream": self.stream, "kind": kind, "quarantine_after": quarantine_after})
