@@ -35,6 +35,8 @@ class Held:
         self.version = 0          # bumped on every in-memory checkpoint change
         self.flushed_version = 0  # the version the database holds
         self.lost = threading.Event()
+        self.acking = False       # handed to the worker's acker; renewals stop
+        self.running = False      # a handler thread is running it
         self.state_lock = threading.Lock()
         self.write_lock = threading.Lock()
 

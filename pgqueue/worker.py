@@ -95,6 +95,7 @@ class Worker:
         self._held: dict[int, Held] = {}
         self._held_lock = threading.Lock()
         self._work: queue_mod.Queue[Held | None] = queue_mod.Queue()
+        self._acks: queue_mod.Queue[Held | None] = queue_mod.Queue()
         self._stopping = threading.Event()   # stop leasing
         self._finished = threading.Event()   # background threads exit
         self._wake = threading.Event()
@@ -165,7 +166,8 @@ class Worker:
         log.info("worker %s started: streams=%s concurrency=%d", self.worker_id,
                  ",".join(self.streams), self.concurrency)
         targets: list[tuple[str, Callable[[], None]]] = [
-            ("renewer", self._renew_loop), ("listener", self._listen_loop)]
+            ("renewer", self._renew_loop), ("listener", self._listen_loop),
+            ("acker", self._ack_loop)]
         targets += [(f"handler-{i}", self._handler_loop) for i in range(self.concurrency)]
         if self.maintenance:
             self._maintainer = Maintainer(self.dsn, interval=self.maintenance_interval)
@@ -263,13 +265,54 @@ class Worker:
             held = self._work.get()
             if held is None:
                 return
+            if self._stopping.is_set() or held.lost.is_set():
+                continue  # not started: the drain returns it without costing an attempt
+            held.running = True
             try:
                 self._execute(held)
             finally:
-                with self._held_lock:
-                    self._held.pop(held.lease.lease_id, None)
-                    self.processed += 1
-                self._wake.set()
+                held.running = False
+                if not held.acking:  # an acked job leaves _held when the acker has written it
+                    self._release(held)
+
+    def _release(self, *done: Held) -> None:
+        with self._held_lock:
+            for held in done:
+                self._held.pop(held.lease.lease_id, None)
+            self.processed += len(done)
+        self._wake.set()
+
+    def _ack_loop(self) -> None:
+        """Ack finished jobs in batches: one statement for whatever finished meanwhile."""
+        while True:
+            first = self._acks.get()
+            batch = [] if first is None else [first]
+            stop = first is None
+            while len(batch) < 1000:
+                try:
+                    more = self._acks.get_nowait()
+                except queue_mod.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            if batch:
+                self._ack_batch(batch)
+            if stop:
+                return
+
+    def _ack_batch(self, batch: list[Held]) -> None:
+        deadline = time.monotonic() + min(h.visibility_timeout for h in batch)
+        acked = self._retry(lambda: self._db(lambda c: settle.ack_many(c, [h.lease for h in batch])),
+                            f"ack of {len(batch)} job(s)", deadline=deadline,
+                            until=threading.Event())
+        for h in batch:
+            if acked is None or h.lease.job_id not in acked:
+                h.lost.set()
+                log.warning("worker %s: ack of job %s failed: its lease %s is no longer current",
+                            self.worker_id, h.lease.job_id, h.lease.lease_id)
+        self._release(*batch)
 
     def _execute(self, held: Held) -> None:
         kind = held.lease.kind
@@ -320,10 +363,10 @@ class Worker:
             held.check()
 
     def ack(self, held: Held) -> None:
-        acked = self._settle(held, "ack", lambda c: settle.ack_many(c, [held.lease]))
-        if not acked:
-            held.lost.set()
-            held.check()
+        """Hand the job to the acker (batched acks); its lease keeps renewing until then."""
+        held.check()
+        held.acking = True
+        self._acks.put(held)
 
     def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:
         log.warning("worker %s: job %s is undecodable (%s): %s", self.worker_id,
@@ -353,7 +396,8 @@ class Worker:
 
     def _renew_round(self) -> None:
         with self._held_lock:
-            held = sorted(self._held.values(), key=lambda h: h.lease.lease_id)
+            held = sorted((h for h in self._held.values() if not h.acking),
+                          key=lambda h: h.lease.lease_id)
         if not held:
             return
         for h in held:
@@ -405,12 +449,17 @@ class Worker:
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.grace_period
-        while self.held_count and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while time.monotonic() < deadline:
+            with self._held_lock:
+                busy = any(h.running or h.acking for h in self._held.values())
+            if not busy:
+                break
+            time.sleep(0.02)
         with self._held_lock:
-            remaining = list(self._held.values())
+            remaining = [h for h in self._held.values() if not h.acking]
         if remaining and self._pool is not None:
             self._return(remaining)
+        self._acks.put(None)
         self._finished.set()
         if self._maintainer is not None:
             self._maintainer.stop()
