@@ -410,7 +410,7 @@ class Worker:
             for h, (_cp, version) in zip(held, snapshots, strict=True):
                 if h.lease.lease_id in renewed:
                     h.mark_flushed(version)
-                else:
+                elif not h.acking:  # an ack that raced this renewal removed the row: fine
                     h.lost.set()
                     log.warning("worker %s: lease %s of job %s was lost", self.worker_id,
                                 h.lease.lease_id, h.lease.job_id)

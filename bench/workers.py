@@ -1,0 +1,159 @@
+"""Worker benchmarks: renewals with checkpoints, and no-op vs three-step job throughput.
+
+    python bench/workers.py [--dsn DSN] [--jobs N] [--leases N] [--concurrency N]
+
+With no DSN it starts its own embedded Postgres (fsync on, default settings) in a temporary
+directory and stops it afterwards. Prints figures only; nothing here is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from psycopg.conninfo import make_conninfo
+from rich.console import Console
+from rich.table import Table
+
+import pgqueue
+from pgqueue import connection, queries
+from pgqueue.embedded import EmbeddedServer
+
+
+def _fresh_database(server_dsn: str, name: str) -> str:
+    with connection.connect(server_dsn) as conn:
+        queries.drop_database(conn, name)
+        queries.create_database(conn, name)
+    dsn = make_conninfo(server_dsn, dbname=name)
+    pgqueue.migrate(dsn)
+    return dsn
+
+
+def _table_stats(dsn: str) -> tuple[int, int]:
+    with connection.connect(dsn) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        row = conn.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE schemaname = 'pgqueue' AND relname = 'job'").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def bench_renewals(dsn: str, leases: int, rounds: int) -> dict[str, float]:
+    """Renew `leases` held leases with checkpoints, one statement per round."""
+    with pgqueue.Queue(dsn, stream="renew") as q:
+        q.enqueue_many([pgqueue.NewJob(b"x" * 64) for _ in range(leases)])
+        held = q.lease(leases, visibility_timeout=300)
+        time.sleep(0.6)  # let the stats collector settle before the baseline
+        upd0, hot0 = _table_stats(dsn)
+        t0 = time.perf_counter()
+        for r in range(rounds):
+            items: list[tuple[pgqueue.Lease, float | None, pgqueue.Checkpoint | None]] = [
+                (lease, None, pgqueue.Checkpoint(
+                    last_completed_step="download", cursor_step="transform",
+                    cursor=str(r * 1000 + i).encode(), schema_version=2, step_set_hash="h" * 32))
+                for i, lease in enumerate(held)]
+            renewed = q.renew_many(items)
+            assert len(renewed) == len(held)
+        elapsed = time.perf_counter() - t0
+        time.sleep(0.6)
+        upd1, hot1 = _table_stats(dsn)
+        q.ack_many(held)
+    updates = upd1 - upd0
+    return {
+        "leases": float(leases), "rounds": float(rounds),
+        "round_ms": elapsed / rounds * 1000, "renewals_per_s": leases * rounds / elapsed,
+        "hot_pct": 100.0 * (hot1 - hot0) / updates if updates else 0.0,
+    }
+
+
+def _drain(dsn: str, app: pgqueue.App, stream: str, jobs: int, concurrency: int) -> float:
+    worker = pgqueue.Worker(app, dsn, streams=[stream], concurrency=concurrency,
+                            visibility_timeout=30, poll_interval=0.05, maintenance=False)
+    with pgqueue.Queue(dsn, stream=stream) as q:
+        thread = threading.Thread(target=worker.run, daemon=True)
+        t0 = time.perf_counter()
+        thread.start()
+        while worker.processed < jobs:
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - t0
+        worker.stop()
+        thread.join()
+        left = sum(s.count for s in q.stats() if s.stream == stream)
+        assert left == 0, f"{left} jobs left in {stream}"
+    return jobs / elapsed
+
+
+def bench_throughput(dsn: str, jobs: int, concurrency: int) -> dict[str, float]:
+    """Jobs/s of one worker on no-op jobs and on three-step no-op jobs."""
+    app = pgqueue.App()
+
+    @app.job("noop")
+    def noop(job: pgqueue.JobContext) -> None:
+        return None
+
+    three = app.step_job("three")
+
+    @three.step("a")
+    def a(ctx: pgqueue.StepContext) -> None:
+        return None
+
+    @three.step("b")
+    def b(ctx: pgqueue.StepContext) -> None:
+        ctx.advance(1)
+
+    @three.step("c")
+    def c(ctx: pgqueue.StepContext) -> None:
+        return None
+
+    results: dict[str, float] = {}
+    for kind, stream in (("noop", "plain"), ("three", "steps")):
+        with pgqueue.Queue(dsn, stream=stream) as q:
+            for start in range(0, jobs, 1000):
+                q.enqueue_many([app.new_job(kind, b"{}") for _ in range(min(1000, jobs - start))])
+        results[kind] = _drain(dsn, app, stream, jobs, concurrency)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", help="a server DSN (a scratch database is created on it)")
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--leases", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    server: EmbeddedServer | None = None
+    server_dsn: str = args.dsn or ""
+    if not server_dsn:
+        server = EmbeddedServer(Path(tempfile.mkdtemp(prefix="pgqueue-bench-")))
+        server_dsn = server.start()
+    try:
+        dsn = _fresh_database(server_dsn, "pgqueue_bench_workers")
+        console = Console()
+        r = bench_renewals(dsn, args.leases, args.rounds)
+        t = bench_throughput(dsn, args.jobs, args.concurrency)
+        table = Table(title="pgqueue workers (fsync on)" if server else "pgqueue workers")
+        table.add_column("measure")
+        table.add_column("value", justify="right")
+        rows: list[tuple[str, Any]] = [
+            (f"renew {args.leases} leases with checkpoints, one statement: ms/round",
+             f"{r['round_ms']:.1f}"),
+            ("renewals/s", f"{r['renewals_per_s']:,.0f}"),
+            ("HOT updates during renewals", f"{r['hot_pct']:.1f} %"),
+            (f"no-op jobs/s (one worker, concurrency {args.concurrency})", f"{t['noop']:,.0f}"),
+            (f"three-step jobs/s (one worker, concurrency {args.concurrency})", f"{t['three']:,.0f}"),
+        ]
+        for measure, value in rows:
+            table.add_row(measure, str(value))
+        console.print(table)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
