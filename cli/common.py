@@ -7,14 +7,13 @@ classes are the whole vocabulary of failure here and map one-to-one onto exit co
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import IO, Any, NoReturn, TypeVar
+from dataclasses import dataclass, field
+from typing import IO, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -35,28 +34,42 @@ EXIT_CODES_HELP = (
     "  1  not found, or the operation was refused (e.g. dedup conflict)\n"
     "  2  usage error: a bad option or argument\n"
     "  3  cannot connect to Postgres, or its pgqueue schema is missing or too new\n"
+    "Errors are one line on stderr (pgqueue: error: ...); PGQUEUE_DEBUG=1 shows tracebacks.\n"
 )
 
 #: When set, errors propagate with their traceback (for debugging the CLI itself).
 DEBUG_ENV = "PGQUEUE_DEBUG"
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 class Failure(click.ClickException):
-    """A one-line error on stderr (`pgqueue: error: ...`) and a chosen exit code."""
+    """A one-line error on stderr (`pgqueue: error: ...`); exit code 1 (refused, not found)."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+    exit_code = EXIT_FAILED
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"pgqueue: error: {self.format_message()}", err=True, file=file)
 
 
+class UsageFailure(Failure):
+    """A bad argument the library (not click) refused: exit code 2, like click's own."""
+
+    exit_code = EXIT_USAGE
+
+
+class Unavailable(Failure):
+    """Cannot connect, or the schema does not fit this library: exit code 3."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
+_FAILURES: dict[int, type[Failure]] = {
+    EXIT_FAILED: Failure, EXIT_USAGE: UsageFailure, EXIT_UNAVAILABLE: Unavailable,
+}
+
+
 def fail(message: str, exit_code: int = EXIT_FAILED) -> NoReturn:
-    """Stop the command with a one-line error and `exit_code`."""
-    raise Failure(message, exit_code)
+    """Stop the command with a one-line error and `exit_code` (1, 2 or 3)."""
+    raise _FAILURES[exit_code](message)
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -81,19 +94,7 @@ def translated_errors() -> Iterator[None]:
     except (pgqueue.PgQueueError, ValueError, TypeError) as exc:
         if os.environ.get(DEBUG_ENV):
             raise
-        raise Failure(_one_line(exc), exit_code_for(exc)) from None
-
-
-def handle_errors(func: F) -> F:
-    """Decorator form of `translated_errors`, for callables run outside the command tree."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with translated_errors():
-            return func(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
+        fail(_one_line(exc), exit_code_for(exc))
 
 
 class Group(click.Group):
@@ -114,7 +115,7 @@ class Settings:
     never connect (`db sql`, `sql show`) never start the embedded server."""
 
     dsn_option: str | None = None
-    _resolved: str | None = None
+    _resolved: str | None = field(default=None, init=False, repr=False)
 
     def dsn(self) -> str:
         """--dsn, else $PGQUEUE_DSN (click reads it into --dsn), else the embedded server."""
@@ -147,10 +148,10 @@ def dsn() -> str:
 
 
 @contextmanager
-def open_queue(stream: str = "default", *, target: str | None = None,
+def open_queue(stream: str = "default", *, database: str | None = None,
                pool_size: int = 2) -> Iterator[pgqueue.Queue]:
-    """A Queue on `stream` of the invocation's database (or of `target`), closed afterwards."""
-    with pgqueue.Queue(target or dsn(), stream=stream, pool_size=pool_size) as q:
+    """A Queue on `stream` of the invocation's database (or of `database`), closed after."""
+    with pgqueue.Queue(database or dsn(), stream=stream, pool_size=pool_size) as q:
         yield q
 
 
@@ -193,16 +194,6 @@ def encode_bytes(value: bytes | None) -> tuple[str | None, str | None]:
         return base64.b64encode(value).decode("ascii"), "base64"
 
 
-def decode_bytes(text: str, encoding: str) -> bytes:
-    """The inverse of `encode_bytes`, for scripts (and tests) reading our JSON back."""
-    if encoding == "utf-8":
-        return text.encode("utf-8")
-    try:
-        return base64.b64decode(text, validate=True)
-    except binascii.Error as exc:
-        raise ValueError(f"not base64: {exc}") from None
-
-
 def iso(value: dt.datetime | None) -> str | None:
     """An ISO 8601 timestamp, or None."""
     return None if value is None else value.isoformat()
@@ -233,6 +224,7 @@ def job_json(job: pgqueue.JobInfo) -> dict[str, Any]:
         "kind": job.kind,
         "state": job.state,
         "state_reason": job.state_reason,
+        "state_detail": job.state_detail,
         "priority": job.priority,
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
@@ -286,11 +278,13 @@ def age(seconds: float | None) -> str:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-          *, right: Sequence[str] = ()) -> Table:
-    """A rich table; columns named in `right` are right-aligned (numbers)."""
+          *, right: Sequence[str] = (), nowrap: Sequence[str] = ()) -> Table:
+    """A rich table; columns named in `right` are right-aligned (numbers), those in `nowrap`
+    keep their width (ids, states) while the others fold when the terminal is narrow."""
     t = Table(title=title, title_justify="left")
     for name in columns:
-        t.add_column(name, justify="right" if name in right else "left", overflow="fold")
+        t.add_column(name, justify="right" if name in right else "left",
+                     no_wrap=name in nowrap, overflow="ellipsis" if name in nowrap else "fold")
     for row in rows:
         t.add_row(*("" if cell is None else str(cell) for cell in row))
     return t
@@ -300,15 +294,15 @@ def jobs_table(title: str | None, jobs: Sequence[pgqueue.JobInfo]) -> Table:
     """Job snapshots as a table for people."""
     return table(
         title,
-        ["id", "stream", "kind", "state", "prio", "attempts", "not before", "payload",
-         "last error"],
+        ["id", "stream", "kind", "state", "prio", "tries", "payload", "last error"],
         [
             (j.job_id, j.stream, j.kind or "", j.state, j.priority,
-             f"{j.attempts}/{j.max_attempts or '∞'}", ago(j.not_before), preview(j.payload),
+             f"{j.attempts}/{j.max_attempts or '∞'}", preview(j.payload),
              preview(None if j.last_error is None else j.last_error.encode(), 30))
             for j in jobs
         ],
-        right=["id", "prio", "attempts"],
+        right=["id", "prio", "tries"],
+        nowrap=["id", "state", "prio", "tries"],
     )
 
 

@@ -52,7 +52,7 @@ def upgrade(revision: str) -> None:
                f"{_describe(before)} -> {_describe(after)}")
 
 
-@db.command()
+@db.command(context_settings={"ignore_unknown_options": True})  # so "-1" is a REVISION
 @click.argument("revision")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def downgrade(revision: str, yes: bool) -> None:

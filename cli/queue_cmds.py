@@ -6,16 +6,21 @@ sends anything, so a refused enqueue adds nothing; the CLI only parses text into
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
+from rich.table import Table
+
+import pgqueue
 
 from .common import EXIT_USAGE, age, console, fail, open_queue, print_json, table
 
 
 def read_payload(payload: str, json_payload: bool) -> Any:
     """PAYLOAD as the library takes it: str, bytes from stdin for "-", or parsed JSON."""
-    raw: str | bytes = click.get_binary_stream("stdin").read() if payload == "-" else payload
+    raw: str | bytes = sys.stdin.buffer.read() if payload == "-" else payload
     if not json_payload:
         return raw
     try:
@@ -63,18 +68,25 @@ def stats(as_json: bool) -> None:
     with open_queue() as q:
         rows = q.stats()
     if as_json:
-        print_json([
-            {"stream": r.stream, "state": r.state, "count": r.count,
-             "oldest_pending_age_seconds": r.oldest_age_seconds}
-            for r in rows
-        ])
+        print_json(stats_json(rows))
         return
     if not rows:
         click.echo("no jobs")
         return
-    console().print(table(
+    console().print(stats_table(rows))
+
+
+def stats_json(rows: Sequence[pgqueue.StreamStats]) -> list[dict[str, Any]]:
+    """Stats rows as JSON."""
+    return [{"stream": r.stream, "state": r.state, "count": r.count,
+             "oldest_pending_age_seconds": r.oldest_age_seconds} for r in rows]
+
+
+def stats_table(rows: Sequence[pgqueue.StreamStats]) -> Table:
+    """Stats rows as a table for people."""
+    return table(
         "jobs by stream and state",
         ["stream", "state", "jobs", "oldest pending"],
         [(r.stream, r.state, r.count, age(r.oldest_age_seconds)) for r in rows],
         right=["jobs", "oldest pending"],
-    ))
+    )

@@ -199,7 +199,13 @@ def ensure_database(server_dsn: str, dbname: str) -> None:
 def default_dsn(*, announce: bool = True) -> str:
     """The CLI's default: the per-user embedded server (started if needed), database pgqueue."""
     server = EmbeddedServer(default_data_dir())
-    started = server.start()
+    try:
+        started = server.start()
+    except Exception as exc:
+        from pgqueue.errors import ConnectionFailed
+
+        raise ConnectionFailed(
+            f"cannot start the embedded Postgres in {server.pgdata}: {exc}") from exc
     ensure_database(started, "pgqueue")
     dsn = server.dsn("pgqueue")
     if announce:

@@ -48,10 +48,11 @@ def replay(source_dsn: str, target_dsn: str, *, batch: int = BATCH,
     read = applied = last = 0
     with connection.connect(source_dsn, autocommit=False) as src, \
             connection.connect(target_dsn, autocommit=False) as dst:
-        connection.check_schema(src)
-        connection.check_schema(dst)
         src.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         src.read_only = True
+        connection.check_schema(src)  # opens the snapshot every batch below reads from
+        connection.check_schema(dst)
+        dst.commit()
         while True:
             rows = queries.fetch(src, "oplog_committed_batch", {"after": last, "limit": batch})
             if not rows:

@@ -15,6 +15,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy import create_engine, pool
 
 from pgqueue import connection
@@ -80,13 +81,19 @@ def upgrade(dsn: str, revision: str = "head") -> None:
             f"{head()}; upgrade the pgqueue package"
         )
     with _alembic(dsn) as cfg:
-        command.upgrade(cfg, revision)
+        try:
+            command.upgrade(cfg, revision)
+        except CommandError as exc:
+            raise ValueError(f"revision: {exc}") from None
 
 
 def downgrade(dsn: str, revision: str) -> None:
     """Migrate the database down to `revision` ("base" removes every pgqueue object)."""
     with _alembic(dsn) as cfg:
-        command.downgrade(cfg, revision)
+        try:
+            command.downgrade(cfg, revision)
+        except CommandError as exc:
+            raise ValueError(f"revision: {exc}") from None
 
 
 def migrate(dsn: str) -> None:

@@ -25,9 +25,12 @@ LIMIT %(limit)s
 SELECT pgqueue.ingest_ops(%(ops)s::jsonb) AS applied
 
 -- name: advance_sequences
--- Move the job and lease id sequences past every id in the op log (after a replay, or at
+-- Move the job, lease and op-log sequences past every id in the op log (after a replay, or at
 -- promotion), so new ids never collide with replayed ones.
-SELECT setval('pgqueue.job_id_seq',
+SELECT setval(pg_get_serial_sequence('pgqueue.op_log', 'seq'),
+              greatest(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')),
+                       (SELECT coalesce(max(seq), 0) FROM pgqueue.op_log), 1)) AS seq,
+       setval('pgqueue.job_id_seq',
               greatest((SELECT last_value FROM pgqueue.job_id_seq),
                        (SELECT coalesce(max(job_id), 0) FROM pgqueue.op_log), 1)) AS job_id,
        setval('pgqueue.lease_id_seq',

@@ -1,0 +1,139 @@
+"""`pgqueue jobs inspect|release|rewind|restart|skip-step|accept-step-set|cancel|set-threshold`.
+
+The operator's transitions on one job. Each is a SQL function that logs its op and refuses,
+with a message saying why, a job in a state where it makes no sense (exit 1).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+import pgqueue
+
+from .common import EXIT_FAILED, console, fail, job_json, kv_table, open_queue, print_json
+from .jobs import job_fields, jobs
+
+
+def _done(message: str, job: pgqueue.JobInfo | None, as_json: bool) -> None:
+    if as_json:
+        print_json(None if job is None else job_json(job))
+    else:
+        click.echo(message)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def inspect(job_id: int, as_json: bool) -> None:
+    """A job's checkpoint, recorded step list, crashes by step, last error and parking reason."""
+    with open_queue() as q:
+        job = q.job(job_id)
+        if job is None:
+            fail(f"job {job_id} not found", EXIT_FAILED)
+        steps = q.step_list(job.checkpoint.step_set_hash) if job.checkpoint.step_set_hash else None
+    if as_json:
+        print_json({**job_json(job), "steps": steps})
+        return
+    console().print(kv_table(f"job {job.job_id}", job_fields(job)))
+    if steps:
+        cp = job.checkpoint
+        names = [s["name"] for s in steps]
+        done = names.index(cp.last_completed_step) + 1 if cp.last_completed_step in names else 0
+        table = Table(title="steps", title_justify="left")
+        for column in ("#", "step", "version", "status", "crashes"):
+            table.add_column(column)
+        for i, step in enumerate(steps):
+            status = ("completed" if i < done
+                      else "in progress" if step["name"] == cp.cursor_step else "to do")
+            table.add_row(str(i + 1), step["name"], str(step["version"]), status,
+                          str(cp.crashes_by_step.get(step["name"], "")))
+        console().print(table)
+    if job.state_detail:
+        console().print("[bold]state detail[/bold]")
+        console().print_json(json.dumps(job.state_detail, default=str))
+
+
+def _after(job_id: int, action: Any, message: str, as_json: bool) -> None:
+    with open_queue() as q:
+        action(q)
+        _done(message, q.job(job_id), as_json)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--reset-crashes", is_flag=True, help="Also forget its crashes by step.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
+def release(job_id: int, reset_crashes: bool, as_json: bool) -> None:
+    """Let a quarantined or undecodable job run again."""
+    _after(job_id, lambda q: q.release(job_id, reset_crashes=reset_crashes),
+           f"released job {job_id}", as_json)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--to-step", required=True, metavar="NAME", help="The step the next run starts at.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
+def rewind(job_id: int, to_step: str, as_json: bool) -> None:
+    """Make a step job's next run start at step NAME (later completed steps run again)."""
+    _after(job_id, lambda q: q.rewind(job_id, to_step),
+           f"job {job_id} will resume at step {to_step}", as_json)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
+def restart(job_id: int, as_json: bool) -> None:
+    """Drop a job's checkpoint: it runs again from step one."""
+    _after(job_id, lambda q: q.restart(job_id), f"job {job_id} will run from step one", as_json)
+
+
+@jobs.command("skip-step")
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
+def skip_step(job_id: int, as_json: bool) -> None:
+    """Count the job's step in progress as completed without running it."""
+    skipped: list[str] = []
+    _after(job_id, lambda q: skipped.append(q.skip_step(job_id)),
+           f"job {job_id}: step skipped", as_json)
+    if skipped and not as_json:
+        click.echo(f"skipped step: {skipped[0]}")
+
+
+@jobs.command("accept-step-set")
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
+def accept_step_set(job_id: int, as_json: bool) -> None:
+    """Accept the new step list of a job parked as step_set_changed; it resumes after its last
+    completed step."""
+    _after(job_id, lambda q: q.accept_step_set(job_id),
+           f"job {job_id} accepted its new step list", as_json)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def cancel(job_id: int, as_json: bool) -> None:
+    """Remove a job that is not leased (pending, scheduled, parked or dead) for good."""
+    with open_queue() as q:
+        q.cancel(job_id)
+    if as_json:
+        print_json({"job_id": job_id, "cancelled": True})
+    else:
+        click.echo(f"cancelled job {job_id}")
+
+
+@jobs.command("set-threshold")
+@click.argument("kind")
+@click.option("--stream", default="default", show_default=True)
+@click.option("--quarantine-after", type=click.IntRange(min=1), default=None,
+              help="Crashes of one step before the job is quarantined (omit to remove the "
+                   "kind's override and use the stream's).")
+def set_threshold(kind: str, stream: str, quarantine_after: int | None) -> None:
+    """Set a kind's crash quarantine threshold in a stream."""
+    with open_queue(stream) as q:
+        q.configure_kind(kind, quarantine_after=quarantine_after)
+    shown = quarantine_after if quarantine_after is not None else "the stream's default"
+    click.echo(f"{stream}/{kind}: quarantine after {shown}")

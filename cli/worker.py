@@ -1,0 +1,135 @@
+"""`pgqueue worker` and `pgqueue maintain`: the long-running processes.
+
+`worker` imports an App from `module:attr` and runs pgqueue.Worker until SIGTERM/SIGINT,
+then drains and exits 0. `maintain` runs the maintenance passes (reclaim expired leases,
+forget dead workers) on a timer, or once with --once.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+
+import click
+
+import pgqueue
+from pgqueue import connection, maintain
+
+from . import common
+
+
+def load_app(spec: str) -> pgqueue.App:
+    """Import `module:attr` (the current directory is importable, as with `python -m`)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"expected MODULE:ATTR, got {spec!r}", param_hint="--app")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="--app") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, pgqueue.App):
+        raise click.BadParameter(
+            f"{spec!r} is {type(app).__name__}, not a pgqueue.App", param_hint="--app")
+    return app
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("psycopg").setLevel(logging.WARNING)
+
+
+@click.command()
+@click.option("--app", "app_spec", required=True, metavar="MODULE:ATTR",
+              help="The pgqueue.App whose handlers this worker runs.")
+@click.option("--stream", "streams", multiple=True, default=("default",), show_default=True,
+              help="A stream to work on (repeat for several).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Handler threads (jobs held at once).")
+@click.option("--visibility-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True, help="Seconds a lease lasts without renewal.")
+@click.option("--renew-interval", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds between renewals [default: a third of the visibility timeout].")
+@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Seconds between polls when no NOTIFY arrives.")
+@click.option("--maintenance-interval", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Seconds between maintenance passes (when elected).")
+@click.option("--no-maintenance", is_flag=True, help="Do not take part in maintenance.")
+@click.option("--grace-period", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds running handlers get to finish on SIGTERM before their jobs are "
+                   "returned.")
+@click.option("--node", type=click.IntRange(min=0), default=0, show_default=True,
+              help="This machine's node number (recorded on every lease).")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility_timeout: float,
+           renew_interval: float | None, poll_interval: float, maintenance_interval: float,
+           no_maintenance: bool, grace_period: float, node: int, verbose: bool) -> None:
+    """Run the handlers of an App until SIGTERM or SIGINT, then drain and exit 0."""
+    app = load_app(app_spec)
+    _logging(verbose)
+    dsn = common.dsn()
+    logging.getLogger("pgqueue.worker").info("connecting to %s", connection.redact(dsn))
+    pgqueue.Worker(
+        app, dsn, streams=list(streams), concurrency=concurrency,
+        visibility_timeout=visibility_timeout, renew_interval=renew_interval,
+        poll_interval=poll_interval, maintenance_interval=maintenance_interval,
+        maintenance=not no_maintenance, grace_period=grace_period, node=node,
+    ).run()
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="Run one pass and exit (no election needed).")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Seconds between passes.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as JSON.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> None:
+    """Reclaim expired leases and forget dead workers, every INTERVAL seconds (or --once).
+
+    Safe to run anywhere, any number of times: runners elect one of themselves with a Postgres
+    advisory lock, and every pass is idempotent."""
+    dsn = common.dsn()
+    if once:
+        with connection.connect(dsn) as conn:
+            connection.check_schema(conn)
+            result = maintain.run_pass(conn)
+        if as_json:
+            common.print_json({"reclaimed": result.reclaimed,
+                               "workers_pruned": result.workers_pruned})
+        else:
+            click.echo(f"reclaimed {result.reclaimed} expired lease(s); "
+                       f"forgot {result.workers_pruned} silent worker(s)")
+        return
+    _logging(verbose)
+    runner = maintain.Maintainer(dsn, interval=interval)
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: runner.stop())
+    try:
+        runner.run()
+    except KeyboardInterrupt:
+        runner.stop()
+
+
+maintain_cmd.name = "maintain"
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def workers(as_json: bool) -> None:
+    """Registered worker processes, their heartbeat and the leases each holds."""
+    with common.open_queue() as q:
+        rows = q.workers()
+    if as_json:
+        common.print_json([{**r, "started_at": common.iso(r["started_at"]),
+                            "heartbeat_at": common.iso(r["heartbeat_at"])} for r in rows])
+        return
+    common.console().print(common.table(
+        "workers", ["id", "node", "host", "pid", "streams", "concurrency", "leases", "heartbeat"],
+        [[r["id"], r["node"], r["host"], r["pid"], ",".join(r["streams"]), r["concurrency"],
+          r["leases"], common.ago(r["heartbeat_at"])] for r in rows]))
