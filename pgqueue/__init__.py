@@ -26,6 +26,7 @@ from pgqueue.errors import (
 from pgqueue.models import JOB_STATES, Checkpoint, JobInfo, JobState, Lease, NewJob, Op, StreamStats
 from pgqueue.oplog import ReplayResult, replay
 from pgqueue.queue import Queue
+from pgqueue.schedule import Schedule, TickResult
 from pgqueue.steps import JobContext, StepContext
 from pgqueue.worker import Worker
 
@@ -59,6 +60,7 @@ __all__ = [
     "PgQueueError",
     "Queue",
     "ReplayResult",
+    "Schedule",
     "SchemaError",
     "SchemaMissing",
     "SchemaTooNew",
@@ -66,6 +68,7 @@ __all__ = [
     "StepContext",
     "StepJob",
     "StreamStats",
+    "TickResult",
     "Worker",
     "__version__",
     "migrate",

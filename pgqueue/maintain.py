@@ -1,5 +1,6 @@
-"""Maintenance: the periodic passes a queue needs (reclaim expired leases, forget dead
-workers), run inside workers under an advisory-lock election or by `pgqueue maintain`.
+"""Maintenance: the periodic passes a queue needs (reclaim expired leases, fire due cron
+ticks, forget dead workers), run inside workers under an advisory-lock election or by
+`pgqueue maintain`.
 
 Every pass is idempotent and safe to run from many places at once: reclaim re-checks each
 lease's expiry under its row lock, so the election only avoids wasted work.
@@ -10,7 +11,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from pgqueue import connection, queries, reclaim
+from pgqueue import connection, queries, reclaim, schedule
 from pgqueue.errors import PgQueueError
 
 log = logging.getLogger("pgqueue.maintain")
@@ -25,15 +26,17 @@ class PassResult:
 
     reclaimed: int
     workers_pruned: int
+    schedules_fired: int = 0
 
 
 def run_pass(conn: queries.Conn) -> PassResult:
     """One pass of every maintenance task, in batches until each comes back short."""
     reclaimed = reclaim.reclaim_expired(conn)
+    ticks = schedule.tick(conn)
     pruned = len(queries.fetch(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
     if reclaimed:
         log.info("maintenance: reclaimed %d expired lease(s)", reclaimed)
-    return PassResult(reclaimed=reclaimed, workers_pruned=pruned)
+    return PassResult(reclaimed=reclaimed, workers_pruned=pruned, schedules_fired=ticks.fired)
 
 
 class Maintainer:

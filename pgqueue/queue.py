@@ -23,12 +23,14 @@ from pgqueue import (
     oplog,
     queries,
     reclaim,
+    schedule,
     settle,
     validate,
 )
 from pgqueue.errors import ConnectionFailed, LeaseLost
 from pgqueue.models import Checkpoint, JobInfo, Lease, NewJob, Op, StreamStats
 from pgqueue.queries import Conn
+from pgqueue.schedule import Schedule, TickResult
 
 
 class Queue:
@@ -250,3 +252,48 @@ class Queue:
         with self.connection() as conn:
             queries.fetch(conn, "configure_kind", {
                 "stream": self.stream, "kind": kind, "quarantine_after": quarantine_after})
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def upsert_schedule(self, name: str, cron: str, payload: Any = b"", *, kind: str | None = None,
+                        timezone: str = "UTC", priority: int = 0, max_attempts: int = 25,
+                        catch_up: str = "one", misfire_grace: float = 60.0,
+                        paused: bool = False) -> Schedule:
+        """Create or change a cron schedule of this stream (names are unique per stream).
+        catch_up after downtime: "none" skips missed ticks, "one" fires one job for them
+        (the latest), "all" fires each, oldest first, up to 100 per pass."""
+        with self.connection() as conn:
+            return schedule.upsert(conn, self.stream, name, cron, payload, kind=kind,
+                                   timezone=timezone, priority=priority,
+                                   max_attempts=max_attempts, catch_up=catch_up,
+                                   misfire_grace=misfire_grace, paused=paused)
+
+    def schedules(self) -> list[Schedule]:
+        """This stream's schedules, by name."""
+        with self.connection() as conn:
+            return schedule.list_(conn, self.stream)
+
+    def schedule(self, name: str) -> Schedule | None:
+        """One schedule of this stream, or None."""
+        with self.connection() as conn:
+            return schedule.get(conn, self.stream, name)
+
+    def pause_schedule(self, name: str) -> Schedule:
+        """Stop firing a schedule (JobNotFound when there is none)."""
+        with self.connection() as conn:
+            return schedule.set_paused(conn, self.stream, name, True)
+
+    def resume_schedule(self, name: str) -> Schedule:
+        """Fire again from the next tick after now (ticks while paused do not fire)."""
+        with self.connection() as conn:
+            return schedule.set_paused(conn, self.stream, name, False)
+
+    def remove_schedule(self, name: str) -> None:
+        """Delete a schedule (JobNotFound when there is none)."""
+        with self.connection() as conn:
+            schedule.remove(conn, self.stream, name)
+
+    def tick_schedules(self, *, now: dt.datetime | None = None) -> TickResult:
+        """Run one tick pass over every stream's due schedules (maintenance does this)."""
+        with self.connection() as conn:
+            return schedule.tick(conn, now=now)

@@ -1,0 +1,286 @@
+"""Schedules: cron that fires exactly once per tick.
+
+Cron expressions (five fields, or six with seconds last, croniter's convention, or @daily and
+friends) are evaluated on wall-clock time in the schedule's zone, then each wall time is
+placed on the UTC line: a wall time skipped by a spring-forward gap fires at the same offset
+after the gap (02:30 becomes 03:30), an ambiguous wall time in a fall-back fires at its first
+occurrence, and a UTC instant is never fired twice. So a daily 02:30 job fires once on both
+days.
+
+A tick is claimed with SKIP LOCKED, its job enqueued and next_run_at advanced past it in one
+transaction: exactly once however many schedulers run. Each tick's job also carries the dedup
+key `schedule:NAME@FIRE_TIME` as a second guard.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from psycopg.types.json import Jsonb
+
+from pgqueue import enqueue, queries, validate
+from pgqueue.models import NewJob
+
+log = logging.getLogger("pgqueue.schedule")
+
+UTC = dt.timezone.utc
+CATCH_UP = ("none", "one", "all")
+ALL_CAP = 100          # ticks fired per schedule per pass under catch_up="all"
+MAX_SCAN = 10_000      # missed ticks counted when reporting how many were dropped
+NICKNAMES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A cron schedule of a stream."""
+
+    stream: str
+    name: str
+    cron: str
+    timezone: str
+    payload: bytes
+    kind: str | None
+    priority: int
+    max_attempts: int
+    catch_up: str
+    misfire_grace: float
+    paused: bool
+    next_run_at: dt.datetime
+    last_fired_at: dt.datetime | None
+    updated_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Schedule:
+        return cls(
+            stream=row["stream"], name=row["name"], cron=row["cron"], timezone=row["timezone"],
+            payload=bytes(row["payload"]), kind=row["kind"], priority=row["priority"],
+            max_attempts=row["max_attempts"], catch_up=row["catch_up"],
+            misfire_grace=row["misfire_grace_ms"] / 1000.0, paused=row["paused"],
+            next_run_at=row["next_run_at"], last_fired_at=row["last_fired_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one tick pass did."""
+
+    schedules: int
+    fired: int
+    dropped: int
+
+
+# -- cron on wall-clock time -----------------------------------------------------------------
+
+
+def check_cron(cron: Any) -> str:
+    """A cron expression croniter accepts: 5 fields, 6 with seconds last, or a @nickname."""
+    if not isinstance(cron, str):
+        raise TypeError(f"cron must be a str, got {type(cron).__name__}")
+    text = " ".join(cron.split())
+    fields = text.split(" ")
+    if text.lower() in NICKNAMES:
+        return text.lower()
+    if len(fields) not in (5, 6):
+        raise ValueError(f"cron must have 5 fields (or 6 with seconds last), got {len(fields)}: "
+                         f"{cron!r}")
+    if not croniter.is_valid(text):
+        raise ValueError(f"cron expression {cron!r} is not valid")
+    return text
+
+
+def check_timezone(name: Any) -> ZoneInfo:
+    """An IANA time zone."""
+    if not isinstance(name, str) or not name:
+        raise TypeError("timezone must be an IANA zone name such as 'Europe/Paris'")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"timezone {name!r} is not a known IANA time zone") from None
+
+
+def _place(wall: dt.datetime, zone: ZoneInfo) -> dt.datetime:
+    """A naive wall time in `zone` on the UTC line (gap: shifted forward; fold: first)."""
+    return wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+
+
+def fire_times(cron: str, zone: ZoneInfo, after: dt.datetime) -> Iterator[dt.datetime]:
+    """Fire times strictly after `after`, ascending, as UTC datetimes."""
+    wall = after.astimezone(zone).replace(tzinfo=None) - dt.timedelta(hours=3)
+    it = croniter(cron, wall)
+    last = after
+    while True:
+        t = _place(it.get_next(dt.datetime), zone)
+        if t > last:
+            last = t
+            yield t
+
+
+def fire_times_before(cron: str, zone: ZoneInfo, before: dt.datetime) -> Iterator[dt.datetime]:
+    """Fire times strictly before `before`, descending, as UTC datetimes."""
+    wall = before.astimezone(zone).replace(tzinfo=None) + dt.timedelta(hours=3)
+    it = croniter(cron, wall)
+    last = before
+    seen: dt.datetime | None = None
+    while True:
+        t = _place(it.get_prev(dt.datetime), zone)
+        if t < last and t != seen:
+            seen = t
+            last = t
+            yield t
+
+
+def next_fire(cron: str, timezone: str, after: dt.datetime) -> dt.datetime:
+    """The first fire time strictly after `after`."""
+    return next(fire_times(check_cron(cron), check_timezone(timezone), after))
+
+
+def upcoming(schedule: Schedule, n: int) -> list[dt.datetime]:
+    """The next `n` fire times from next_run_at, in the schedule's zone."""
+    zone = check_timezone(schedule.timezone)
+    times = [schedule.next_run_at.astimezone(UTC)]
+    it = fire_times(schedule.cron, zone, times[0])
+    while len(times) < n:
+        times.append(next(it))
+    return [t.astimezone(zone) for t in times[:n]]
+
+
+# -- changes ---------------------------------------------------------------------------------
+
+
+def _now(conn: queries.Conn, now: dt.datetime | None) -> dt.datetime:
+    if now is None:
+        return dt.datetime.now(UTC)
+    validate.aware_datetime(now, "now")
+    queries.fetch(conn, "pin_clock", {"now": now.isoformat()})
+    return now.astimezone(UTC)
+
+
+def upsert(conn: queries.Conn, stream: str, name: str, cron: str, payload: Any = b"", *,
+           kind: str | None = None, timezone: str = "UTC", priority: int = 0,
+           max_attempts: int = 25, catch_up: str = "one", misfire_grace: float = 60.0,
+           paused: bool = False, now: dt.datetime | None = None) -> Schedule:
+    """Create or change a schedule; every argument is checked before anything is written.
+    next_run_at is kept when the cron, zone and paused state are unchanged."""
+    validate.stream(stream)
+    validate.stream(name, "name")
+    cron = check_cron(cron)
+    check_timezone(timezone)
+    data = validate.payload(payload)
+    validate.kind(kind)
+    validate.integer(priority, "priority", low=0, high=255)
+    validate.integer(max_attempts, "max_attempts", low=0, high=2**31 - 1)
+    if catch_up not in CATCH_UP:
+        raise ValueError(f"catch_up must be one of {', '.join(CATCH_UP)}, got {catch_up!r}")
+    grace_ms = validate.to_ms(misfire_grace, "misfire_grace")
+    if not isinstance(paused, bool):
+        raise TypeError("paused must be a bool")
+    with conn.transaction():
+        at = _now(conn, now)
+        row = queries.fetch_one(conn, "schedule_lock", {"stream": stream, "name": name})
+        keep = (row is not None and row["cron"] == cron and row["timezone"] == timezone
+                and row["paused"] == paused)
+        next_run_at = row["next_run_at"] if keep and row else next_fire(cron, timezone, at)
+        saved = queries.fetch_one(conn, "schedule_upsert", {
+            "stream": stream, "name": name, "cron": cron, "timezone": timezone, "payload": data,
+            "kind": kind, "priority": priority, "max_attempts": max_attempts,
+            "catch_up": catch_up, "misfire_grace_ms": grace_ms, "paused": paused,
+            "next_run_at": next_run_at})
+    assert saved is not None
+    return Schedule.from_row(saved)
+
+
+def get(conn: queries.Conn, stream: str, name: str) -> Schedule | None:
+    row = queries.fetch_one(conn, "schedule_get", {"stream": stream, "name": name})
+    return None if row is None else Schedule.from_row(row)
+
+
+def list_(conn: queries.Conn, stream: str) -> list[Schedule]:
+    return [Schedule.from_row(r) for r in queries.fetch(conn, "schedules_list", {"stream": stream})]
+
+
+def set_paused(conn: queries.Conn, stream: str, name: str, paused: bool, *,
+               now: dt.datetime | None = None) -> Schedule:
+    """Pause, or resume (next_run_at recomputed from now: paused ticks do not fire)."""
+    current = get(conn, stream, name)
+    if current is None:
+        from pgqueue.errors import JobNotFound
+
+        raise JobNotFound(f"no schedule {name!r} in stream {stream!r}")
+    return upsert(conn, stream, name, current.cron, current.payload, kind=current.kind,
+                  timezone=current.timezone, priority=current.priority,
+                  max_attempts=current.max_attempts, catch_up=current.catch_up,
+                  misfire_grace=current.misfire_grace, paused=paused, now=now)
+
+
+def remove(conn: queries.Conn, stream: str, name: str) -> None:
+    queries.fetch(conn, "schedule_remove", {"stream": stream, "name": name})
+
+
+# -- ticking ---------------------------------------------------------------------------------
+
+
+def _ticks(s: Schedule, now: dt.datetime, cap: int) -> tuple[list[dt.datetime], int]:
+    """The fire times a pass at `now` fires for `s`, oldest first, and how many missed ticks
+    it drops. A tick is missed when the pass comes more than misfire_grace after it."""
+    zone = check_timezone(s.timezone)
+    first = s.next_run_at.astimezone(UTC)
+    boundary = now - dt.timedelta(seconds=s.misfire_grace)
+    in_grace: list[dt.datetime] = []
+    for t in fire_times(s.cron, zone, max(first, boundary) - dt.timedelta(milliseconds=1)):
+        if t > now or len(in_grace) >= cap:
+            break
+        in_grace.append(t)
+    if first >= boundary:
+        return in_grace, 0
+    room = {"none": 0, "one": 1, "all": max(cap - len(in_grace), 0)}[s.catch_up]
+    missed: list[dt.datetime] = []
+    dropped = 0
+    for t in fire_times_before(s.cron, zone, boundary):
+        if t < first or dropped >= MAX_SCAN:
+            break
+        if len(missed) < room:
+            missed.append(t)
+        else:
+            dropped += 1
+    missed.reverse()
+    return missed + in_grace, dropped
+
+
+def tick(conn: queries.Conn, *, now: dt.datetime | None = None, limit: int = 100,
+         cap: int = ALL_CAP) -> TickResult:
+    """Fire every due schedule once per tick; returns counts. Idempotent and safe to run from
+    many places at once (claim, enqueue and advance commit together)."""
+    schedules = fired = dropped = 0
+    while True:
+        with conn.transaction():
+            at = _now(conn, now)
+            rows = queries.fetch(conn, "schedules_claim_due", {"now": at, "limit": limit})
+            for row in rows:
+                s = Schedule.from_row(row)
+                ticks, lost = _ticks(s, at, cap)
+                if lost:
+                    log.warning("schedule %s/%s: dropped %s missed tick(s) (catch_up=%s)",
+                                s.stream, s.name, lost if lost < MAX_SCAN else f">={lost}",
+                                s.catch_up)
+                if ticks:
+                    enqueue.enqueue_many(conn, s.stream, [
+                        NewJob(s.payload, kind=s.kind, priority=s.priority,
+                               max_attempts=s.max_attempts,
+                               dedup_key=f"schedule:{s.name}@{t.isoformat()}")
+                        for t in ticks])
+                next_run = next(fire_times(s.cron, check_timezone(s.timezone), at))
+                queries.fetch(conn, "schedule_advance", {
+                    "stream": s.stream, "name": s.name, "next_run_at": next_run,
+                    "last_fired_at": ticks[-1] if ticks else None,
+                    "fired": Jsonb([t.isoformat() for t in ticks])})
+                schedules += 1
+                fired += len(ticks)
+                dropped += lost
+        if len(rows) < limit:
+            return TickResult(schedules=schedules, fired=fired, dropped=dropped)
