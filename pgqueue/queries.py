@@ -37,6 +37,8 @@ from pgqueue.errors import (
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _HOLDER = re.compile(r"holder=(\d+)")
+#: SQLSTATEs meaning the server went away (shutdown, crash, terminated backend).
+_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})
 
 Conn = psycopg.Connection[Any]
 Params = Mapping[str, Any] | None
@@ -148,6 +150,8 @@ def translate(exc: psycopg.Error) -> Exception:
         return SchemaMissing(
             f"the pgqueue schema is missing or out of date ({message}); run `pgqueue db upgrade`"
         )
-    if isinstance(exc, psycopg.OperationalError):
+    lost = (state.startswith("08") or state in _CONNECTION_LOST) if state else isinstance(
+        exc, psycopg.OperationalError | psycopg.InterfaceError)
+    if lost:
         return ConnectionFailed(f"lost the database connection: {message}")
     return PgQueueError(message)

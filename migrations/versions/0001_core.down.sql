@@ -11,5 +11,6 @@ END
 $$;
 DROP VIEW IF EXISTS pgqueue.jobs;
 DROP TABLE IF EXISTS pgqueue.op_log, pgqueue.dead_letter, pgqueue.job, pgqueue.stream_config,
-    pgqueue.step_set, pgqueue.kind_config, pgqueue.worker, pgqueue.schedule CASCADE;
+    pgqueue.step_set, pgqueue.kind_config, pgqueue.worker, pgqueue.schedule, pgqueue.node,
+    pgqueue.replica, pgqueue.follow_state CASCADE;
 DROP SEQUENCE IF EXISTS pgqueue.job_id_seq, pgqueue.lease_id_seq;

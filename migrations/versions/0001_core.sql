@@ -184,9 +184,36 @@ CREATE TABLE pgqueue.op_log (
     lease_id bigint,
     body     jsonb NOT NULL,
     xid      xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    at       timestamptz NOT NULL DEFAULT now()
+    at       timestamptz NOT NULL DEFAULT now(),
+    -- WAL insert position, to tell which ops a logical replica's slot has confirmed
+    lsn      pg_lsn NOT NULL DEFAULT pg_current_wal_insert_lsn()
 );
 CREATE INDEX op_log_job_idx ON pgqueue.op_log (job_id);
+CREATE INDEX op_log_lsn_idx ON pgqueue.op_log USING brin (lsn);
+CREATE INDEX op_log_at_idx ON pgqueue.op_log USING brin (at);
+
+-- This database's role. A replica refuses queue writes (pgqueue.require_leader) but applies
+-- its leader's ops. Local to each database: never in the op log.
+CREATE TABLE pgqueue.node (
+    id         boolean PRIMARY KEY DEFAULT true CHECK (id),
+    role       text NOT NULL DEFAULT 'leader' CHECK (role IN ('leader', 'replica')),
+    epoch      int NOT NULL DEFAULT 1,
+    name       text,         -- this database's name as a replica
+    leader     text,         -- a replica's leader (DSN without password)
+    changed_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO pgqueue.node DEFAULT VALUES;
+
+-- The leader's registry of replicas (local; never in the op log).
+CREATE TABLE pgqueue.replica (
+    name          text PRIMARY KEY,
+    method        text NOT NULL CHECK (method IN ('logical', 'follow')),
+    slot_name     text,                      -- logical: the subscription's slot here
+    dsn           text,                      -- the replica's DSN without password
+    attached_at   timestamptz NOT NULL DEFAULT now(),
+    confirmed_seq bigint NOT NULL DEFAULT 0, -- follow: every op at or below is applied there
+    seen_at       timestamptz NOT NULL DEFAULT now()
+);
 
 
 -- Every job pgqueue knows, live or dead, in one shape: what q.job() and operators read.
@@ -281,6 +308,22 @@ BEGIN
 END
 $$;
 
+-- Queue writes happen on the leader only; a replica names its leader in the refusal.
+CREATE FUNCTION pgqueue.require_leader() RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_role text;
+    v_leader text;
+BEGIN
+    SELECT role, leader INTO v_role, v_leader FROM pgqueue.node;
+    IF v_role IS DISTINCT FROM 'leader' THEN
+        RAISE EXCEPTION 'this database is a replica (its leader: %); queue writes go to the leader',
+            coalesce(v_leader, 'unknown') USING ERRCODE = 'PQ401', DETAIL = coalesce(v_leader, '');
+    END IF;
+END
+$$;
+
 -- ---------------------------------------------------------------------------------------------
 -- Transitions (each appends its op to op_log in the same transaction)
 -- ---------------------------------------------------------------------------------------------
@@ -314,6 +357,7 @@ DECLARE
     v_round    int := 0;
     i          int;
 BEGIN
+    PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
     IF cardinality(p_kinds) <> v_n OR cardinality(p_priorities) <> v_n
        OR cardinality(p_delays_ms) <> v_n OR cardinality(p_not_befores) <> v_n
@@ -345,7 +389,9 @@ BEGIN
             SELECT id, p_stream, kind, payload, priority,
                    CASE WHEN not_before > v_now THEN 'scheduled' ELSE 'pending' END,
                    not_before, v_now, dedup_key, 0, max_attempts, schema_version
-            FROM input ORDER BY ord
+            -- Insert in dedup-key order so concurrent batches take key locks in one order
+            -- (no deadlock); within a key the earlier input wins.
+            FROM input ORDER BY dedup_key NULLS LAST, ord
             ON CONFLICT (stream, dedup_key)
                 WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
                 DO NOTHING
@@ -418,6 +464,7 @@ DECLARE
     v_now timestamptz := pgqueue.now_ms();
     v_exp timestamptz := v_now + p_visibility_ms * interval '1 millisecond';
 BEGIN
+    PERFORM pgqueue.require_leader();
     IF p_limit < 1 OR p_visibility_ms < 0 THEN
         RAISE EXCEPTION 'lease: limit must be >= 1 and visibility >= 0' USING ERRCODE = '22023';
     END IF;
@@ -468,6 +515,7 @@ AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
 BEGIN
+    PERFORM pgqueue.require_leader();
     RETURN QUERY
     WITH input AS (
         SELECT * FROM unnest(p_job_ids, p_lease_ids, p_visibility_ms, p_checkpoints)
@@ -504,6 +552,7 @@ CREATE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SE
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+    PERFORM pgqueue.require_leader();
     RETURN QUERY
     WITH gone AS (
         DELETE FROM pgqueue.job j
@@ -532,6 +581,7 @@ DECLARE
     j     pgqueue.job;
     v_state text;
 BEGIN
+    PERFORM pgqueue.require_leader();
     SELECT * INTO j FROM pgqueue.job
     WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
     FOR UPDATE;
@@ -580,6 +630,7 @@ DECLARE
     v_state text;
     v_lease bigint;
 BEGIN
+    PERFORM pgqueue.require_leader();
     FOR j IN
         SELECT * FROM pgqueue.job
         WHERE state = 'leased' AND lease_expires_at < v_now
@@ -635,6 +686,7 @@ DECLARE
     d      pgqueue.dead_letter;
     v_holder bigint;
 BEGIN
+    PERFORM pgqueue.require_leader();
     SELECT * INTO d FROM pgqueue.dead_letter WHERE id = p_job_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % is not a dead letter', p_job_id USING ERRCODE = 'PQ404';
@@ -671,6 +723,7 @@ AS $$
 DECLARE
     c pgqueue.stream_config;
 BEGIN
+    PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
     INSERT INTO pgqueue.stream_config AS s (stream, retry_base_ms, retry_cap_ms, quarantine_after)
     VALUES (p_stream, coalesce(p_retry_base_ms, 1000), coalesce(p_retry_cap_ms, 3600000),
@@ -759,6 +812,7 @@ $$;
 CREATE FUNCTION pgqueue.leased_job(p_job_id bigint, p_lease_id bigint) RETURNS pgqueue.job
 LANGUAGE sql VOLATILE
 AS $$
+    SELECT pgqueue.require_leader();
     SELECT * FROM pgqueue.job
     WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
     FOR UPDATE
@@ -772,6 +826,7 @@ AS $$
 DECLARE
     j pgqueue.job;
 BEGIN
+    PERFORM pgqueue.require_leader();
     SELECT * INTO j FROM pgqueue.job WHERE id = p_job_id FOR UPDATE;
     IF NOT FOUND THEN
         IF EXISTS (SELECT 1 FROM pgqueue.dead_letter WHERE id = p_job_id) THEN
@@ -826,6 +881,7 @@ DECLARE
     j pgqueue.job;
     i int;
 BEGIN
+    PERFORM pgqueue.require_leader();
     FOR i IN 1 .. coalesce(cardinality(p_job_ids), 0) LOOP
         j := pgqueue.leased_job(p_job_ids[i], p_lease_ids[i]);
         CONTINUE WHEN j.id IS NULL;
@@ -846,6 +902,7 @@ AS $$
 DECLARE
     j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
 BEGIN
+    PERFORM pgqueue.require_leader();
     IF j.id IS NULL THEN
         RETURN false;
     END IF;
@@ -865,6 +922,7 @@ AS $$
 DECLARE
     j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
 BEGIN
+    PERFORM pgqueue.require_leader();
     IF j.id IS NULL THEN
         RETURN false;
     END IF;
@@ -884,6 +942,7 @@ AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', ARRAY['quarantined', 'undecodable']);
 BEGIN
+    PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_dedup_free(j);
     j.state := 'pending';
     j.not_before := pgqueue.now_ms();
@@ -907,6 +966,7 @@ DECLARE
     v_names text[] := pgqueue.step_names(j.step_set_hash);
     v_pos int;
 BEGIN
+    PERFORM pgqueue.require_leader();
     IF v_names IS NULL THEN
         RAISE EXCEPTION 'cannot rewind job %: it has no recorded step list (it never ran as a step job)',
             p_job_id USING ERRCODE = 'PQ422';
@@ -938,6 +998,7 @@ DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'restart',
                                           ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
 BEGIN
+    PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_dedup_free(j);
     j.last_completed_step := NULL;
     j.cursor_step := NULL;
@@ -964,6 +1025,7 @@ DECLARE
     v_names text[] := pgqueue.step_names(j.step_set_hash);
     v_next int;
 BEGIN
+    PERFORM pgqueue.require_leader();
     IF v_names IS NULL THEN
         RAISE EXCEPTION 'cannot skip a step of job %: it has no recorded step list', p_job_id
             USING ERRCODE = 'PQ422';
@@ -997,6 +1059,7 @@ DECLARE
     v_hash text;
     v_names text[];
 BEGIN
+    PERFORM pgqueue.require_leader();
     IF j.state_reason IS DISTINCT FROM 'step_set_changed' THEN
         RAISE EXCEPTION 'cannot accept the step set of job %: it is undecodable for %, not step_set_changed',
             p_job_id, coalesce(j.state_reason, 'no recorded reason') USING ERRCODE = 'PQ422';
@@ -1035,6 +1098,7 @@ DECLARE
     v_stream text;
     v_state text;
 BEGIN
+    PERFORM pgqueue.require_leader();
     SELECT stream, state INTO v_stream, v_state FROM pgqueue.job WHERE id = p_job_id FOR UPDATE;
     IF FOUND THEN
         IF v_state = 'leased' THEN
@@ -1060,6 +1124,7 @@ AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
 BEGIN
+    PERFORM pgqueue.require_leader();
     INSERT INTO pgqueue.step_set (hash, kind, steps, created_at)
     VALUES (p_hash, p_kind, p_steps, v_now)
     ON CONFLICT (hash) DO NOTHING;
@@ -1079,6 +1144,7 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+    PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
     IF p_quarantine_after IS NULL THEN
         DELETE FROM pgqueue.kind_config WHERE stream = p_stream AND kind = p_kind;
@@ -1127,6 +1193,7 @@ DECLARE
     c pgqueue.schedule;
     v_now timestamptz := pgqueue.now_ms();
 BEGIN
+    PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
     INSERT INTO pgqueue.schedule AS s (stream, name, cron, timezone, payload, kind, priority,
         max_attempts, catch_up, misfire_grace_ms, paused, next_run_at, updated_at)
@@ -1153,6 +1220,7 @@ AS $$
 DECLARE
     c pgqueue.schedule;
 BEGIN
+    PERFORM pgqueue.require_leader();
     UPDATE pgqueue.schedule
     SET next_run_at = date_trunc('milliseconds', p_next_run_at),
         last_fired_at = coalesce(date_trunc('milliseconds', p_last_fired_at), last_fired_at)
@@ -1172,6 +1240,7 @@ CREATE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+    PERFORM pgqueue.require_leader();
     DELETE FROM pgqueue.schedule WHERE stream = p_stream AND name = p_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no schedule % in stream %', p_name, p_stream USING ERRCODE = 'PQ404';
@@ -1342,3 +1411,145 @@ BEGIN
     RETURN v_new;
 END
 $$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Replication: roles, the apply trigger, status, pruning
+-- ---------------------------------------------------------------------------------------------
+
+-- Set this database's role. Promotion to leader bumps the epoch.
+CREATE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NULL, p_leader text DEFAULT NULL)
+RETURNS pgqueue.node
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    n pgqueue.node;
+BEGIN
+    UPDATE pgqueue.node
+    SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
+        role = p_role, name = coalesce(p_name, name),
+        leader = CASE WHEN p_role = 'leader' THEN NULL ELSE p_leader END,
+        changed_at = now()
+    RETURNING * INTO n;
+    RETURN n;
+END
+$$;
+
+-- On a replica fed by logical replication: apply each op the subscription inserts into op_log,
+-- unless its seq is already applied (ops arrive in commit order, not seq order, so never skip
+-- by "seq <= last"). Only the apply worker runs with session_replication_role = replica, so
+-- inserts by the follow reader or by hand are left to ingest_op. search_path is pinned: the
+-- apply worker runs with an empty one.
+CREATE FUNCTION pgqueue.op_log_apply_trigger() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue
+AS $$
+BEGIN
+    IF current_setting('session_replication_role') <> 'replica' THEN
+        RETURN NEW;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgqueue.op_log WHERE seq = NEW.seq) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pgqueue.apply_op(NEW.op, NEW.job_id, NEW.lease_id, NEW.body);
+    RETURN NEW;
+END
+$$;
+
+-- The trigger exists only on replicas (attach creates it, promote drops it), so the leader's
+-- hot path never pays for it.
+CREATE FUNCTION pgqueue.enable_apply_trigger() RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log;
+    CREATE TRIGGER op_log_apply BEFORE INSERT ON pgqueue.op_log
+        FOR EACH ROW EXECUTE FUNCTION pgqueue.op_log_apply_trigger();
+    ALTER TABLE pgqueue.op_log ENABLE ALWAYS TRIGGER op_log_apply;
+END
+$$;
+
+CREATE FUNCTION pgqueue.disable_apply_trigger() RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $$;
+
+-- Where each registered replica stands, in ops and seconds behind this leader.
+CREATE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT interval '1 day')
+RETURNS TABLE (name text, method text, applied_seq bigint, lag_ops bigint, lag_seconds float8,
+               active boolean, seen_at timestamptz, stale boolean)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    r pgqueue.replica;
+    v_confirmed pg_lsn;
+    v_active boolean;
+BEGIN
+    FOR r IN SELECT * FROM pgqueue.replica ORDER BY replica.name LOOP
+        name := r.name;
+        method := r.method;
+        IF r.method = 'logical' THEN
+            SELECT s.confirmed_flush_lsn, s.active INTO v_confirmed, v_active
+            FROM pg_replication_slots s WHERE s.slot_name = r.slot_name;
+            active := coalesce(v_active, false);
+            seen_at := CASE WHEN active THEN now() ELSE r.seen_at END;
+            SELECT coalesce(max(o.seq), 0) INTO applied_seq
+            FROM pgqueue.op_log o WHERE v_confirmed IS NOT NULL AND o.lsn < v_confirmed;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
+            FROM pgqueue.op_log o WHERE v_confirmed IS NULL OR o.lsn >= v_confirmed;
+        ELSE
+            active := r.seen_at > now() - interval '1 minute';
+            seen_at := r.seen_at;
+            applied_seq := r.confirmed_seq;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
+            FROM pgqueue.op_log o WHERE o.seq > r.confirmed_seq;
+        END IF;
+        lag_seconds := coalesce(lag_seconds, 0);
+        stale := NOT active AND seen_at < now() - p_stale_after;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- Delete ops older than p_keep that every replica not stale has confirmed, up to p_limit.
+-- Stale replicas (gone longer than p_stale_after) are reported by replica_status, not waited
+-- on. Returns the number deleted.
+CREATE FUNCTION pgqueue.prune_op_log(p_keep interval, p_stale_after interval DEFAULT interval '1 day',
+                                     p_limit int DEFAULT 10000)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_seq bigint;
+    v_lsn pg_lsn;
+    v_n int;
+BEGIN
+    SELECT min(s.applied_seq) INTO v_seq
+    FROM pgqueue.replica_status(p_stale_after) s WHERE NOT s.stale;
+    SELECT min(rs.confirmed_flush_lsn) INTO v_lsn
+    FROM pgqueue.replica r JOIN pg_replication_slots rs ON rs.slot_name = r.slot_name
+    JOIN pgqueue.replica_status(p_stale_after) s ON s.name = r.name AND NOT s.stale
+    WHERE r.method = 'logical';
+    WITH doomed AS (
+        SELECT o.seq FROM pgqueue.op_log o
+        WHERE o.at < now() - p_keep
+          AND (v_seq IS NULL OR o.seq <= v_seq)
+          AND (v_lsn IS NULL OR o.lsn < v_lsn)
+          AND o.xid < pg_snapshot_xmin(pg_current_snapshot())
+        ORDER BY o.seq
+        LIMIT p_limit
+    )
+    DELETE FROM pgqueue.op_log o USING doomed WHERE o.seq = doomed.seq;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+-- A follower's progress, kept in the replica in the same transaction as the ops it applied:
+-- every op at or below low_seq is applied (or will never commit); mark_seq/mark_xmax are the
+-- op-log sequence and the next xid seen at the previous poll (see pgqueue/replica.py).
+CREATE TABLE pgqueue.follow_state (
+    name       text PRIMARY KEY,
+    low_seq    bigint NOT NULL DEFAULT 0,
+    mark_seq   bigint NOT NULL DEFAULT 0,
+    mark_xmax  xid8,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
