@@ -8,12 +8,12 @@ from pgqueue.models import JobInfo
 def dead_letters(conn: queries.Conn, stream: str, limit: int) -> list[JobInfo]:
     """The newest dead letters of `stream`."""
     validate.stream(stream)
-    validate.integer(limit, "limit", low=1)
+    validate.integer(limit, "limit", low=1, high=1_000_000)
     rows = queries.fetch(conn, "dead_letters", {"stream": stream, "limit": limit})
     return [JobInfo.from_row(r) for r in rows]
 
 
 def requeue(conn: queries.Conn, job_id: int) -> None:
     """Return a dead letter to pending with attempts reset (JobNotFound, DedupConflict)."""
-    validate.integer(job_id, "job_id", low=1)
+    validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
     queries.fetch(conn, "requeue_dead_letter", {"job_id": job_id})

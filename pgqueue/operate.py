@@ -7,7 +7,7 @@ from pgqueue import queries, validate
 
 
 def _job_id(job_id: int) -> int:
-    return validate.integer(job_id, "job_id", low=1)
+    return validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
 
 
 def release(conn: queries.Conn, job_id: int, *, reset_crashes: bool = False) -> None:

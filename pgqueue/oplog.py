@@ -32,7 +32,7 @@ class ReplayResult:
 def tail(conn: queries.Conn, *, limit: int = 20, stream: str | None = None,
          job_id: int | None = None) -> list[Op]:
     """The newest ops, newest first."""
-    validate.integer(limit, "limit", low=1)
+    validate.integer(limit, "limit", low=1, high=1_000_000)
     rows = queries.fetch(conn, "oplog_tail", {"limit": limit, "stream": stream, "job_id": job_id})
     return [Op(**r) for r in rows]
 

@@ -124,6 +124,37 @@ def drop_database(conn: Conn, name: str) -> None:
         raise translate(exc) from exc
 
 
+def create_subscription(conn: Conn, name: str, conninfo: str, publication: str) -> None:
+    """CREATE SUBSCRIPTION name (slot of the same name, created now, not yet enabled, no
+    initial copy: the caller seeds the replica in op-log order)."""
+    stmt = pg_sql.SQL(
+        "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH "
+        "(copy_data = false, enabled = false, create_slot = true, slot_name = {})"
+    ).format(pg_sql.Identifier(name), pg_sql.Literal(conninfo), pg_sql.Identifier(publication),
+             pg_sql.Literal(name))
+    _ddl(conn, stmt)
+
+
+def alter_subscription(conn: Conn, name: str, action: str) -> None:
+    """ALTER SUBSCRIPTION name ENABLE | DISABLE | SET (slot_name = NONE) ("detach")."""
+    clauses = {"enable": "ENABLE", "disable": "DISABLE", "detach": "SET (slot_name = NONE)"}
+    stmt = pg_sql.SQL("ALTER SUBSCRIPTION {} " + clauses[action]).format(
+        pg_sql.Identifier(name))
+    _ddl(conn, stmt)
+
+
+def drop_subscription(conn: Conn, name: str) -> None:
+    """DROP SUBSCRIPTION IF EXISTS name."""
+    _ddl(conn, pg_sql.SQL("DROP SUBSCRIPTION IF EXISTS {}").format(pg_sql.Identifier(name)))
+
+
+def _ddl(conn: Conn, stmt: pg_sql.Composed) -> None:
+    try:
+        conn.execute(stmt)
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
 def listen(conn: Conn, channel: str) -> None:
     """LISTEN on a channel (the name goes through psycopg.sql.Identifier)."""
     try:

@@ -125,7 +125,8 @@ class Queue:
 
     def ack(self, lease_: Lease) -> None:
         """The job is done: delete it. Raises LeaseLost when the lease is no longer current."""
-        if lease_.job_id not in self.ack_many([lease_]):
+        acked = self.ack_many([lease_])
+        if lease_.job_id not in acked:
             raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
 
     def ack_many(self, leases: Sequence[Lease]) -> set[int]:

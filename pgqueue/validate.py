@@ -9,6 +9,9 @@ from typing import Any
 
 MAX_STREAM_LEN = 200
 MAX_DEDUP_KEY_BYTES = 1024
+#: Durations beyond this (about 100 years) are refused rather than overflowing in SQL.
+MAX_SECONDS = 100 * 365 * 86400.0
+MAX_BIGINT = 2**63 - 1
 
 
 def stream(name: Any, arg: str = "stream") -> str:
@@ -40,6 +43,8 @@ def seconds(value: Any, arg: str, *, positive: bool = False) -> float:
         raise ValueError(f"{arg} must be a finite number of seconds, got {value}")
     if value < 0 or (positive and value == 0):
         raise ValueError(f"{arg} must be {'> 0' if positive else '>= 0'} seconds, got {value}")
+    if value > MAX_SECONDS:
+        raise ValueError(f"{arg} must be at most {MAX_SECONDS:.0f} seconds (100 years), got {value}")
     return float(value)
 
 

@@ -452,9 +452,38 @@ BEGIN
 END
 $$;
 
--- Lease up to p_limit jobs of a stream: pending by priority DESC then id, plus scheduled jobs
--- whose time has come. Each CTE locks with SKIP LOCKED and is MATERIALIZED, so the planner
--- cannot lease more rows than asked and concurrent workers never wait on each other.
+-- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
+-- at most p_limit per call: leasing does this itself, so a due job never waits for a
+-- maintenance pass, and then leases in exact priority order.
+CREATE FUNCTION pgqueue.promote_due(p_stream text, p_limit int DEFAULT 1000) RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    v_n int;
+BEGIN
+    WITH due AS (
+        SELECT id FROM pgqueue.job
+        WHERE stream = p_stream AND state = 'scheduled' AND not_before <= v_now
+        ORDER BY not_before, id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), promoted AS (
+        UPDATE pgqueue.job j SET state = 'pending' FROM due WHERE j.id = due.id
+        RETURNING j.id, j.stream
+    ), logged AS (
+        INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+        SELECT p.stream, 'Promote', p.id, jsonb_build_object('job_id', p.id, 'state', 'pending')
+        FROM promoted p ORDER BY p.id
+    )
+    SELECT count(*) INTO v_n FROM promoted;
+    RETURN v_n;
+END
+$$;
+
+-- Lease up to p_limit jobs of a stream, by priority DESC then id. The candidate CTE locks
+-- with SKIP LOCKED and is MATERIALIZED, so the planner cannot lease more rows than asked and
+-- concurrent workers never wait on each other.
 CREATE FUNCTION pgqueue.lease(
     p_stream text, p_limit int, p_visibility_ms bigint, p_worker_node int, p_worker_instance int
 ) RETURNS SETOF pgqueue.job
@@ -468,23 +497,14 @@ BEGIN
     IF p_limit < 1 OR p_visibility_ms < 0 THEN
         RAISE EXCEPTION 'lease: limit must be >= 1 and visibility >= 0' USING ERRCODE = '22023';
     END IF;
+    PERFORM pgqueue.promote_due(p_stream);
     RETURN QUERY
-    WITH ready AS MATERIALIZED (
-        SELECT id, priority FROM pgqueue.job
+    WITH pick AS MATERIALIZED (
+        SELECT id FROM pgqueue.job
         WHERE stream = p_stream AND state = 'pending'
         ORDER BY priority DESC, id
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
-    ), due AS MATERIALIZED (
-        SELECT id, priority FROM pgqueue.job
-        WHERE stream = p_stream AND state = 'scheduled' AND not_before <= v_now
-        ORDER BY not_before, id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    ), pick AS (
-        SELECT id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) c
-        ORDER BY priority DESC, id
-        LIMIT p_limit
     ), leased AS (
         UPDATE pgqueue.job j
         SET state = 'leased', lease_id = nextval('pgqueue.lease_id_seq'),
@@ -589,7 +609,7 @@ BEGIN
         RETURN;
     END IF;
     j.attempts := j.attempts + 1;
-    j.last_error := p_error;
+    j.last_error := coalesce(p_error, j.last_error);
     -- A handler's own limit (app.job(max_attempts=...)) overrides the enqueue-time one.
     j.max_attempts := coalesce(p_max_attempts, j.max_attempts);
     IF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
@@ -701,12 +721,20 @@ BEGIN
         END IF;
     END IF;
     DELETE FROM pgqueue.dead_letter WHERE id = p_job_id;
-    INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before, enqueued_at,
-        dedup_key, attempts, max_attempts, last_error, last_completed_step, cursor_step, cursor,
-        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step)
-    VALUES (d.id, d.stream, d.kind, d.payload, d.priority, 'pending', v_now, d.enqueued_at,
-        d.dedup_key, 0, d.max_attempts, d.last_error, d.last_completed_step, d.cursor_step,
-        d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash, d.crashes_by_step);
+    BEGIN
+        INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+            enqueued_at, dedup_key, attempts, max_attempts, last_error, last_completed_step,
+            cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash,
+            crashes_by_step)
+        VALUES (d.id, d.stream, d.kind, d.payload, d.priority, 'pending', v_now, d.enqueued_at,
+            d.dedup_key, 0, d.max_attempts, d.last_error, d.last_completed_step, d.cursor_step,
+            d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash,
+            d.crashes_by_step);
+    EXCEPTION WHEN unique_violation THEN
+        -- a concurrent enqueue took the key after the check above
+        RAISE EXCEPTION 'cannot requeue dead letter %: a live job now holds its dedup key', p_job_id
+            USING ERRCODE = 'PQ409';
+    END;
     INSERT INTO pgqueue.op_log (stream, op, job_id, body)
     VALUES (d.stream, 'RequeueDeadLetter', d.id, jsonb_build_object(
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
@@ -1290,6 +1318,8 @@ BEGIN
         WHERE id = p_job_id AND lease_id = p_lease_id;
     WHEN 'Ack' THEN
         DELETE FROM pgqueue.job WHERE id = p_job_id;
+    WHEN 'Promote' THEN
+        UPDATE pgqueue.job SET state = 'pending' WHERE id = p_job_id AND state = 'scheduled';
     WHEN 'Nack', 'Reclaim' THEN
         IF b ->> 'state' = 'dead' THEN
             UPDATE pgqueue.job SET max_attempts = (b ->> 'max_attempts')::int WHERE id = p_job_id;

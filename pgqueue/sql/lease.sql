@@ -1,10 +1,11 @@
 -- name: lease_jobs
--- Lease up to %(limit)s jobs of a stream (pending by priority DESC then id, plus due
--- scheduled jobs); one new lease id each.
+-- Lease up to %(limit)s jobs of a stream by priority DESC then id (due scheduled jobs are
+-- promoted to pending first); one new lease id each.
 SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, enqueued_at,
        lease_expires_at, last_completed_step, cursor_step, cursor, checkpoint_updated_at,
        schema_version, step_set_hash, crashes_by_step
-FROM pgqueue.lease(%(stream)s, %(limit)s, %(visibility_ms)s, %(worker_node)s, %(worker_instance)s)
+FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
+                   %(worker_instance)s::int)
 
 -- name: renew_leases
 -- Extend many leases and write their checkpoints in one UPDATE; returns those still current.

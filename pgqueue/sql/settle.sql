@@ -4,5 +4,5 @@ SELECT id FROM pgqueue.ack(%(job_ids)s::bigint[], %(lease_ids)s::bigint[]) AS t(
 
 -- name: nack_job
 -- One failure: back to pending after a backoff, or to the dead letters. No row: lease lost.
-SELECT dead FROM pgqueue.nack(%(job_id)s, %(lease_id)s, %(error)s, %(retry_in_ms)s,
-                          %(max_attempts)s)
+SELECT dead FROM pgqueue.nack(%(job_id)s::bigint, %(lease_id)s::bigint, %(error)s::text,
+                          %(retry_in_ms)s::bigint, %(max_attempts)s::int)

@@ -1,0 +1,121 @@
+-- name: node_get
+-- This database's role, epoch and (for a replica) its leader.
+SELECT role, epoch, name, leader, changed_at FROM pgqueue.node
+
+-- name: node_lock
+-- The role row under lock: a follower's apply and a promotion serialise on it.
+SELECT role, epoch, name, leader FROM pgqueue.node FOR UPDATE
+
+-- name: node_set_role
+SELECT role, epoch, name, leader FROM pgqueue.set_role(%(role)s, %(name)s, %(leader)s)
+
+-- name: wal_level
+SELECT current_setting('wal_level') AS wal_level
+
+-- name: publication_exists
+SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %(name)s) AS exists
+
+-- name: create_publication
+-- Logical replication of the op log: inserts only (the log is append-only; pruning is local).
+CREATE PUBLICATION pgqueue_oplog FOR TABLE pgqueue.op_log WITH (publish = 'insert')
+
+-- name: enable_apply_trigger
+SELECT pgqueue.enable_apply_trigger()
+
+-- name: disable_apply_trigger
+SELECT pgqueue.disable_apply_trigger()
+
+-- name: subscription_of
+SELECT subname, subslotname, subenabled FROM pg_subscription
+WHERE subname = %(name)s AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+
+-- name: drop_slot
+SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+WHERE slot_name = %(slot)s AND NOT active
+
+-- name: replica_register
+INSERT INTO pgqueue.replica (name, method, slot_name, dsn)
+VALUES (%(name)s, %(method)s, %(slot)s, %(dsn)s)
+ON CONFLICT (name) DO UPDATE SET method = excluded.method, slot_name = excluded.slot_name,
+    dsn = excluded.dsn, attached_at = now(), seen_at = now()
+
+-- name: replica_unregister
+DELETE FROM pgqueue.replica WHERE name = %(name)s RETURNING slot_name
+
+-- name: replica_confirm
+-- A follower reports that every op at or below %(seq)s is applied on it.
+UPDATE pgqueue.replica SET confirmed_seq = greatest(confirmed_seq, %(seq)s), seen_at = now()
+WHERE name = %(name)s RETURNING name
+
+-- name: replica_status
+SELECT name, method, applied_seq, lag_ops, lag_seconds, active, seen_at, stale
+FROM pgqueue.replica_status(%(stale_after)s * interval '1 second')
+
+-- name: oplog_prune
+SELECT pgqueue.prune_op_log(%(keep)s * interval '1 second', %(stale_after)s * interval '1 second',
+                            %(limit)s) AS pruned
+
+-- name: oplog_head
+-- The op-log sequence's last value (read before a follower's snapshot; not transactional).
+SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')), 0) AS seq
+
+-- name: snapshot_bounds
+-- This transaction's snapshot: every xid below xmin has finished; xmax is the next xid.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin,
+       pg_snapshot_xmax(pg_current_snapshot())::text AS xmax
+
+-- name: follow_state_get
+SELECT name, low_seq, mark_seq, mark_xmax::text AS mark_xmax FROM pgqueue.follow_state
+WHERE name = %(name)s
+
+-- name: follow_state_put
+INSERT INTO pgqueue.follow_state (name, low_seq, mark_seq, mark_xmax, updated_at)
+VALUES (%(name)s, %(low_seq)s, %(mark_seq)s, %(mark_xmax)s::xid8, now())
+ON CONFLICT (name) DO UPDATE SET low_seq = excluded.low_seq, mark_seq = excluded.mark_seq,
+    mark_xmax = excluded.mark_xmax, updated_at = now()
+
+-- name: oplog_span
+-- The op log's extent: a replica has caught up when it holds every seq in the leader's span.
+SELECT coalesce(min(seq), 0) AS min_seq, coalesce(max(seq), 0) AS max_seq, count(*) AS ops
+FROM pgqueue.op_log
+
+-- name: oplog_count_between
+SELECT count(*) AS ops FROM pgqueue.op_log WHERE seq BETWEEN %(lo)s AND %(hi)s
+
+-- name: transactions_older_than
+-- Other transactions that began before %(since)s (they may have read the old role).
+SELECT count(*) AS n FROM pg_stat_activity
+WHERE xact_start < %(since)s AND pid <> pg_backend_pid() AND datname = current_database()
+
+-- name: lock_op_log
+-- Pause writers (verify): every transition appends to op_log, so this blocks them until commit.
+LOCK TABLE pgqueue.op_log IN EXCLUSIVE MODE
+
+-- name: table_digests
+-- One digest per state table, ordered by key, for comparing two databases.
+SELECT 'job' AS tbl, count(*) AS n, md5(coalesce(string_agg(t::text, '|' ORDER BY t.id), '')) AS digest
+FROM pgqueue.job t
+UNION ALL
+SELECT 'dead_letter', count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t.id), ''))
+FROM pgqueue.dead_letter t
+UNION ALL
+SELECT 'stream_config', count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t.stream), ''))
+FROM pgqueue.stream_config t
+UNION ALL
+SELECT 'kind_config', count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t.stream, t.kind), ''))
+FROM pgqueue.kind_config t
+UNION ALL
+SELECT 'step_set', count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t.hash), ''))
+FROM pgqueue.step_set t
+UNION ALL
+SELECT 'schedule', count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t.stream, t.name), ''))
+FROM pgqueue.schedule t
+UNION ALL
+SELECT 'op_log', count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t.seq), ''))
+FROM pgqueue.op_log t
+
+-- name: row_digests
+-- Per-row digests of the live and dead job tables, to name the rows that differ.
+SELECT 'job' AS tbl, t.id, md5(t::text) AS digest FROM pgqueue.job t
+UNION ALL
+SELECT 'dead_letter', t.id, md5(t::text) FROM pgqueue.dead_letter t
