@@ -1,0 +1,132 @@
+"""Inspection: one job, lists, stats, and the op log as a reader sees it."""
+from __future__ import annotations
+
+import base64
+import time
+
+import pytest
+
+import pgqueue
+from pgqueue import connection
+
+
+def by_key(stats: list[pgqueue.StreamStats]) -> dict[tuple[str, str], int]:
+    return {(s.stream, s.state): s.count for s in stats}
+
+
+def test_job_returns_none_for_acked_and_unknown_ids(q: pgqueue.Queue) -> None:
+    job_id = q.enqueue(b"x")
+    [held] = q.lease()
+    q.ack(held)
+    assert q.job(job_id) is None
+    assert q.job(job_id + 1000) is None
+    assert q.job(0) is None
+    assert q.job(2**63) is None
+
+
+@pytest.mark.parametrize("state", ["pending", "scheduled", "leased", "dead", "quarantined"])
+def test_job_reports_every_state(q: pgqueue.Queue, state: str) -> None:
+    job_id = q.enqueue(b"x", delay=60 if state == "scheduled" else None,
+                       max_attempts=1 if state == "dead" else 25)
+    if state in ("leased", "dead"):
+        [held] = q.lease()
+        if state == "dead":
+            q.nack(held)
+    if state == "quarantined":
+        q.configure_stream(quarantine_after=1)
+        q.lease(visibility_timeout=0.01)
+        time.sleep(0.05)
+        assert q.reclaim_expired() == 1
+    info = q.job(job_id)
+    assert info is not None
+    assert info.state == state
+    assert info.job_id == job_id
+    assert info.stream == "default"
+
+
+def test_jobs_lists_newest_first_with_filters(dsn: str) -> None:
+    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+        a1, a2, a3 = qa.enqueue_many([pgqueue.NewJob(b"1"), pgqueue.NewJob(b"2"),
+                                      pgqueue.NewJob(b"3", delay=60)])
+        b1 = qb.enqueue(b"b")
+        [held] = qa.lease()
+        assert held.job_id == a1
+        assert [j.job_id for j in qa.jobs()] == [a3, a2, a1]
+        assert [j.job_id for j in qa.jobs(state="pending")] == [a2]
+        assert [j.job_id for j in qa.jobs(state="scheduled")] == [a3]
+        assert [j.job_id for j in qa.jobs(state="leased")] == [a1]
+        assert [j.job_id for j in qa.jobs(all_streams=True)] == [b1, a3, a2, a1]
+        assert [j.job_id for j in qa.jobs(limit=2)] == [a3, a2]
+        assert [j.job_id for j in qb.jobs()] == [b1]
+        with pytest.raises(ValueError, match="state"):
+            qa.jobs(state="running")
+
+
+def test_jobs_lists_dead_letters_too(q: pgqueue.Queue) -> None:
+    job_id = q.enqueue(b"x", max_attempts=1)
+    [held] = q.lease()
+    q.nack(held, error="e")
+    assert [(j.job_id, j.state) for j in q.jobs(state="dead")] == [(job_id, "dead")]
+    assert [j.job_id for j in q.jobs()] == [job_id]
+
+
+def test_stats_counts_jobs_by_stream_and_state(dsn: str) -> None:
+    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+        assert qa.stats() == []
+        qa.enqueue_many([pgqueue.NewJob(f"{i}") for i in range(4)])
+        qa.enqueue(b"later", delay=60)
+        qb.enqueue_many([pgqueue.NewJob(b"x", max_attempts=1), pgqueue.NewJob(b"y")])
+        qa.lease(limit=1)
+        [dying] = qb.lease(limit=1)
+        qb.nack(dying)
+        time.sleep(0.02)
+        stats = qa.stats()
+        assert by_key(stats) == {
+            ("a", "pending"): 3, ("a", "scheduled"): 1, ("a", "leased"): 1,
+            ("b", "pending"): 1, ("b", "dead"): 1,
+        }
+        assert by_key(qb.stats()) == by_key(stats)  # stats are database-wide
+        ages = {(s.stream, s.state): s.oldest_age_seconds for s in stats}
+        age = ages[("a", "pending")]
+        assert age is not None and 0 < age < 30
+
+
+def test_op_log_tells_a_jobs_whole_history(q: pgqueue.Queue, dsn: str) -> None:
+    job_id = q.enqueue(b"\x00hi", kind="k", priority=3, dedup_key="dk", max_attempts=5)
+    [held] = q.lease(worker_node=1, worker_instance=2)
+    q.renew(held, checkpoint=pgqueue.Checkpoint(cursor_step="s"))
+    q.nack(held, error="e", retry_in=0)
+    [again] = q.lease()
+    q.ack(again)
+    ops = q.op_log(job_id=job_id)
+    assert [op.op for op in ops] == ["Ack", "Lease", "Nack", "Renew", "Lease", "Enqueue"]
+    seqs = [op.seq for op in ops]
+    assert seqs == sorted(seqs, reverse=True)
+    assert {op.stream for op in ops} == {"default"}
+    enq = ops[-1].body
+    for field in ("job_id", "payload", "enqueued_at_ms", "next_job_id", "priority",
+                  "not_before_ms", "dedup_key", "attempts", "max_attempts"):
+        assert field in enq, field
+    assert (enq["job_id"], enq["priority"], enq["attempts"], enq["max_attempts"]) == (
+        job_id, 3, 0, 5)
+    assert base64.b64decode(enq["payload"]) == b"\x00hi"
+    assert base64.b64decode(enq["dedup_key"]) == b"dk"
+    assert enq["next_job_id"] > job_id
+    nack = ops[2]
+    assert (nack.lease_id, nack.body["attempts"], nack.body["last_error"]) == (
+        held.lease_id, 1, "e")
+    # each transition's op was written by its own transaction
+    assert len({op.xid for op in ops}) == len(ops)
+    with connection.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pgqueue.op_log WHERE job_id = %s",
+                           (job_id,)).fetchone()
+    assert row is not None and row[0] == 6
+
+
+def test_op_log_is_per_stream_unless_asked(dsn: str) -> None:
+    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+        a = qa.enqueue(b"a")
+        b = qb.enqueue(b"b")
+        assert [op.job_id for op in qa.op_log()] == [a]
+        assert [op.job_id for op in qa.op_log(all_streams=True)] == [b, a]
+        assert len(qa.op_log(all_streams=True, limit=1)) == 1
