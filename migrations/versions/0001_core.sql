@@ -1406,14 +1406,14 @@ $$;
 -- lock when it appends its op.
 CREATE FUNCTION pgqueue.ingest_op(
     p_seq bigint, p_stream text, p_op text, p_job_id bigint, p_lease_id bigint, p_body jsonb,
-    p_xid xid8, p_at timestamptz
+    p_xid xid8, p_at timestamptz, p_lsn pg_lsn
 ) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgqueue
 AS $$
 BEGIN
-    INSERT INTO pgqueue.op_log (seq, stream, op, job_id, lease_id, body, xid, at)
-    VALUES (p_seq, p_stream, p_op, p_job_id, p_lease_id, p_body, p_xid, p_at)
+    INSERT INTO pgqueue.op_log (seq, stream, op, job_id, lease_id, body, xid, at, lsn)
+    VALUES (p_seq, p_stream, p_op, p_job_id, p_lease_id, p_body, p_xid, p_at, p_lsn)
     ON CONFLICT (seq) DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
@@ -1434,7 +1434,8 @@ DECLARE
     v_new int := 0;
 BEGIN
     FOR o IN SELECT * FROM jsonb_populate_recordset(NULL::pgqueue.op_log, p_ops) LOOP
-        IF pgqueue.ingest_op(o.seq, o.stream, o.op, o.job_id, o.lease_id, o.body, o.xid, o.at) THEN
+        IF pgqueue.ingest_op(o.seq, o.stream, o.op, o.job_id, o.lease_id, o.body, o.xid, o.at,
+                             o.lsn) THEN
             v_new := v_new + 1;
         END IF;
     END LOOP;

@@ -1,0 +1,369 @@
+"""Replicas: databases that hold the leader's queue state by consuming its op log.
+
+Two ways to consume, one apply path (pgqueue.apply_op, as `pgqueue oplog replay` uses):
+
+- attach (logical replication): a publication of op_log on the leader, a subscription on the
+  replica, and an ENABLE ALWAYS trigger there that applies each op as it arrives, in commit
+  order, skipping a seq already applied. The subscription's slot is created first; the replica
+  is then seeded from a leader snapshot in seq order (ops committed after the slot was made
+  arrive again through it and are skipped), and only then is the subscription enabled.
+- follow (a long-running reader, where logical replication is not available): polls the
+  leader and applies ops whose writing transaction is below its snapshot's xmin. Its low-water
+  mark only moves past a seq once every transaction that could still hold a lower seq has
+  finished (it remembers the op-log sequence and the next xid at the previous poll), so a late
+  commit is never skipped; its position is stored in the replica in the same transaction as
+  the ops it applied, and reported to the leader.
+
+promote() turns a replica into the leader: demote the old leader when reachable and wait for
+everything it committed, stop consuming, move sequences past every applied id, flip the role
+and bump the epoch.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgqueue import connection, oplog, queries, schema
+from pgqueue.errors import ConnectionFailed, PgQueueError
+
+log = logging.getLogger("pgqueue.replica")
+
+PUBLICATION = "pgqueue_oplog"
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+BATCH = 2000
+
+
+def check_name(name: str) -> str:
+    """A replica name: lowercase letters, digits and _, starting with a letter (it names a
+    subscription and a replication slot)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"replica name must match {_NAME.pattern}, got {name!r}")
+    return name
+
+
+def subscription_name(name: str) -> str:
+    return f"pgqueue_{check_name(name)}"
+
+
+def role(dsn: str) -> dict[str, Any]:
+    """The database's role row (role, epoch, name, leader)."""
+    with connection.connect(dsn) as conn:
+        row = queries.fetch_one(conn, "node_get")
+    assert row is not None
+    return row
+
+
+# -- attach (logical replication) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttachResult:
+    name: str
+    method: str
+    seeded_ops: int
+
+
+def _prepare_replica(leader_dsn: str, replica_dsn: str, name: str) -> None:
+    """Migrate the replica and set its role. A database in leader role that has ops of its
+    own is refused: its seqs would collide with the leader's."""
+    schema.migrate(replica_dsn)
+    with connection.connect(replica_dsn) as conn:
+        node = queries.fetch_one(conn, "node_get")
+        span = queries.fetch_one(conn, "oplog_span")
+        assert node is not None and span is not None
+        if node["role"] == "leader" and span["ops"]:
+            raise PgQueueError(
+                f"{connection.describe(replica_dsn)} is a leader with {span['ops']} ops of its "
+                "own; a replica must start from an empty pgqueue database")
+        queries.fetch(conn, "node_set_role", {
+            "role": "replica", "name": name, "leader": connection.redact(leader_dsn)})
+
+
+def attach(leader_dsn: str, replica_dsn: str, name: str) -> AttachResult:
+    """Attach a replica through Postgres logical replication (the leader needs
+    wal_level=logical; use follow() otherwise)."""
+    check_name(name)
+    sub = subscription_name(name)
+    with connection.connect(leader_dsn) as conn:
+        connection.check_schema(conn)
+        level = queries.scalar(conn, "wal_level")
+        if level != "logical":
+            raise PgQueueError(
+                f"the leader at {connection.describe(leader_dsn)} has wal_level={level}; logical "
+                "replication needs wal_level=logical (or use `pgqueue replica follow`)")
+        if not queries.scalar(conn, "publication_exists", {"name": PUBLICATION}):
+            queries.fetch(conn, "create_publication")
+    _prepare_replica(leader_dsn, replica_dsn, name)
+    with connection.connect(replica_dsn) as conn:
+        queries.fetch(conn, "enable_apply_trigger")
+        if queries.fetch_one(conn, "subscription_of", {"name": sub}) is None:
+            queries.create_subscription(conn, sub, leader_dsn, PUBLICATION)
+    seeded = oplog.replay(leader_dsn, replica_dsn)
+    with connection.connect(replica_dsn) as conn:
+        queries.alter_subscription(conn, sub, "enable")
+    with connection.connect(leader_dsn) as conn:
+        queries.fetch(conn, "replica_register", {
+            "name": name, "method": "logical", "slot": sub,
+            "dsn": connection.redact(replica_dsn)})
+    log.info("replica %s attached by logical replication (%d ops seeded)", name, seeded.applied)
+    return AttachResult(name=name, method="logical", seeded_ops=seeded.applied)
+
+
+# -- follow (polling reader) --------------------------------------------------------------------
+
+
+@dataclass
+class Follower:
+    """Consumes the leader's op log into the replica without logical replication."""
+
+    leader_dsn: str
+    replica_dsn: str
+    name: str
+    poll_interval: float = 0.5
+    batch: int = BATCH
+    applied: int = 0
+    polls: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def setup(self) -> None:
+        """Migrate the replica, set its role and register it on the leader."""
+        _prepare_replica(self.leader_dsn, self.replica_dsn, self.name)
+        with connection.connect(self.leader_dsn) as conn:
+            connection.check_schema(conn)
+            queries.fetch(conn, "replica_register", {
+                "name": self.name, "method": "follow", "slot": None,
+                "dsn": connection.redact(self.replica_dsn)})
+
+    def poll(self) -> int:
+        """One pass: apply every committed op not yet applied; returns how many were new.
+        Returns -1 when the replica was promoted meanwhile (the follower must stop)."""
+        with connection.connect(self.leader_dsn, autocommit=True) as lead, \
+                connection.connect(self.replica_dsn, autocommit=False) as rep:
+            state = queries.fetch_one(rep, "follow_state_get", {"name": self.name}) or {
+                "low_seq": 0, "mark_seq": 0, "mark_xmax": None}
+            rep.commit()
+            head = int(queries.scalar(lead, "oplog_head") or 0)  # before the snapshot
+            lead.autocommit = False
+            lead.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            lead.read_only = True
+            bounds = queries.fetch_one(lead, "snapshot_bounds")
+            assert bounds is not None
+            xmin, xmax = int(bounds["xmin"]), int(bounds["xmax"])
+            low = int(state["low_seq"])
+            after, new = low, 0
+            while True:
+                rows = queries.fetch(lead, "oplog_committed_batch",
+                                     {"after": after, "limit": self.batch})
+                if not rows:
+                    break
+                node = queries.fetch_one(rep, "node_lock")
+                if node is None or node["role"] != "replica":
+                    rep.rollback()
+                    return -1
+                new += int(queries.scalar(rep, "oplog_ingest",
+                                          {"ops": Jsonb([r["op"] for r in rows])}) or 0)
+                rep.commit()
+                after = rows[-1]["seq"]
+            lead.rollback()
+            # Every seq at or below the previous poll's head is final once every transaction
+            # that could hold one (xid below that poll's xmax) has finished, i.e. xmin has
+            # passed it; this poll then read them all.
+            mark_seq, mark_xmax = int(state["mark_seq"]), state["mark_xmax"]
+            if mark_xmax is not None and xmin >= int(mark_xmax):
+                low = max(low, mark_seq)
+                mark_xmax = None
+            if mark_xmax is None:
+                mark_seq, mark_xmax = head, str(xmax)
+            queries.fetch(rep, "follow_state_put", {
+                "name": self.name, "low_seq": low, "mark_seq": mark_seq, "mark_xmax": mark_xmax})
+            rep.commit()
+            lead.read_only = False
+            lead.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+            queries.fetch(lead, "replica_confirm", {"name": self.name, "seq": low})
+            lead.commit()
+        self.applied += new
+        self.polls += 1
+        return new
+
+    def run(self, *, setup: bool = True) -> None:
+        """Poll until stop() or promotion; lost connections are retried with backoff."""
+        if setup:
+            self.setup()
+        delay = self.poll_interval
+        while not self._stop.is_set():
+            try:
+                new = self.poll()
+                if new < 0:
+                    log.info("replica %s was promoted; follower stops", self.name)
+                    return
+                delay = self.poll_interval
+                if new >= self.batch:
+                    continue
+            except ConnectionFailed as exc:
+                log.warning("follower %s: %s; retrying in %.1fs", self.name, exc, delay)
+                delay = min(delay * 2, 10.0)
+            self._stop.wait(delay)
+
+
+# -- status, verify, prune ------------------------------------------------------------------------
+
+
+def status(leader_dsn: str, *, stale_after: float = 86400.0) -> list[dict[str, Any]]:
+    """The leader's replicas with their applied position and lag (ops, seconds)."""
+    with connection.connect(leader_dsn) as conn:
+        connection.check_schema(conn)
+        return queries.fetch(conn, "replica_status", {"stale_after": stale_after})
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    identical: bool
+    op_seq: int
+    differences: list[str]
+
+
+def _caught_up(rep: queries.Conn, span: dict[str, Any]) -> bool:
+    if not span["ops"]:
+        return True
+    have = queries.scalar(rep, "oplog_count_between", {"lo": span["min_seq"], "hi": span["max_seq"]})
+    return int(have or 0) >= int(span["ops"])
+
+
+def verify(leader_dsn: str, replica_dsn: str, *, timeout: float = 60.0) -> VerifyResult:
+    """Compare the queue state of leader and replica at one op-log position: writers on the
+    leader are paused (op_log locked) until the replica holds every op and both are digested."""
+    with connection.connect(leader_dsn, autocommit=False) as lead, \
+            connection.connect(replica_dsn) as rep:
+        queries.fetch(lead, "lock_op_log")
+        span = queries.fetch_one(lead, "oplog_span")
+        assert span is not None
+        deadline = time.monotonic() + timeout
+        while not _caught_up(rep, span):
+            if time.monotonic() > deadline:
+                lead.rollback()
+                return VerifyResult(False, int(span["max_seq"]), [
+                    f"the replica did not apply the leader's ops up to seq {span['max_seq']} "
+                    f"within {timeout:.0f}s"])
+            time.sleep(0.05)
+        ours = {r["tbl"]: r for r in queries.fetch(lead, "table_digests")}
+        theirs = {r["tbl"]: r for r in queries.fetch(rep, "table_digests")}
+        differences: list[str] = []
+        for table, mine in ours.items():
+            other = theirs.get(table)
+            if other is None or other["digest"] != mine["digest"]:
+                differences.append(f"{table}: leader {mine['n']} rows, replica "
+                                   f"{other['n'] if other else 0} rows, contents differ")
+        if differences:
+            a = {(r["tbl"], r["id"]): r["digest"] for r in queries.fetch(lead, "row_digests")}
+            b = {(r["tbl"], r["id"]): r["digest"] for r in queries.fetch(rep, "row_digests")}
+            for key in sorted(set(a) | set(b))[:10_000]:
+                if a.get(key) != b.get(key):
+                    where = ("only on the leader" if key not in b else
+                             "only on the replica" if key not in a else "differs")
+                    differences.append(f"{key[0]} id {key[1]}: {where}")
+        lead.rollback()
+    return VerifyResult(not differences, int(span["max_seq"]), differences)
+
+
+def prune(leader_dsn: str, *, keep: float = 7 * 86400.0, stale_after: float = 86400.0,
+          batch: int = 10_000) -> int:
+    """Delete ops older than `keep` seconds that every attached replica has confirmed, in
+    batches; replicas silent longer than `stale_after` are not waited on."""
+    total = 0
+    with connection.connect(leader_dsn) as conn:
+        connection.check_schema(conn)
+        while True:
+            n = int(queries.scalar(conn, "oplog_prune", {
+                "keep": keep, "stale_after": stale_after, "limit": batch}) or 0)
+            total += n
+            if n < batch:
+                return total
+
+
+# -- promote -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PromoteResult:
+    epoch: int
+    old_leader_reached: bool
+    applied_seq: int
+    notes: list[str]
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise PgQueueError(f"promote: timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def promote(replica_dsn: str, *, old_leader_dsn: str | None = None,
+            timeout: float = 60.0) -> PromoteResult:
+    """Make a replica the leader (see the module docstring for the order of steps)."""
+    notes: list[str] = []
+    node = role(replica_dsn)
+    if node["role"] == "leader":
+        raise PgQueueError(f"{connection.describe(replica_dsn)} is already the leader "
+                           f"(epoch {node['epoch']})")
+    name = node["name"] or "replica"
+    reached = False
+    if old_leader_dsn is not None:
+        try:
+            with connection.connect(old_leader_dsn, connect_timeout=5) as lead, \
+                    connection.connect(replica_dsn) as rep:
+                demoted_at = dt.datetime.now(dt.timezone.utc)
+                queries.fetch(lead, "node_set_role", {
+                    "role": "replica", "name": None, "leader": connection.redact(replica_dsn)})
+                reached = True
+                # Transactions that read the old role before the demotion may still commit.
+                _wait("the old leader's in-flight transactions", lambda: int(queries.scalar(
+                    lead, "transactions_older_than", {"since": demoted_at}) or 0) == 0, timeout)
+                found = queries.fetch_one(lead, "oplog_span")
+                assert found is not None
+                leader_span: dict[str, Any] = found
+                _wait(f"the replica to apply the old leader's ops up to seq {found['max_seq']}",
+                      lambda: _caught_up(rep, leader_span), timeout)
+                queries.fetch(lead, "replica_unregister", {"name": name})
+        except ConnectionFailed as exc:
+            notes.append(f"the old leader was not reachable ({exc}); ops it committed after "
+                         "the replica's last applied op are lost")
+    else:
+        notes.append("no old leader given: ops it committed after the replica's last applied "
+                     "op may be lost")
+    sub = subscription_name(name) if _NAME.match(name) else None
+    with connection.connect(replica_dsn) as rep:
+        if sub and queries.fetch_one(rep, "subscription_of", {"name": sub}) is not None:
+            queries.alter_subscription(rep, sub, "disable")
+            queries.alter_subscription(rep, sub, "detach")
+            queries.drop_subscription(rep, sub)
+            if reached and old_leader_dsn is not None:
+                with connection.connect(old_leader_dsn) as lead:
+                    queries.fetch(lead, "drop_slot", {"slot": sub})
+        queries.fetch(rep, "disable_apply_trigger")
+        with rep.transaction():
+            queries.fetch(rep, "node_lock")  # a follower applying now finishes first
+            queries.fetch(rep, "advance_sequences")
+            promoted = queries.fetch_one(rep, "node_set_role",
+                                         {"role": "leader", "name": None, "leader": None})
+        span = queries.fetch_one(rep, "oplog_span")
+    assert promoted is not None and span is not None
+    log.info("promoted %s to leader, epoch %s", connection.describe(replica_dsn), promoted["epoch"])
+    return PromoteResult(epoch=int(promoted["epoch"]), old_leader_reached=reached,
+                         applied_seq=int(span["max_seq"]), notes=notes)
