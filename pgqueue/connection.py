@@ -3,6 +3,7 @@ that the database carries the schema this library was written for.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -12,7 +13,7 @@ __all__ = ["conninfo_to_dict"]
 from psycopg_pool import ConnectionPool
 
 from pgqueue import queries
-from pgqueue.errors import ConnectionFailed, SchemaMissing, SchemaTooNew
+from pgqueue.errors import ConnectionFailed, NotLeader, SchemaMissing, SchemaTooNew
 
 #: The alembic revision this library's SQL was written against (revision ids are integers).
 SCHEMA_REVISION = "0001"
@@ -87,3 +88,30 @@ def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue") -> Connecti
     )
     pool.open(wait=True, timeout=30.0)
     return pool
+
+
+def dsn_list(dsn: str | Sequence[str]) -> list[str]:
+    """One DSN or several (a replica set): always a non-empty list."""
+    dsns = [dsn] if isinstance(dsn, str) else list(dsn)
+    if not dsns or not all(isinstance(d, str) and d for d in dsns):
+        raise TypeError("dsn must be a non-empty connection string or a list of them")
+    return dsns
+
+
+def find_leader(dsns: Sequence[str], *, connect_timeout: int = 5) -> str:
+    """The first DSN whose database is in leader role. Unreachable ones are passed over;
+    with one DSN it is returned as is (its role is checked by every write)."""
+    if len(dsns) == 1:
+        return dsns[0]
+    problems: list[str] = []
+    for dsn in dsns:
+        try:
+            with connect(dsn, connect_timeout=connect_timeout) as conn:
+                row = queries.fetch_one(conn, "node_get")
+        except (ConnectionFailed, SchemaMissing) as exc:
+            problems.append(str(exc))
+            continue
+        if row is not None and row["role"] == "leader":
+            return dsn
+        problems.append(f"{describe(dsn)} is a replica")
+    raise NotLeader("no leader among the given databases: " + "; ".join(problems))

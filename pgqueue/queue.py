@@ -6,10 +6,12 @@ and calls one stage module, so every call is one statement and one round trip.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg_pool import PoolTimeout
 
@@ -27,21 +29,65 @@ from pgqueue import (
     settle,
     validate,
 )
-from pgqueue.errors import ConnectionFailed, LeaseLost
+from pgqueue.errors import ConnectionFailed, LeaseLost, NotLeader, PgQueueError
 from pgqueue.models import Checkpoint, JobInfo, Lease, NewJob, Op, StreamStats
 from pgqueue.queries import Conn
 from pgqueue.schedule import Schedule, TickResult
 
+R = TypeVar("R")
+
+
+def _follow_leader(method: Callable[..., R]) -> Callable[..., R]:
+    """Given several DSNs, a call refused because its database turned out to be a replica
+    moves to the leader and runs again (refused writes changed nothing, so this is safe)."""
+
+    @functools.wraps(method)
+    @_follow_leader
+    def wrapper(self: Queue, *args: Any, **kwargs: Any) -> R:
+        try:
+            return method(self, *args, **kwargs)
+        except NotLeader:
+            if not self._move_to_leader():
+                raise
+            return method(self, *args, **kwargs)
+        except ConnectionFailed:
+            self._move_to_leader()  # the next call goes to the new leader, if there is one
+            raise
+
+    return wrapper
+
 
 class Queue:
-    """One stream of a pgqueue database. Thread-safe; use as a context manager or close()."""
+    """One stream of a pgqueue database. Thread-safe; use as a context manager or close().
 
-    def __init__(self, dsn: str, stream: str = "default", *, pool_size: int = 4) -> None:
-        if not isinstance(dsn, str) or not dsn:
-            raise TypeError("dsn must be a non-empty connection string")
+    `dsn` may be a list of DSNs (a leader and its replicas): the Queue uses the one in leader
+    role and moves on when it turns out to be a replica."""
+
+    def __init__(self, dsn: str | Sequence[str], stream: str = "default", *,
+                 pool_size: int = 4) -> None:
+        self.dsns = connection.dsn_list(dsn)
         self.stream = validate.stream(stream)
-        self.dsn = dsn
-        self._pool = connection.open_pool(dsn, max_size=pool_size, name=f"pgqueue:{stream}")
+        self._pool_size = pool_size
+        self._lock = threading.Lock()
+        self.dsn = connection.find_leader(self.dsns)
+        self._pool = connection.open_pool(self.dsn, max_size=pool_size, name=f"pgqueue:{stream}")
+
+    def _move_to_leader(self) -> bool:
+        """Switch the pool to the current leader; False when there is no other to go to."""
+        if len(self.dsns) < 2:
+            return False
+        with self._lock:
+            try:
+                leader = connection.find_leader(self.dsns)
+            except PgQueueError:
+                return False
+            if leader == self.dsn:
+                return False
+            old, self.dsn = self._pool, leader
+            self._pool = connection.open_pool(leader, max_size=self._pool_size,
+                                              name=f"pgqueue:{self.stream}")
+        old.close()
+        return True
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -91,6 +137,7 @@ class Queue:
                      schema_version=schema_version)
         return self.enqueue_many([job], conn=conn)[0]
 
+    @_follow_leader
     def enqueue_many(self, jobs: Sequence[NewJob], *, conn: Conn | None = None) -> list[int]:
         """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
         if conn is not None:
@@ -100,6 +147,7 @@ class Queue:
 
     # -- lease and settle --------------------------------------------------------------------
 
+    @_follow_leader
     def lease(self, limit: int = 1, *, visibility_timeout: float = 30.0, worker_node: int = 0,
               worker_instance: int = 0) -> list[Lease]:
         """Lease up to `limit` ready jobs, highest priority first, FIFO within a priority."""
@@ -107,6 +155,7 @@ class Queue:
             return lease.lease(conn, self.stream, limit, visibility_timeout, worker_node,
                                worker_instance)
 
+    @_follow_leader
     def renew(self, lease_: Lease, *, visibility_timeout: float | None = None,
               checkpoint: Checkpoint | None = None) -> dt.datetime:
         """Extend a lease (by its own visibility timeout unless given) and write the checkpoint
@@ -123,17 +172,20 @@ class Queue:
         with self.connection() as conn:
             return lease.renew_many(conn, items)
 
+    @_follow_leader
     def ack(self, lease_: Lease) -> None:
         """The job is done: delete it. Raises LeaseLost when the lease is no longer current."""
         acked = self.ack_many([lease_])
         if lease_.job_id not in acked:
             raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
 
+    @_follow_leader
     def ack_many(self, leases: Sequence[Lease]) -> set[int]:
         """Ack many leases in one statement; returns the job ids acked."""
         with self.connection() as conn:
             return settle.ack_many(conn, leases)
 
+    @_follow_leader
     def nack(self, lease_: Lease, *, error: str | None = None,
              retry_in: float | dt.timedelta | None = None) -> bool:
         """Record a failure; returns True when the job went to the dead letters. Retries after
@@ -145,6 +197,7 @@ class Queue:
             raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
         return dead
 
+    @_follow_leader
     def reclaim_expired(self) -> int:
         """Return every expired lease, of every stream, to pending (or dead, or quarantined)."""
         with self.connection() as conn:
@@ -152,21 +205,25 @@ class Queue:
 
     # -- dead letters and inspection ---------------------------------------------------------
 
+    @_follow_leader
     def dead_letters(self, limit: int = 100) -> list[JobInfo]:
         """This stream's dead letters, newest first."""
         with self.connection() as conn:
             return deadletter.dead_letters(conn, self.stream, limit)
 
+    @_follow_leader
     def requeue_dead_letter(self, job_id: int) -> None:
         """Return a dead letter to pending with attempts reset."""
         with self.connection() as conn:
             deadletter.requeue(conn, job_id)
 
+    @_follow_leader
     def job(self, job_id: int) -> JobInfo | None:
         """A job of any stream in any set; None when acked or unknown."""
         with self.connection() as conn:
             return inspect.job(conn, job_id)
 
+    @_follow_leader
     def jobs(self, *, state: str | None = None, all_streams: bool = False,
              limit: int = 100) -> list[JobInfo]:
         """Jobs of this stream (or every stream), newest first, optionally in one state."""
@@ -174,11 +231,13 @@ class Queue:
             return inspect.jobs(conn, stream=None if all_streams else self.stream, state=state,
                                 limit=limit)
 
+    @_follow_leader
     def stats(self) -> list[StreamStats]:
         """Job counts by stream and state, across the database."""
         with self.connection() as conn:
             return inspect.stats(conn)
 
+    @_follow_leader
     def configure_stream(self, *, retry_base: float | None = None, retry_cap: float | None = None,
                          quarantine_after: int | None = None) -> None:
         """Set this stream's retry backoff (seconds) and crash quarantine threshold."""
@@ -186,6 +245,7 @@ class Queue:
             inspect.configure_stream(conn, self.stream, retry_base=retry_base,
                                      retry_cap=retry_cap, quarantine_after=quarantine_after)
 
+    @_follow_leader
     def op_log(self, *, limit: int = 20, job_id: int | None = None,
                all_streams: bool = False) -> list[Op]:
         """The newest ops of this stream (or every stream), newest first."""
@@ -195,6 +255,7 @@ class Queue:
 
     # -- worker-side and operator transitions -------------------------------------------------
 
+    @_follow_leader
     def return_lease(self, lease_: Lease) -> None:
         """Give a lease back without costing an attempt (checkpoint kept): leased -> pending.
         Raises LeaseLost when the lease is no longer current."""
@@ -204,47 +265,56 @@ class Queue:
         if not rows:
             raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
 
+    @_follow_leader
     def release(self, job_id: int, *, reset_crashes: bool = False) -> None:
         """Let a quarantined or undecodable job run again."""
         with self.connection() as conn:
             operate.release(conn, job_id, reset_crashes=reset_crashes)
 
+    @_follow_leader
     def rewind(self, job_id: int, to_step: str) -> None:
         """Make a step job's next run start at `to_step`."""
         with self.connection() as conn:
             operate.rewind(conn, job_id, to_step)
 
+    @_follow_leader
     def restart(self, job_id: int) -> None:
         """Drop a job's checkpoint: it runs from step one."""
         with self.connection() as conn:
             operate.restart(conn, job_id)
 
+    @_follow_leader
     def skip_step(self, job_id: int) -> str:
         """Count a job's step in progress as done without running it; returns its name."""
         with self.connection() as conn:
             return operate.skip_step(conn, job_id)
 
+    @_follow_leader
     def accept_step_set(self, job_id: int) -> None:
         """Accept the new step list of a job parked as step_set_changed."""
         with self.connection() as conn:
             operate.accept_step_set(conn, job_id)
 
+    @_follow_leader
     def cancel(self, job_id: int) -> None:
         """Remove a job that is not leased (live or dead) for good."""
         with self.connection() as conn:
             operate.cancel(conn, job_id)
 
+    @_follow_leader
     def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
         """The recorded step list behind a step-set hash."""
         with self.connection() as conn:
             row = queries.fetch_one(conn, "step_set_by_hash", {"hash": step_set_hash})
         return None if row is None else list(row["steps"])
 
+    @_follow_leader
     def workers(self) -> list[dict[str, Any]]:
         """Registered worker processes and how many leases each holds."""
         with self.connection() as conn:
             return queries.fetch(conn, "list_workers")
 
+    @_follow_leader
     def configure_kind(self, kind: str, *, quarantine_after: int | None) -> None:
         """Set (None: remove) a kind's crash quarantine threshold in this stream."""
         validate.kind(kind)
@@ -256,6 +326,7 @@ class Queue:
 
     # -- schedules ---------------------------------------------------------------------------
 
+    @_follow_leader
     def upsert_schedule(self, name: str, cron: str, payload: Any = b"", *, kind: str | None = None,
                         timezone: str = "UTC", priority: int = 0, max_attempts: int = 25,
                         catch_up: str = "one", misfire_grace: float = 60.0,
@@ -269,31 +340,37 @@ class Queue:
                                    max_attempts=max_attempts, catch_up=catch_up,
                                    misfire_grace=misfire_grace, paused=paused)
 
+    @_follow_leader
     def schedules(self) -> list[Schedule]:
         """This stream's schedules, by name."""
         with self.connection() as conn:
             return schedule.list_(conn, self.stream)
 
+    @_follow_leader
     def schedule(self, name: str) -> Schedule | None:
         """One schedule of this stream, or None."""
         with self.connection() as conn:
             return schedule.get(conn, self.stream, name)
 
+    @_follow_leader
     def pause_schedule(self, name: str) -> Schedule:
         """Stop firing a schedule (JobNotFound when there is none)."""
         with self.connection() as conn:
             return schedule.set_paused(conn, self.stream, name, True)
 
+    @_follow_leader
     def resume_schedule(self, name: str) -> Schedule:
         """Fire again from the next tick after now (ticks while paused do not fire)."""
         with self.connection() as conn:
             return schedule.set_paused(conn, self.stream, name, False)
 
+    @_follow_leader
     def remove_schedule(self, name: str) -> None:
         """Delete a schedule (JobNotFound when there is none)."""
         with self.connection() as conn:
             schedule.remove(conn, self.stream, name)
 
+    @_follow_leader
     def tick_schedules(self, *, now: dt.datetime | None = None) -> TickResult:
         """Run one tick pass over every stream's due schedules (maintenance does this)."""
         with self.connection() as conn:

@@ -31,7 +31,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgqueue import connection, lease, queries, settle, steps, validate
 from pgqueue.app import App, StepJob
-from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
+from pgqueue.errors import ConnectionFailed, LeaseLost, NotLeader, PgQueueError
 from pgqueue.maintain import Maintainer
 from pgqueue.models import Lease
 from pgqueue.steps import Held
@@ -51,7 +51,7 @@ class Worker:
     def __init__(
         self,
         app: App,
-        dsn: str,
+        dsn: str | Sequence[str],
         *,
         streams: Sequence[str] = ("default",),
         concurrency: int = 4,
@@ -71,7 +71,8 @@ class Worker:
         if not self.streams:
             raise ValueError("streams must name at least one stream")
         self.app = app
-        self.dsn = dsn
+        self.dsns = connection.dsn_list(dsn)
+        self.dsn = self.dsns[0]  # the leader among dsns, found at start and after failover
         self.concurrency = validate.integer(concurrency, "concurrency", low=1, high=10_000)
         self.visibility_timeout = validate.seconds(visibility_timeout, "visibility_timeout",
                                                    positive=True)
@@ -148,21 +149,48 @@ class Worker:
 
         return restore
 
-    def _start(self) -> None:
-        self._pool = self._retry(lambda: connection.open_pool(
-            self.dsn, max_size=self.concurrency + 2, name="pgqueue-worker"), "connect",
-            until=self._stopping)
-        if self._pool is None:
-            return
+    def _open(self) -> ConnectionPool[Any]:
+        self.dsn = connection.find_leader(self.dsns)
+        return connection.open_pool(self.dsn, max_size=self.concurrency + 2, name="pgqueue-worker")
+
+    def _register(self) -> bool:
         row = self._retry(lambda: self._db(lambda c: queries.fetch_one(c, "register_worker", {
             "node": self.node, "host": socket.gethostname(), "pid": os.getpid(),
             "streams": self.streams, "concurrency": self.concurrency})), "register",
             until=self._stopping)
         if row is None:
-            return
+            return False
         self.worker_id = int(row["id"])
         self._retry(lambda: self._db(self._register_handlers), "register handlers",
                     until=self._stopping)
+        return True
+
+    def _failover(self) -> None:
+        """The database turned out to be a replica: move to the leader among self.dsns."""
+        with self._held_lock:
+            try:
+                leader = connection.find_leader(self.dsns)
+            except PgQueueError as exc:
+                log.warning("worker %s: no leader to move to yet: %s", self.worker_id, exc)
+                return
+            if leader == self.dsn:
+                return
+            old = self._pool
+            self.dsn = leader
+            self._pool = connection.open_pool(leader, max_size=self.concurrency + 2,
+                                              name="pgqueue-worker")
+        if self._maintainer is not None:
+            self._maintainer.dsn = leader
+        if old is not None:
+            old.close()
+        log.warning("worker %s: moved to the leader at %s", self.worker_id,
+                    connection.describe(leader))
+        threading.Thread(target=self._register, daemon=True).start()
+
+    def _start(self) -> None:
+        self._pool = self._retry(self._open, "connect", until=self._stopping)
+        if self._pool is None or not self._register():
+            return
         log.info("worker %s started: streams=%s concurrency=%d", self.worker_id,
                  ",".join(self.streams), self.concurrency)
         targets: list[tuple[str, Callable[[], None]]] = [
@@ -193,13 +221,21 @@ class Worker:
     # -- database access with retries --------------------------------------------------------
 
     def _db(self, fn: Callable[[queries.Conn], T]) -> T:
-        assert self._pool is not None
+        pool = self._pool
+        assert pool is not None
         try:
-            with self._pool.connection(timeout=10.0) as conn:
+            with pool.connection(timeout=10.0) as conn:
                 return fn(conn)
         except PoolTimeout as exc:
+            if len(self.dsns) > 1:
+                self._failover()
             raise ConnectionFailed(
                 f"no connection to Postgres at {connection.describe(self.dsn)}: {exc}") from None
+        except NotLeader as exc:
+            if len(self.dsns) < 2:
+                raise
+            self._failover()
+            raise ConnectionFailed(f"{exc}; moving to the leader") from None
 
     def _retry(self, fn: Callable[[], T], what: str, *, deadline: float | None = None,
                until: threading.Event | None = None) -> T | None:
@@ -433,10 +469,11 @@ class Worker:
         delay = 0.1
         while not self._finished.is_set():
             try:
-                with connection.connect(self.dsn) as conn:
+                current = self.dsn
+                with connection.connect(current) as conn:
                     queries.listen(conn, NOTIFY_CHANNEL)
                     delay = 0.1
-                    while not self._finished.is_set():
+                    while not self._finished.is_set() and current == self.dsn:
                         for note in conn.notifies(timeout=1.0):
                             if note.payload in self.streams:
                                 self._wake.set()
