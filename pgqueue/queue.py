@@ -42,7 +42,6 @@ def _follow_leader(method: Callable[..., R]) -> Callable[..., R]:
     moves to the leader and runs again (refused writes changed nothing, so this is safe)."""
 
     @functools.wraps(method)
-    @_follow_leader
     def wrapper(self: Queue, *args: Any, **kwargs: Any) -> R:
         try:
             return method(self, *args, **kwargs)
