@@ -21,6 +21,7 @@ from .jobs import jobs
 from .operate import inspect as _inspect  # noqa: F401  (registers the operator commands)
 from .oplog import oplog
 from .queue_cmds import enqueue, stats
+from .replica import replica_group
 from .schedules import schedules
 from .sql import sql
 from .worker import maintain_cmd, worker, workers
@@ -59,6 +60,7 @@ main.add_command(oplog)
 main.add_command(sql)
 main.add_command(demo)
 main.add_command(schedules)
+main.add_command(replica_group)
 main.add_command(worker)
 main.add_command(workers)
 main.add_command(maintain_cmd)

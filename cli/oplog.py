@@ -115,3 +115,26 @@ def replay(source: str, target: str, as_json: bool) -> None:
         return
     click.echo(f"read {result.read} ops from {connection.describe(source)}, applied "
                f"{result.applied} to {connection.describe(target)} (last seq {result.last_seq})")
+
+
+@oplog.command()
+@click.option("--keep", type=click.FloatRange(min=0), default=7 * 86400.0, show_default=True,
+              metavar="SECONDS", help="Keep ops younger than this (they are the jobs' history).")
+@click.option("--stale-after", type=click.FloatRange(min=0), default=86400.0, show_default=True,
+              metavar="SECONDS", help="A replica silent this long is reported, not waited on.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def prune(keep: float, stale_after: float, as_json: bool) -> None:
+    """Delete old ops that every attached replica has confirmed, in batches."""
+    from pgqueue import replica
+
+    from .common import dsn
+
+    n = replica.prune(dsn(), keep=keep, stale_after=stale_after)
+    stale = [r["name"] for r in replica.status(dsn(), stale_after=stale_after) if r["stale"]]
+    if as_json:
+        print_json({"pruned": n, "stale_replicas": stale})
+        return
+    click.echo(f"pruned {n} op(s)")
+    for name in stale:
+        click.echo(f"replica {name} has been silent longer than {stale_after:.0f}s: not waited on",
+                   err=True)

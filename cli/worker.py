@@ -6,6 +6,7 @@ forget dead workers) on a timer, or once with --once.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -89,7 +90,8 @@ def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> None:
-    """Reclaim expired leases and forget dead workers, every INTERVAL seconds (or --once).
+    """Reclaim expired leases, fire due cron ticks, prune the op log and forget dead workers,
+    every INTERVAL seconds (or --once).
 
     Safe to run anywhere, any number of times: runners elect one of themselves with a Postgres
     advisory lock, and every pass is idempotent."""
@@ -99,11 +101,11 @@ def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> N
             connection.check_schema(conn)
             result = maintain.run_pass(conn)
         if as_json:
-            common.print_json({"reclaimed": result.reclaimed,
-                               "workers_pruned": result.workers_pruned})
+            common.print_json(dataclasses.asdict(result))
         else:
-            click.echo(f"reclaimed {result.reclaimed} expired lease(s); "
-                       f"forgot {result.workers_pruned} silent worker(s)")
+            click.echo(f"reclaimed {result.reclaimed} expired lease(s); fired "
+                       f"{result.schedules_fired} schedule tick(s); pruned {result.ops_pruned} "
+                       f"op(s); forgot {result.workers_pruned} silent worker(s)")
         return
     _logging(verbose)
     runner = maintain.Maintainer(dsn, interval=interval)

@@ -18,6 +18,10 @@ log = logging.getLogger("pgqueue.maintain")
 
 #: Workers silent for this long are dropped from the registry.
 WORKER_TTL_SECONDS = 600.0
+#: Ops younger than this are kept (they are the jobs' history); older ones are pruned once
+#: every attached replica has confirmed them.
+OPLOG_KEEP_SECONDS = 7 * 86400.0
+REPLICA_STALE_SECONDS = 86400.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class PassResult:
     reclaimed: int
     workers_pruned: int
     schedules_fired: int = 0
+    ops_pruned: int = 0
 
 
 def run_pass(conn: queries.Conn) -> PassResult:
@@ -34,9 +39,12 @@ def run_pass(conn: queries.Conn) -> PassResult:
     reclaimed = reclaim.reclaim_expired(conn)
     ticks = schedule.tick(conn)
     pruned = len(queries.fetch(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
+    ops = int(queries.scalar(conn, "oplog_prune", {
+        "keep": OPLOG_KEEP_SECONDS, "stale_after": REPLICA_STALE_SECONDS, "limit": 10_000}) or 0)
     if reclaimed:
         log.info("maintenance: reclaimed %d expired lease(s)", reclaimed)
-    return PassResult(reclaimed=reclaimed, workers_pruned=pruned, schedules_fired=ticks.fired)
+    return PassResult(reclaimed=reclaimed, workers_pruned=pruned, schedules_fired=ticks.fired,
+                      ops_pruned=ops)
 
 
 class Maintainer:
