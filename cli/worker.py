@@ -66,10 +66,13 @@ def _logging(verbose: bool) -> None:
                    "returned.")
 @click.option("--node", type=click.IntRange(min=0), default=0, show_default=True,
               help="This machine's node number (recorded on every lease).")
+@click.option("--prefetch", type=click.IntRange(min=0), default=None,
+              help="Jobs leased ahead of a free handler thread [default: --concurrency].")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility_timeout: float,
            renew_interval: float | None, poll_interval: float, maintenance_interval: float,
-           no_maintenance: bool, grace_period: float, node: int, verbose: bool) -> None:
+           no_maintenance: bool, grace_period: float, node: int, prefetch: int | None,
+           verbose: bool) -> None:
     """Run the handlers of an App until SIGTERM or SIGINT, then drain and exit 0."""
     app = load_app(app_spec)
     _logging(verbose)
@@ -79,7 +82,7 @@ def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility
         app, dsn, streams=list(streams), concurrency=concurrency,
         visibility_timeout=visibility_timeout, renew_interval=renew_interval,
         poll_interval=poll_interval, maintenance_interval=maintenance_interval,
-        maintenance=not no_maintenance, grace_period=grace_period, node=node,
+        maintenance=not no_maintenance, grace_period=grace_period, node=node, prefetch=prefetch,
     ).run()
 
 

@@ -83,7 +83,8 @@ def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue") -> Connecti
         kwargs={"autocommit": True},
         name=name,
         open=False,
-        check=ConnectionPool.check_connection,
+        # No check on checkout: it would cost a round trip per call. A connection broken by a
+        # server restart fails on use, is discarded when returned, and the call is retried.
         reconnect_timeout=60.0,
     )
     pool.open(wait=True, timeout=30.0)

@@ -62,6 +62,7 @@ class Worker:
         maintenance: bool = True,
         grace_period: float = 30.0,
         node: int = 0,
+        prefetch: int | None = None,
     ) -> None:
         if not isinstance(app, App):
             raise TypeError(f"app must be a pgqueue.App, got {type(app).__name__}")
@@ -74,6 +75,11 @@ class Worker:
         self.dsns = connection.dsn_list(dsn)
         self.dsn = self.dsns[0]  # the leader among dsns, found at start and after failover
         self.concurrency = validate.integer(concurrency, "concurrency", low=1, high=10_000)
+        # Jobs leased ahead of a free handler thread, so a deep queue is leased in batches
+        # (one lease round trip and one ack commit per batch, not per job). Their leases are
+        # renewed like the running ones; a worker of slow jobs may want prefetch=0.
+        self.prefetch = validate.integer(concurrency if prefetch is None else prefetch,
+                                         "prefetch", low=0, high=100_000)
         self.visibility_timeout = validate.seconds(visibility_timeout, "visibility_timeout",
                                                    positive=True)
         shortest = min([self.visibility_timeout] + [
@@ -261,7 +267,7 @@ class Worker:
         turn = 0
         delay = 0.1
         while not self._stopping.is_set():
-            free = self.concurrency - self.held_count
+            free = self.concurrency + self.prefetch - self.held_count
             if free <= 0:
                 self._wake.wait(self.poll_interval)
                 self._wake.clear()
