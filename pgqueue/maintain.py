@@ -93,6 +93,10 @@ class Maintainer:
                 except PgQueueError as exc:
                     log.warning("maintenance pass failed: %s", exc)
                     self._drop_connection()
+                except Exception:
+                    # A bug in one pass must not stop reclaiming for good: log and go on.
+                    log.exception("maintenance pass failed unexpectedly")
+                    self._drop_connection()
                 self._stop.wait(self.interval)
         finally:
             self._drop_connection()

@@ -14,16 +14,18 @@ key `schedule:NAME@FIRE_TIME` as a second guard.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 from psycopg.types.json import Jsonb
 
 from pgqueue import enqueue, queries, validate
+from pgqueue.errors import PgQueueError
 from pgqueue.models import NewJob
 
 log = logging.getLogger("pgqueue.schedule")
@@ -96,8 +98,10 @@ def check_cron(cron: Any) -> str:
 
 def check_timezone(name: Any) -> ZoneInfo:
     """An IANA time zone."""
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
         raise TypeError("timezone must be an IANA zone name such as 'Europe/Paris'")
+    if not name:
+        raise ValueError("timezone must be an IANA zone name such as 'Europe/Paris', got ''")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
@@ -109,35 +113,69 @@ def _place(wall: dt.datetime, zone: ZoneInfo) -> dt.datetime:
     return wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
 
 
+#: Longer than any clock change: how far placement can move a wall time.
+_SHIFT = dt.timedelta(hours=3)
+
+
+def _steady(zone: ZoneInfo, a: dt.datetime, b: dt.datetime) -> bool:
+    """No clock change in the zone between instants a and b (same offset at both ends; the
+    window is shorter than any two changes)."""
+    return a.astimezone(zone).utcoffset() == b.astimezone(zone).utcoffset()
+
+
 def fire_times(cron: str, zone: ZoneInfo, after: dt.datetime) -> Iterator[dt.datetime]:
-    """Fire times strictly after `after`, ascending, as UTC datetimes."""
-    wall = after.astimezone(zone).replace(tzinfo=None) - dt.timedelta(hours=3)
-    it = croniter(cron, wall)
+    """Fire times strictly after `after`, ascending, as UTC datetimes.
+
+    Placement can move a wall time forward past later ones (in a gap), so candidates are
+    buffered and released in order once a later wall time makes an earlier one impossible."""
+    start = after - _SHIFT if not _steady(zone, after - _SHIFT, after) else after
+    it = croniter(cron, start.astimezone(zone).replace(tzinfo=None))
+    pending: list[dt.datetime] = []
     last = after
     while True:
         t = _place(it.get_next(dt.datetime), zone)
-        if t > last:
-            last = t
-            yield t
+        heapq.heappush(pending, t)
+        while pending and t - pending[0] >= _SHIFT:
+            first = heapq.heappop(pending)
+            if first > last:
+                last = first
+                yield first
+        if len(pending) > 100_000:  # a pathological cron: release what we have, in order
+            while pending:
+                first = heapq.heappop(pending)
+                if first > last:
+                    last = first
+                    yield first
 
 
 def fire_times_before(cron: str, zone: ZoneInfo, before: dt.datetime) -> Iterator[dt.datetime]:
     """Fire times strictly before `before`, descending, as UTC datetimes."""
-    wall = before.astimezone(zone).replace(tzinfo=None) + dt.timedelta(hours=3)
-    it = croniter(cron, wall)
+    end = before + _SHIFT if not _steady(zone, before, before + _SHIFT) else before
+    it = croniter(cron, end.astimezone(zone).replace(tzinfo=None))
+    pending: list[tuple[float, dt.datetime]] = []  # max-heap by time
     last = before
-    seen: dt.datetime | None = None
     while True:
         t = _place(it.get_prev(dt.datetime), zone)
-        if t < last and t != seen:
-            seen = t
-            last = t
-            yield t
+        heapq.heappush(pending, (-t.timestamp(), t))
+        while pending and pending[0][1] - t >= _SHIFT:
+            _, first = heapq.heappop(pending)
+            if first < last:
+                last = first
+                yield first
+        if len(pending) > 100_000:
+            while pending:
+                _, first = heapq.heappop(pending)
+                if first < last:
+                    last = first
+                    yield first
 
 
 def next_fire(cron: str, timezone: str, after: dt.datetime) -> dt.datetime:
-    """The first fire time strictly after `after`."""
-    return next(fire_times(check_cron(cron), check_timezone(timezone), after))
+    """The first fire time strictly after `after` (ValueError for a cron that never fires)."""
+    try:
+        return next(fire_times(check_cron(cron), check_timezone(timezone), after))
+    except (CroniterBadDateError, StopIteration):
+        raise ValueError(f"cron expression {cron!r} never fires") from None
 
 
 def upcoming(schedule: Schedule, n: int) -> list[dt.datetime]:
@@ -226,29 +264,34 @@ def remove(conn: queries.Conn, stream: str, name: str) -> None:
 
 
 def _ticks(s: Schedule, now: dt.datetime, cap: int) -> tuple[list[dt.datetime], int]:
-    """The fire times a pass at `now` fires for `s`, oldest first, and how many missed ticks
-    it drops. A tick is missed when the pass comes more than misfire_grace after it."""
+    """The fire times a pass at `now` fires for `s`, oldest first, and how many due ticks it
+    drops. A tick is missed when the pass comes more than misfire_grace after it; at most
+    `cap` ticks fire per pass, the newest, and the older surplus is dropped (and counted)."""
     zone = check_timezone(s.timezone)
     first = s.next_run_at.astimezone(UTC)
     boundary = now - dt.timedelta(seconds=s.misfire_grace)
     in_grace: list[dt.datetime] = []
+    dropped = 0
     for t in fire_times(s.cron, zone, max(first, boundary) - dt.timedelta(milliseconds=1)):
-        if t > now or len(in_grace) >= cap:
+        if t > now:
             break
         in_grace.append(t)
-    if first >= boundary:
-        return in_grace, 0
-    room = {"none": 0, "one": 1, "all": max(cap - len(in_grace), 0)}[s.catch_up]
-    missed: list[dt.datetime] = []
-    dropped = 0
-    for t in fire_times_before(s.cron, zone, boundary):
-        if t < first or dropped >= MAX_SCAN:
-            break
-        if len(missed) < room:
-            missed.append(t)
-        else:
+        if len(in_grace) > cap:
+            in_grace.pop(0)
             dropped += 1
-    missed.reverse()
+        if dropped >= MAX_SCAN:
+            break
+    missed: list[dt.datetime] = []
+    if first < boundary:
+        room = {"none": 0, "one": 1, "all": max(cap - len(in_grace), 0)}[s.catch_up]
+        for t in fire_times_before(s.cron, zone, boundary):
+            if t < first or dropped >= MAX_SCAN:
+                break
+            if len(missed) < room:
+                missed.append(t)
+            else:
+                dropped += 1
+        missed.reverse()
     return missed + in_grace, dropped
 
 
@@ -258,29 +301,42 @@ def tick(conn: queries.Conn, *, now: dt.datetime | None = None, limit: int = 100
     many places at once (claim, enqueue and advance commit together)."""
     schedules = fired = dropped = 0
     while True:
+        errors = 0
         with conn.transaction():
             at = _now(conn, now)
             rows = queries.fetch(conn, "schedules_claim_due", {"now": at, "limit": limit})
             for row in rows:
                 s = Schedule.from_row(row)
-                ticks, lost = _ticks(s, at, cap)
-                if lost:
-                    log.warning("schedule %s/%s: dropped %s missed tick(s) (catch_up=%s)",
-                                s.stream, s.name, lost if lost < MAX_SCAN else f">={lost}",
-                                s.catch_up)
-                if ticks:
-                    enqueue.enqueue_many(conn, s.stream, [
-                        NewJob(s.payload, kind=s.kind, priority=s.priority,
-                               max_attempts=s.max_attempts,
-                               dedup_key=f"schedule:{s.name}@{t.isoformat()}")
-                        for t in ticks])
-                next_run = next(fire_times(s.cron, check_timezone(s.timezone), at))
-                queries.fetch(conn, "schedule_advance", {
-                    "stream": s.stream, "name": s.name, "next_run_at": next_run,
-                    "last_fired_at": ticks[-1] if ticks else None,
-                    "fired": Jsonb([t.isoformat() for t in ticks])})
+                try:
+                    with conn.transaction():  # a savepoint: one bad schedule stops only itself
+                        n, lost = _fire(conn, s, at, cap)
+                except (ValueError, PgQueueError) as exc:
+                    log.error("schedule %s/%s cannot fire: %s", s.stream, s.name, exc)
+                    errors += 1
+                    continue
                 schedules += 1
-                fired += len(ticks)
+                fired += n
                 dropped += lost
-        if len(rows) < limit:
+        if len(rows) - errors < limit:
             return TickResult(schedules=schedules, fired=fired, dropped=dropped)
+
+
+def _fire(conn: queries.Conn, s: Schedule, at: dt.datetime, cap: int) -> tuple[int, int]:
+    """Enqueue one schedule's due ticks and advance it; (ticks fired, ticks dropped)."""
+    ticks, lost = _ticks(s, at, cap)
+    if lost:
+        log.warning("schedule %s/%s: dropped %s missed tick(s) (catch_up=%s)",
+                    s.stream, s.name, lost if lost < MAX_SCAN else f">={lost}",
+                    s.catch_up)
+    if ticks:
+        enqueue.enqueue_many(conn, s.stream, [
+            NewJob(s.payload, kind=s.kind, priority=s.priority,
+                   max_attempts=s.max_attempts,
+                   dedup_key=f"schedule:{s.name}@{t.isoformat()}")
+            for t in ticks])
+    next_run = next(fire_times(s.cron, check_timezone(s.timezone), at))
+    queries.fetch(conn, "schedule_advance", {
+        "stream": s.stream, "name": s.name, "next_run_at": next_run,
+        "last_fired_at": ticks[-1] if ticks else None,
+        "fired": Jsonb([t.isoformat() for t in ticks])})
+    return len(ticks), lost
