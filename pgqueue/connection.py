@@ -93,7 +93,12 @@ def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue") -> Connecti
 
 def dsn_list(dsn: str | Sequence[str]) -> list[str]:
     """One DSN or several (a replica set): always a non-empty list."""
-    dsns = [dsn] if isinstance(dsn, str) else list(dsn)
+    if isinstance(dsn, str):
+        dsns = [dsn]
+    elif isinstance(dsn, list | tuple):
+        dsns = list(dsn)
+    else:
+        raise TypeError(f"dsn must be a connection string or a list of them, got {type(dsn).__name__}")
     if not dsns or not all(isinstance(d, str) and d for d in dsns):
         raise TypeError("dsn must be a non-empty connection string or a list of them")
     return dsns

@@ -11,6 +11,8 @@ import logging
 import threading
 from dataclasses import dataclass
 
+import psycopg
+
 from pgqueue import connection, queries, reclaim, schedule
 from pgqueue.errors import PgQueueError
 
@@ -22,6 +24,9 @@ WORKER_TTL_SECONDS = 600.0
 #: every attached replica has confirmed them.
 OPLOG_KEEP_SECONDS = 7 * 86400.0
 REPLICA_STALE_SECONDS = 86400.0
+#: Vacuum the job table when this many dead row versions (or a fifth of the live ones) piled
+#: up: autovacuum wakes once a minute, too late for a queue table (see NOTES: 248 MB vs 43 MB).
+VACUUM_DEAD_ROWS = 5000
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class PassResult:
     workers_pruned: int
     schedules_fired: int = 0
     ops_pruned: int = 0
+    vacuumed: bool = False
 
 
 def run_pass(conn: queries.Conn) -> PassResult:
@@ -44,7 +50,20 @@ def run_pass(conn: queries.Conn) -> PassResult:
     if reclaimed:
         log.info("maintenance: reclaimed %d expired lease(s)", reclaimed)
     return PassResult(reclaimed=reclaimed, workers_pruned=pruned, schedules_fired=ticks.fired,
-                      ops_pruned=ops)
+                      ops_pruned=ops, vacuumed=vacuum_if_needed(conn))
+
+
+def vacuum_if_needed(conn: queries.Conn) -> bool:
+    """VACUUM the job table when dead row versions piled up; True when it did."""
+    row = queries.fetch_one(conn, "job_dead_tuples")
+    if row is None or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    dead, live = int(row["dead"] or 0), int(row["live"] or 0)
+    if dead < max(VACUUM_DEAD_ROWS, live // 5):
+        return False
+    queries.vacuum(conn, "job")
+    log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)
+    return True
 
 
 class Maintainer:

@@ -155,6 +155,11 @@ def _ddl(conn: Conn, stmt: pg_sql.Composed) -> None:
         raise translate(exc) from exc
 
 
+def vacuum(conn: Conn, table: str) -> None:
+    """VACUUM (ANALYZE) pgqueue.<table> (needs an autocommit connection)."""
+    _ddl(conn, pg_sql.SQL("VACUUM (ANALYZE) {}").format(pg_sql.Identifier("pgqueue", table)))
+
+
 def listen(conn: Conn, channel: str) -> None:
     """LISTEN on a channel (the name goes through psycopg.sql.Identifier)."""
     try:

@@ -21,5 +21,5 @@ ORDER BY stream, state
 
 -- name: configure_stream
 -- Per-stream retry backoff and quarantine threshold (NULL keeps the current value).
-SELECT * FROM pgqueue.configure_stream(%(stream)s, %(retry_base_ms)s, %(retry_cap_ms)s,
-                                       %(quarantine_after)s)
+SELECT * FROM pgqueue.configure_stream(%(stream)s::text, %(retry_base_ms)s::bigint, %(retry_cap_ms)s::bigint,
+                                       %(quarantine_after)s::int)

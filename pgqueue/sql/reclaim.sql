@@ -1,3 +1,3 @@
 -- name: reclaim_expired
 -- Return up to %(limit)s expired leases (of every stream) to pending, dead or quarantined.
-SELECT pgqueue.reclaim_expired(%(limit)s) AS reclaimed
+SELECT pgqueue.reclaim_expired(%(limit)s::int) AS reclaimed

@@ -7,7 +7,7 @@ SELECT role, epoch, name, leader, changed_at FROM pgqueue.node
 SELECT role, epoch, name, leader FROM pgqueue.node FOR UPDATE
 
 -- name: node_set_role
-SELECT role, epoch, name, leader FROM pgqueue.set_role(%(role)s, %(name)s, %(leader)s)
+SELECT role, epoch, name, leader FROM pgqueue.set_role(%(role)s::text, %(name)s::text, %(leader)s::text)
 
 -- name: wal_level
 SELECT current_setting('wal_level') AS wal_level
@@ -53,7 +53,7 @@ FROM pgqueue.replica_status(%(stale_after)s * interval '1 second')
 
 -- name: oplog_prune
 SELECT pgqueue.prune_op_log(%(keep)s * interval '1 second', %(stale_after)s * interval '1 second',
-                            %(limit)s) AS pruned
+                            %(limit)s::int) AS pruned
 
 -- name: oplog_head
 -- The op-log sequence's last value (read before a follower's snapshot; not transactional).

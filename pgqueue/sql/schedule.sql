@@ -1,7 +1,8 @@
 -- name: schedule_upsert
-SELECT * FROM pgqueue.upsert_schedule(%(stream)s, %(name)s, %(cron)s, %(timezone)s, %(payload)s,
-    %(kind)s, %(priority)s, %(max_attempts)s, %(catch_up)s, %(misfire_grace_ms)s, %(paused)s,
-    %(next_run_at)s)
+SELECT * FROM pgqueue.upsert_schedule(%(stream)s::text, %(name)s::text, %(cron)s::text,
+    %(timezone)s::text, %(payload)s::bytea, %(kind)s::text, %(priority)s::int,
+    %(max_attempts)s::int, %(catch_up)s::text, %(misfire_grace_ms)s::bigint, %(paused)s::boolean,
+    %(next_run_at)s::timestamptz)
 
 -- name: schedule_get
 SELECT * FROM pgqueue.schedule WHERE stream = %(stream)s AND name = %(name)s
@@ -23,10 +24,11 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: schedule_advance
-SELECT pgqueue.advance_schedule(%(stream)s, %(name)s, %(next_run_at)s, %(last_fired_at)s, %(fired)s)
+SELECT pgqueue.advance_schedule(%(stream)s::text, %(name)s::text, %(next_run_at)s::timestamptz,
+                                %(last_fired_at)s::timestamptz, %(fired)s::jsonb)
 
 -- name: schedule_remove
-SELECT pgqueue.remove_schedule(%(stream)s, %(name)s)
+SELECT pgqueue.remove_schedule(%(stream)s::text, %(name)s::text)
 
 -- name: pin_clock
 -- Pin pgqueue.now_ms() for the rest of this transaction (a controllable clock for passes).

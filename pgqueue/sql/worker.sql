@@ -19,20 +19,22 @@ FROM pgqueue.worker w
 ORDER BY w.id
 
 -- name: register_step_set
-SELECT pgqueue.register_step_set(%(hash)s, %(kind)s, %(steps)s) AS inserted
+SELECT pgqueue.register_step_set(%(hash)s::text, %(kind)s::text, %(steps)s::jsonb) AS inserted
 
 -- name: step_set_by_hash
 SELECT hash, kind, steps FROM pgqueue.step_set WHERE hash = %(hash)s
 
 -- name: configure_kind
-SELECT pgqueue.configure_kind(%(stream)s, %(kind)s, %(quarantine_after)s) AS changed
+SELECT pgqueue.configure_kind(%(stream)s::text, %(kind)s::text, %(quarantine_after)s::int) AS changed
 
 -- name: return_leases
 -- Give leases back without costing an attempt (graceful shutdown); returns the ids returned.
 SELECT id FROM pgqueue.return_leases(%(job_ids)s::bigint[], %(lease_ids)s::bigint[]) AS t(id)
 
 -- name: mark_undecodable
-SELECT pgqueue.mark_undecodable(%(job_id)s, %(lease_id)s, %(reason)s, %(detail)s) AS marked
+SELECT pgqueue.mark_undecodable(%(job_id)s::bigint, %(lease_id)s::bigint, %(reason)s::text,
+                                %(detail)s::jsonb) AS marked
 
 -- name: upcast_job
-SELECT pgqueue.upcast(%(job_id)s, %(lease_id)s, %(payload)s, %(schema_version)s) AS done
+SELECT pgqueue.upcast(%(job_id)s::bigint, %(lease_id)s::bigint, %(payload)s::bytea,
+                      %(schema_version)s::int) AS done

@@ -1,0 +1,57 @@
+"""Maintenance passes: reclaim, vacuum of the hot table, election, idempotence."""
+from __future__ import annotations
+
+import time
+
+import pgqueue
+from pgqueue import connection, enqueue, lease, maintain, queries, settle
+
+
+def _churn(conn: queries.Conn, n: int) -> None:
+    for _ in range(n // 500):
+        enqueue.enqueue_many(conn, "default", [pgqueue.NewJob(b"x") for _ in range(500)])
+        while leases := lease.lease(conn, "default", 500, 30.0, 0, 0):
+            settle.ack_many(conn, leases)
+    # a backend sends its table statistics at most once a second (idle: after ten)
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    time.sleep(1.1)
+    conn.execute("SELECT 1")
+
+
+def test_pass_vacuums_the_job_table_once_dead_rows_pile_up(dsn: str) -> None:
+    with connection.connect(dsn) as conn:
+        _churn(conn, 6000)
+        before = queries.fetch_one(conn, "job_dead_tuples")
+        assert before is not None and before["dead"] >= maintain.VACUUM_DEAD_ROWS
+        result = maintain.run_pass(conn)
+        assert result.vacuumed
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        time.sleep(0.6)
+        after = queries.fetch_one(conn, "job_dead_tuples")
+        assert after is not None and after["dead"] < before["dead"]
+        # with nothing to clean up, the next pass does not vacuum again
+        assert not maintain.run_pass(conn).vacuumed
+
+
+def test_pass_is_idempotent_and_reclaims_expired_leases(q: pgqueue.Queue, dsn: str) -> None:
+    q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(3)])
+    leases = q.lease(3, visibility_timeout=0.05)
+    time.sleep(0.1)
+    with connection.connect(dsn) as a, connection.connect(dsn) as b:
+        first = maintain.run_pass(a)
+        second = maintain.run_pass(b)
+    assert first.reclaimed == 3 and second.reclaimed == 0
+    assert {q.job(x.job_id).state for x in leases} == {"pending"}  # type: ignore[union-attr]
+
+
+def test_only_one_maintainer_is_elected(dsn: str) -> None:
+    one = maintain.Maintainer(dsn)
+    two = maintain.Maintainer(dsn)
+    try:
+        assert one.tick() is not None and one.elected
+        assert two.tick() is None and not two.elected
+        one._drop_connection()  # the holder's session ends: the lock is free again
+        assert two.tick() is not None and two.elected
+    finally:
+        one._drop_connection()
+        two._drop_connection()
