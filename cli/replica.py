@@ -54,8 +54,9 @@ def follow(leader: str, replica_dsn: str, name: str, poll_interval: float, once:
     follower = replica.Follower(leader, replica_dsn, name, poll_interval=poll_interval)
     if once:
         follower.setup()
-        while follower.poll() >= follower.batch:
+        while follower.poll() > 0:
             pass
+        follower.poll()  # one more: the low-water mark (what the leader is told) catches up
         click.echo(f"replica {name}: applied {follower.applied} op(s)")
         return
     signal.signal(signal.SIGTERM, lambda *_: follower.stop())

@@ -66,12 +66,13 @@ def _logging(verbose: bool) -> None:
                    "returned.")
 @click.option("--node", type=click.IntRange(min=0), default=0, show_default=True,
               help="This machine's node number (recorded on every lease).")
-@click.option("--prefetch", type=click.IntRange(min=0), default=None,
-              help="Jobs leased ahead of a free handler thread [default: --concurrency].")
+@click.option("--prefetch", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Jobs leased ahead of a free handler thread (throughput for short jobs; if "
+                   "the process dies, a crash is counted against prefetched jobs too).")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility_timeout: float,
            renew_interval: float | None, poll_interval: float, maintenance_interval: float,
-           no_maintenance: bool, grace_period: float, node: int, prefetch: int | None,
+           no_maintenance: bool, grace_period: float, node: int, prefetch: int,
            verbose: bool) -> None:
     """Run the handlers of an App until SIGTERM or SIGINT, then drain and exit 0."""
     app = load_app(app_spec)

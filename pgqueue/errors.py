@@ -11,7 +11,14 @@ class PgQueueError(Exception):
 
 
 class ConnectionFailed(PgQueueError):
-    """The database could not be reached. The message names host and port, never a password."""
+    """The database could not be reached. The message names host and port, never a password.
+
+    `retryable` is True when the server ended the session before running the statement (a
+    restart or an administrator's command), so running it again cannot apply it twice."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class SchemaError(PgQueueError):

@@ -1,8 +1,8 @@
 """The op log: read it, and replay one database's log into another.
 
-Replay reads the source inside one REPEATABLE READ snapshot and takes only ops whose writing
-transaction finished before that snapshot, in seq order: for any one job that is commit
-order, because every transition appends its op while holding the job's row lock. The target
+Replay reads the source inside one REPEATABLE READ snapshot and takes every op that snapshot
+sees committed, in seq order: for any one job that is commit order, because every transition
+appends its op while holding the job's row lock. The target
 applies each op with pgqueue.apply_op (the same function replicas use) and records its seq,
 so replaying twice changes nothing.
 """
@@ -54,7 +54,7 @@ def replay(source_dsn: str, target_dsn: str, *, batch: int = BATCH,
         connection.check_schema(dst)
         dst.commit()
         while True:
-            rows = queries.fetch(src, "oplog_committed_batch", {"after": last, "limit": batch})
+            rows = queries.fetch(src, "oplog_visible_batch", {"after": last, "limit": batch})
             if not rows:
                 break
             applied += int(queries.scalar(dst, "oplog_ingest",

@@ -189,5 +189,6 @@ def translate(exc: psycopg.Error) -> Exception:
     lost = (state.startswith("08") or state in _CONNECTION_LOST) if state else isinstance(
         exc, psycopg.OperationalError | psycopg.InterfaceError)
     if lost:
-        return ConnectionFailed(f"lost the database connection: {message}")
+        return ConnectionFailed(f"lost the database connection: {message}",
+                                retryable=state in _CONNECTION_LOST)
     return PgQueueError(message)

@@ -49,8 +49,12 @@ def _follow_leader(method: Callable[..., R]) -> Callable[..., R]:
             if not self._move_to_leader():
                 raise
             return method(self, *args, **kwargs)
-        except ConnectionFailed:
-            self._move_to_leader()  # the next call goes to the new leader, if there is one
+        except ConnectionFailed as exc:
+            # A pooled connection that the server ended (a restart) is discarded; the call
+            # runs again on a fresh one when the statement cannot have run. Otherwise the
+            # next call goes to the new leader, if there is one.
+            if self._move_to_leader() or exc.retryable:
+                return method(self, *args, **kwargs)
             raise
 
     return wrapper

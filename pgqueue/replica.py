@@ -20,7 +20,6 @@ and bump the epoch.
 """
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import re
 import threading
@@ -72,6 +71,17 @@ class AttachResult:
     seeded_ops: int
 
 
+def _check_not_pruned(lead: queries.Conn, name: str, applied: int) -> None:
+    """A replica can only be built from a complete op log: refuse when the leader pruned ops
+    this replica has not applied (a stale follower, or a new replica of a pruned leader)."""
+    pruned = int(queries.scalar(lead, "pruned_through") or 0)
+    if pruned > applied:
+        raise PgQueueError(
+            f"replica {name}: the leader pruned its op log up to seq {pruned}, and this replica "
+            f"has applied only up to {applied}; it cannot catch up from the log (build it from "
+            "a fresh copy of the leader, or keep replicas attached so pruning waits for them)")
+
+
 def _prepare_replica(leader_dsn: str, replica_dsn: str, name: str) -> None:
     """Migrate the replica and set its role. A database in leader role that has ops of its
     own is refused: its seqs would collide with the leader's."""
@@ -100,6 +110,7 @@ def attach(leader_dsn: str, replica_dsn: str, name: str) -> AttachResult:
             raise PgQueueError(
                 f"the leader at {connection.describe(leader_dsn)} has wal_level={level}; logical "
                 "replication needs wal_level=logical (or use `pgqueue replica follow`)")
+        _check_not_pruned(conn, name, 0)
         if not queries.scalar(conn, "publication_exists", {"name": PUBLICATION}):
             queries.fetch(conn, "create_publication")
     _prepare_replica(leader_dsn, replica_dsn, name)
@@ -158,6 +169,7 @@ class Follower:
                 "low_seq": 0, "mark_seq": 0, "mark_xmax": None}
             rep.commit()
             head = int(queries.scalar(lead, "oplog_head") or 0)  # before the snapshot
+            _check_not_pruned(lead, self.name, int(state["low_seq"]))
             lead.autocommit = False
             lead.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             lead.read_only = True
@@ -260,8 +272,9 @@ def verify(leader_dsn: str, replica_dsn: str, *, timeout: float = 60.0) -> Verif
                     f"the replica did not apply the leader's ops up to seq {span['max_seq']} "
                     f"within {timeout:.0f}s"])
             time.sleep(0.05)
-        ours = {r["tbl"]: r for r in queries.fetch(lead, "table_digests")}
-        theirs = {r["tbl"]: r for r in queries.fetch(rep, "table_digests")}
+        since = {"min_seq": span["min_seq"]}
+        ours = {r["tbl"]: r for r in queries.fetch(lead, "table_digests", since)}
+        theirs = {r["tbl"]: r for r in queries.fetch(rep, "table_digests", since)}
         differences: list[str] = []
         for table, mine in ours.items():
             other = theirs.get(table)
@@ -328,13 +341,11 @@ def promote(replica_dsn: str, *, old_leader_dsn: str | None = None,
         try:
             with connection.connect(old_leader_dsn, connect_timeout=5) as lead, \
                     connection.connect(replica_dsn) as rep:
-                demoted_at = dt.datetime.now(dt.timezone.utc)
+                # set_role waits for every transition in flight (they hold the role lock
+                # shared), so after this nothing more commits on the old leader.
                 queries.fetch(lead, "node_set_role", {
                     "role": "replica", "name": None, "leader": connection.redact(replica_dsn)})
                 reached = True
-                # Transactions that read the old role before the demotion may still commit.
-                _wait("the old leader's in-flight transactions", lambda: int(queries.scalar(
-                    lead, "transactions_older_than", {"since": demoted_at}) or 0) == 0, timeout)
                 found = queries.fetch_one(lead, "oplog_span")
                 assert found is not None
                 leader_span: dict[str, Any] = found

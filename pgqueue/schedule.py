@@ -25,7 +25,7 @@ from croniter import CroniterBadDateError, croniter
 from psycopg.types.json import Jsonb
 
 from pgqueue import enqueue, queries, validate
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import ConnectionFailed, NotLeader, PgQueueError
 from pgqueue.models import NewJob
 
 log = logging.getLogger("pgqueue.schedule")
@@ -310,6 +310,8 @@ def tick(conn: queries.Conn, *, now: dt.datetime | None = None, limit: int = 100
                 try:
                     with conn.transaction():  # a savepoint: one bad schedule stops only itself
                         n, lost = _fire(conn, s, at, cap)
+                except (NotLeader, ConnectionFailed):
+                    raise
                 except (ValueError, PgQueueError) as exc:
                     log.error("schedule %s/%s cannot fire: %s", s.stream, s.name, exc)
                     errors += 1

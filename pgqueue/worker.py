@@ -62,7 +62,7 @@ class Worker:
         maintenance: bool = True,
         grace_period: float = 30.0,
         node: int = 0,
-        prefetch: int | None = None,
+        prefetch: int = 0,
     ) -> None:
         if not isinstance(app, App):
             raise TypeError(f"app must be a pgqueue.App, got {type(app).__name__}")
@@ -75,11 +75,11 @@ class Worker:
         self.dsns = connection.dsn_list(dsn)
         self.dsn = self.dsns[0]  # the leader among dsns, found at start and after failover
         self.concurrency = validate.integer(concurrency, "concurrency", low=1, high=10_000)
-        # Jobs leased ahead of a free handler thread, so a deep queue is leased in batches
-        # (one lease round trip and one ack commit per batch, not per job). Their leases are
-        # renewed like the running ones; a worker of slow jobs may want prefetch=0.
-        self.prefetch = validate.integer(concurrency if prefetch is None else prefetch,
-                                         "prefetch", low=0, high=100_000)
+        # Jobs leased ahead of a free handler thread, so a deep queue of short jobs is leased
+        # in bigger batches (fewer lease round trips and ack commits per job). Off by default:
+        # if the worker process dies, reclaim counts a crash against every job it held,
+        # prefetched ones included, which could quarantine jobs that never ran.
+        self.prefetch = validate.integer(prefetch, "prefetch", low=0, high=100_000)
         self.visibility_timeout = validate.seconds(visibility_timeout, "visibility_timeout",
                                                    positive=True)
         shortest = min([self.visibility_timeout] + [
@@ -307,7 +307,10 @@ class Worker:
             held = self._work.get()
             if held is None:
                 return
-            if self._stopping.is_set() or held.lost.is_set():
+            if held.lost.is_set():
+                self._release(held)  # lost before it started: nothing to do for it
+                continue
+            if self._stopping.is_set():
                 continue  # not started: the drain returns it without costing an attempt
             held.running = True
             try:
@@ -491,8 +494,8 @@ class Worker:
     # -- shutdown ----------------------------------------------------------------------------
 
     def _drain(self) -> None:
-        deadline = time.monotonic() + self.grace_period
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        while time.monotonic() < started + self.grace_period:  # a second signal zeroes it
             with self._held_lock:
                 busy = any(h.running or h.acking for h in self._held.values())
             if not busy:
@@ -525,6 +528,7 @@ class Worker:
         held = sorted(remaining, key=lambda h: h.lease.lease_id)
         for h in held:
             h.write_lock.acquire()
+            h.lost.set()  # from here on the handler's advance() raises: no work past the snapshot
         try:
             items = [(h.lease, h.visibility_timeout, h.snapshot()[0]) for h in held]
 
@@ -536,8 +540,6 @@ class Worker:
 
             returned = self._retry(lambda: self._db(give_back), "return leases",
                                    deadline=time.monotonic() + 10.0)
-            for h in held:
-                h.lost.set()  # the handler's later writes are refused
             log.info("worker %s: returned %d unfinished job(s)", self.worker_id,
                      len(returned or []))
         finally:

@@ -200,6 +200,7 @@ CREATE TABLE pgqueue.node (
     epoch      int NOT NULL DEFAULT 1,
     name       text,         -- this database's name as a replica
     leader     text,         -- a replica's leader (DSN without password)
+    pruned_through bigint NOT NULL DEFAULT 0,  -- the highest op seq ever pruned here
     changed_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO pgqueue.node DEFAULT VALUES;
@@ -310,12 +311,15 @@ $$;
 
 -- Queue writes happen on the leader only; a replica names its leader in the refusal.
 CREATE FUNCTION pgqueue.require_leader() RETURNS void
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_role text;
     v_leader text;
 BEGIN
+    -- Shared with every other transition; a demotion takes it exclusively, so it waits for
+    -- transitions that already passed this check, and later ones see the new role.
+    PERFORM pg_advisory_xact_lock_shared(hashtext('pgqueue.role'));
     SELECT role, leader INTO v_role, v_leader FROM pgqueue.node;
     IF v_role IS DISTINCT FROM 'leader' THEN
         RAISE EXCEPTION 'this database is a replica (its leader: %); queue writes go to the leader',
@@ -1455,6 +1459,9 @@ AS $$
 DECLARE
     n pgqueue.node;
 BEGIN
+    -- Wait for every transition in flight (they hold the role lock shared) before the role
+    -- changes, so none commits as a leader's write after a demotion.
+    PERFORM pg_advisory_xact_lock(hashtext('pgqueue.role'));
     UPDATE pgqueue.node
     SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
         role = p_role, name = coalesce(p_name, name),
@@ -1522,7 +1529,11 @@ BEGIN
             FROM pg_replication_slots s WHERE s.slot_name = r.slot_name;
             active := coalesce(v_active, false);
             seen_at := CASE WHEN active THEN now() ELSE r.seen_at END;
-            SELECT coalesce(max(o.seq), 0) INTO applied_seq
+            -- ops below the slot's confirmed position are applied; when those were pruned, the
+            -- replica has at least everything before the oldest op kept
+            SELECT coalesce(max(o.seq),
+                            (SELECT min(k.seq) - 1 FROM pgqueue.op_log k),
+                            (SELECT pruned_through FROM pgqueue.node), 0) INTO applied_seq
             FROM pgqueue.op_log o WHERE v_confirmed IS NOT NULL AND o.lsn < v_confirmed;
             SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
             FROM pgqueue.op_log o WHERE v_confirmed IS NULL OR o.lsn >= v_confirmed;
@@ -1568,8 +1579,11 @@ BEGIN
         ORDER BY o.seq
         LIMIT p_limit
     )
-    DELETE FROM pgqueue.op_log o USING doomed WHERE o.seq = doomed.seq;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    , gone AS (DELETE FROM pgqueue.op_log o USING doomed WHERE o.seq = doomed.seq RETURNING o.seq)
+    SELECT count(*), max(seq) INTO v_n, v_seq FROM gone;
+    IF v_n > 0 THEN
+        UPDATE pgqueue.node SET pruned_through = greatest(pruned_through, v_seq);
+    END IF;
     RETURN v_n;
 END
 $$;

@@ -20,6 +20,15 @@ WHERE seq > %(after)s AND xid < pg_snapshot_xmin(pg_current_snapshot())
 ORDER BY seq
 LIMIT %(limit)s
 
+-- name: oplog_visible_batch
+-- The next ops after seq %(after)s that this snapshot sees committed, in seq order (a one-shot
+-- replay or a replica's seed: later ops arrive by other means and duplicates are skipped).
+SELECT seq, to_jsonb(o) AS op
+FROM pgqueue.op_log o
+WHERE seq > %(after)s
+ORDER BY seq
+LIMIT %(limit)s
+
 -- name: oplog_ingest
 -- Apply a batch of ops from another database's log (skipping seqs already applied).
 SELECT pgqueue.ingest_ops(%(ops)s::jsonb) AS applied

@@ -82,10 +82,9 @@ FROM pgqueue.op_log
 -- name: oplog_count_between
 SELECT count(*) AS ops FROM pgqueue.op_log WHERE seq BETWEEN %(lo)s AND %(hi)s
 
--- name: transactions_older_than
--- Other transactions that began before %(since)s (they may have read the old role).
-SELECT count(*) AS n FROM pg_stat_activity
-WHERE xact_start < %(since)s AND pid <> pg_backend_pid() AND datname = current_database()
+-- name: pruned_through
+-- The highest op seq this database ever pruned (a follower below it has a gap).
+SELECT pruned_through FROM pgqueue.node
 
 -- name: lock_op_log
 -- Pause writers (verify): every transition appends to op_log, so this blocks them until commit.
@@ -112,7 +111,7 @@ SELECT 'schedule', count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t.str
 FROM pgqueue.schedule t
 UNION ALL
 SELECT 'op_log', count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t.seq), ''))
-FROM pgqueue.op_log t
+FROM pgqueue.op_log t WHERE t.seq >= %(min_seq)s  -- the leader may have pruned older ops
 
 -- name: row_digests
 -- Per-row digests of the live and dead job tables, to name the rows that differ.

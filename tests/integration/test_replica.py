@@ -1,0 +1,759 @@
+"""Replicas on real, separate Postgres servers: logical replication (replica.attach) and the
+follow reader (replica.Follower) stay identical to the leader under a concurrent random
+workload, survive being stopped, ignore ops delivered twice, refuse writes naming their leader,
+report their lag, hold back pruning, and take over as leader under load without losing a job
+or reusing an id.
+
+Leader databases are on the bed's server; replica databases on two extra embedded servers
+(see replicas_fixtures.py). Every identity check is made twice: replica.verify() and an
+independent row-by-row comparison of the state tables here.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+
+import pgqueue
+from pgqueue import connection, replica
+from pgqueue.errors import ConnectionFailed, NotLeader, PgQueueError
+
+# The fixtures (replica_servers, leader_host, cluster) come from this plugin module, whose
+# asserts pytest rewrites like a conftest's.
+pytest.register_assert_rewrite("tests.integration.replicas_fixtures")
+pytest_plugins = ["tests.integration.replicas_fixtures"]
+
+from tests.integration.replicas_fixtures import (  # noqa: E402
+    Cluster,
+    Server,
+    Workload,
+    one,
+    op_count,
+    rows,
+    state_differences,
+    wait_for,
+)
+
+FAR = dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
+PASSWORD = "s3cr3t-Pa55word"  # noqa: S105  (trust auth accepts any password)
+EXPECTED_OPS = {"Enqueue", "Lease", "Renew", "Ack", "Nack", "Reclaim", "RequeueDeadLetter",
+                "Promote", "ReturnLease", "UpsertSchedule", "UpdateScheduleNextRun",
+                "ConfigureStream", "Cancel", "Release"}
+
+
+def assert_identical(leader: str, replica_dsn: str, *, timeout: float = 120.0) -> None:
+    """replica.verify says identical, and so does a row-by-row comparison of every table."""
+    result = replica.verify(leader, replica_dsn, timeout=timeout)
+    assert result.identical, "\n".join(result.differences[:20])
+    assert result.differences == []
+    assert state_differences(leader, replica_dsn) == []
+    assert ops_of(leader) == ops_of(replica_dsn)
+
+
+def ops_of(dsn: str) -> list[tuple[Any, ...]]:
+    """Every op as a hashable row (body, xid and lsn as text)."""
+    return rows(dsn, "SELECT seq, stream, op, job_id, lease_id, body::text, xid::text, at, "
+                     "lsn::text FROM pgqueue.op_log ORDER BY seq")
+
+
+def max_seq(dsn: str) -> int:
+    return int(one(dsn, "SELECT coalesce(max(seq), 0) FROM pgqueue.op_log"))
+
+
+def status_by_name(leader: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
+    return {r["name"]: r for r in replica.status(leader, **kwargs)}
+
+
+def caught_up(leader: str, *names: str) -> bool:
+    found = status_by_name(leader)
+    return all(n in found and found[n]["lag_ops"] == 0 for n in names)
+
+
+def enqueue_some(dsn: str, n: int, *, stream: str = "default", settle: bool = True) -> list[int]:
+    """n jobs; with settle, lease half of them and ack, nack and renew some."""
+    with pgqueue.Queue(dsn, stream=stream) as q:
+        ids = q.enqueue_many([pgqueue.NewJob(f"job {i}".encode(), priority=i % 3, max_attempts=1)
+                              for i in range(n)])
+        if settle:
+            leases = q.lease(n // 2)
+            for i, lease in enumerate(leases):
+                if i % 3 == 0:
+                    q.ack(lease)
+                elif i % 3 == 1:
+                    q.nack(lease, error="failed")  # max_attempts=1: a dead letter
+                else:
+                    q.renew(lease, checkpoint=pgqueue.Checkpoint(cursor_step="s", cursor=b"7"))
+    return ids
+
+
+# -- identical under a concurrent random workload --------------------------------------------------
+
+
+def test_a_random_concurrent_workload_leaves_both_replicas_identical(cluster: Cluster) -> None:
+    leader = cluster.leader
+    logical_db, follow_db = cluster.replica_db(0), cluster.replica_db(1)
+    work = Workload(leader, threads=4, seed=1).start()
+    try:
+        # Both attach while the writers run: the seed and the stream overlap, and must not
+        # lose or double-apply anything.
+        work.run_until(leader, 500)
+        cluster.follow(follow_db, "follower")
+        work.run_until(leader, 1500)
+        seeded = replica.attach(leader, logical_db, "logical")
+        assert seeded.seeded_ops >= 1000
+        total = work.run_until(leader, 20_000, timeout=180)
+    finally:
+        work.stop()
+    assert total >= 20_000
+    assert_identical(leader, logical_db)
+    assert_identical(leader, follow_db)
+    assert op_count(logical_db) == op_count(follow_db) == op_count(leader) >= 20_000
+    kinds = {r[0] for r in rows(leader, "SELECT DISTINCT op FROM pgqueue.op_log")}
+    assert EXPECTED_OPS <= kinds, f"the workload never produced {EXPECTED_OPS - kinds}"
+    # The workload really left state to compare: live jobs, dead letters, schedules.
+    assert one(leader, "SELECT count(*) FROM pgqueue.job") > 0
+    assert one(leader, "SELECT count(*) FROM pgqueue.dead_letter") > 0
+    assert one(leader, "SELECT count(*) FROM pgqueue.schedule") > 0
+
+
+def test_replicas_stopped_in_the_middle_catch_up_and_are_identical(cluster: Cluster) -> None:
+    leader = cluster.leader
+    logical_server = cluster.servers[0]
+    logical_db, follow_db = cluster.replica_db(0), cluster.replica_db(1)
+    replica.attach(leader, logical_db, "logical")
+    follower = cluster.follow(follow_db, "follower")
+    work = Workload(leader, threads=3, seed=2).start()
+    try:
+        work.run_until(leader, 1500)
+        # The logical replica's whole server goes away (a crash: unflushed commits and their
+        # replication origin progress are lost, so ops arrive again), and the follower stops.
+        logical_server.stop("immediate")
+        follower.stop()
+        stopped_at = max_seq(leader)
+        work.run_until(leader, op_count(leader) + 3000)
+        down = status_by_name(leader)
+        assert down["logical"]["active"] is False
+        assert down["logical"]["lag_ops"] > 0
+        assert down["follower"]["applied_seq"] <= stopped_at
+        assert down["follower"]["lag_ops"] > 0
+        logical_server.server.start()
+        cluster.follow(follow_db, "follower")
+        work.run_until(leader, op_count(leader) + 1500)
+    finally:
+        work.stop()
+    assert_identical(leader, logical_db)
+    assert_identical(leader, follow_db)
+    wait_for(lambda: caught_up(leader, "logical", "follower"), 30, "both replicas to report lag 0")
+
+
+# -- the same op twice ---------------------------------------------------------------------------
+
+
+def test_ops_delivered_twice_through_ingest_change_nothing(cluster: Cluster) -> None:
+    leader = cluster.leader
+    ids = enqueue_some(leader, 60)
+    with pgqueue.Queue(leader) as q:
+        q.reclaim_expired()
+        for dead in q.dead_letters(limit=3):
+            q.requeue_dead_letter(dead.job_id)
+    ops = [r[0] for r in rows(leader, "SELECT to_jsonb(o) FROM pgqueue.op_log o ORDER BY seq")]
+    target = cluster.replica_db(0, migrated=True)
+    with connection.connect(target) as conn:
+        first = conn.execute("SELECT pgqueue.ingest_ops(%s)", [Jsonb(ops)]).fetchone()
+        again = conn.execute("SELECT pgqueue.ingest_ops(%s)", [Jsonb(ops)]).fetchone()
+        # Out of order, one at a time: the Enqueue of an acked job must not bring it back.
+        for op in reversed(ops):
+            row = conn.execute(
+                "SELECT pgqueue.ingest_op(o.seq, o.stream, o.op, o.job_id, o.lease_id, o.body, "
+                "o.xid, o.at, o.lsn) FROM jsonb_populate_record(NULL::pgqueue.op_log, %s) o",
+                [Jsonb(op)]).fetchone()
+            assert row == (False,)
+    assert first == (len(ops),)
+    assert again == (0,)
+    assert len(ids) == 60
+    assert state_differences(leader, target) == []
+    assert ops_of(leader) == ops_of(target)
+
+
+def test_the_follow_reader_reading_everything_again_changes_nothing(cluster: Cluster) -> None:
+    leader = cluster.leader
+    enqueue_some(leader, 80)
+    target = cluster.replica_db(0)
+    follower = replica.Follower(leader, target, "again")
+    follower.setup()
+    while follower.poll() > 0:
+        pass
+    follower.poll()
+    before = ops_of(target)
+    assert before == ops_of(leader)
+    # Forget the position: the next polls deliver every op again.
+    with connection.connect(target) as conn:
+        conn.execute("UPDATE pgqueue.follow_state SET low_seq = 0, mark_seq = 0, mark_xmax = NULL")
+    assert follower.poll() == 0
+    assert follower.poll() == 0
+    assert ops_of(target) == before
+    assert_identical(leader, target)
+
+
+def test_an_op_the_subscription_delivers_twice_is_skipped_by_the_apply_trigger(
+        cluster: Cluster) -> None:
+    leader = cluster.leader
+    enqueue_some(leader, 60)
+    target = cluster.replica_db(0)
+    replica.attach(leader, target, "twice")
+    with pgqueue.Queue(leader) as q:  # ops that arrive through the subscription, not the seed
+        for lease in q.lease(10):
+            q.ack(lease)
+    assert_identical(leader, target)
+    ops = [r[0] for r in rows(leader, "SELECT to_jsonb(o) FROM pgqueue.op_log o ORDER BY seq DESC")]
+    acked = {r[0] for r in rows(leader, "SELECT job_id FROM pgqueue.op_log WHERE op = 'Ack'")}
+    # What the apply worker does: insert the row as it came, with session_replication_role =
+    # replica (so only ENABLE ALWAYS triggers fire). Every seq is already applied.
+    with connection.connect(target, autocommit=False) as conn:
+        conn.execute("SET LOCAL session_replication_role = replica")
+        for op in ops:
+            conn.execute("INSERT INTO pgqueue.op_log "
+                         "SELECT * FROM jsonb_populate_record(NULL::pgqueue.op_log, %s)", [Jsonb(op)])
+        conn.commit()
+    assert acked and not rows(target, "SELECT id FROM pgqueue.job WHERE id = ANY(%s)", [list(acked)])
+    assert_identical(leader, target)
+    # The subscription still applies what comes next.
+    with pgqueue.Queue(leader) as q:
+        q.enqueue(b"after the duplicates")
+    assert_identical(leader, target)
+
+
+# -- attach while writers hold transactions open -----------------------------------------------------
+
+
+def _open_transaction(dsn: str) -> psycopg.Connection[Any]:
+    """A connection in a transaction that holds a transaction id (it counts as running)."""
+    conn = connection.connect(dsn, autocommit=False)
+    conn.execute("SELECT pg_current_xact_id()")
+    return conn
+
+
+def _log_running_transactions(dsn: str) -> None:
+    """Make the leader log its running transactions now (logical decoding advances on these
+    records; the background writer logs one only every 15 s)."""
+    if int(one(dsn, "SHOW server_version_num")) >= 160000:
+        one(dsn, "SELECT pg_log_standby_snapshot()")
+    else:
+        one(dsn, "CHECKPOINT")
+
+
+def test_attach_while_transactions_are_open_loses_no_committed_op(cluster: Cluster) -> None:
+    """The subscription's slot streams only what commits after it became consistent; the seed
+    must hold everything committed before, also ops of a transaction that committed while an
+    older one was still open (the seed's snapshot then has xmin below its xid)."""
+    leader = cluster.leader
+    target = cluster.replica_db(0)
+    with pgqueue.Queue(leader) as q:
+        q.enqueue(b"before")
+        first = _open_transaction(leader)  # the slot waits for it: building its snapshot
+        attached: dict[str, Any] = {}
+
+        def attach() -> None:
+            try:
+                attached["result"] = replica.attach(leader, target, "busy")
+            except BaseException as exc:
+                attached["error"] = exc
+
+        attaching = threading.Thread(target=attach, daemon=True)
+        attaching.start()
+        wait_for(lambda: one(leader, "SELECT count(*) FROM pg_replication_slots "
+                                     "WHERE slot_name = 'pgqueue_busy'"), 30, "the slot to appear")
+        time.sleep(0.5)
+        second = _open_transaction(leader)  # running when the slot's snapshot is full
+        first.commit()
+        _log_running_transactions(leader)
+        time.sleep(1.0)
+        older = connection.connect(leader, autocommit=False)  # starts after: not waited for
+        open_id = q.enqueue(b"open across the seed", conn=older)
+        committed_id = q.enqueue(b"committed before the slot was consistent")
+        second.commit()
+        _log_running_transactions(leader)
+        attaching.join(60)
+        older.commit()
+        for conn in (first, second, older):
+            conn.close()
+    assert "error" not in attached, attached
+    have = {r[0] for r in rows(target, "SELECT job_id FROM pgqueue.op_log WHERE op = 'Enqueue'")}
+    wait_for(lambda: open_id in {r[0] for r in rows(target, "SELECT id FROM pgqueue.job")}, 30,
+             "the open transaction's job to arrive")
+    assert committed_id in {r[0] for r in rows(target, "SELECT id FROM pgqueue.job")}, (
+        f"job {committed_id} committed on the leader during attach and never reached the replica "
+        f"(replica has Enqueue ops for {sorted(have)})")
+    assert_identical(leader, target, timeout=20)
+
+
+# -- writes to a replica ---------------------------------------------------------------------------
+
+
+WRITES: dict[str, Any] = {
+    "enqueue": lambda q, ctx: q.enqueue(b"x"),
+    "lease": lambda q, ctx: q.lease(1),
+    "ack": lambda q, ctx: q.ack(ctx["lease"]),
+    "nack": lambda q, ctx: q.nack(ctx["lease"], error="x"),
+    "renew": lambda q, ctx: q.renew(ctx["lease"]),
+    "reclaim": lambda q, ctx: q.reclaim_expired(),
+    "requeue": lambda q, ctx: q.requeue_dead_letter(ctx["dead"]),
+    "cancel": lambda q, ctx: q.cancel(ctx["pending"]),
+    "configure": lambda q, ctx: q.configure_stream(retry_base=2.0),
+    "schedule": lambda q, ctx: q.upsert_schedule("nightly", "0 3 * * *"),
+    "tick": lambda q, ctx: q.tick_schedules(now=FAR),
+}
+
+
+def test_writes_to_a_replica_are_refused_naming_the_leader_without_its_password(
+        cluster: Cluster) -> None:
+    leader = make_conninfo(cluster.leader, password=PASSWORD)
+    logical_db, follow_db = cluster.replica_db(0), cluster.replica_db(1)
+    with pgqueue.Queue(leader) as q:
+        q.upsert_schedule("hourly", "0 * * * *")
+        q.enqueue(b"doomed", max_attempts=1, priority=9)
+        q.enqueue(b"leased", priority=8)
+        pending = q.enqueue(b"pending")
+        first, second = q.lease(2)
+        q.nack(first, error="dies")
+        ctx = {"lease": second, "dead": first.job_id, "pending": pending}
+    replica.attach(leader, logical_db, "logical")
+    follower = replica.Follower(leader, follow_db, "follower")
+    follower.setup()
+    follower.poll()
+    leader_parts = connection.conninfo_to_dict(cluster.leader)
+    problems: list[str] = []
+    for target in (logical_db, follow_db):
+        assert_identical(cluster.leader, target)
+        with pgqueue.Queue(target) as rq:
+            for name, write in WRITES.items():
+                try:
+                    write(rq, ctx)
+                except NotLeader as exc:
+                    message = str(exc)
+                    if PASSWORD in message:
+                        problems.append(f"{name}: the message shows the password: {message}")
+                    wanted = [f"{p}={leader_parts[p]}" for p in ("host", "port", "dbname")]
+                    if "replica" not in message or not all(w in message for w in wanted):
+                        problems.append(f"{name}: the message does not name the leader: {message}")
+                except Exception as exc:
+                    problems.append(f"{name}: raised {exc!r}, not NotLeader")
+                else:
+                    problems.append(f"{name}: was not refused on {replica.role(target)['name']}")
+            # Reads are fine on a replica.
+            info = rq.job(pending)
+            assert info is not None and info.state == "pending"
+            assert {s.stream for s in rq.stats()} == {"default"}
+        assert PASSWORD not in str(replica.role(target))
+        assert_identical(cluster.leader, target)  # the refused writes changed nothing
+    assert problems == []
+    # Given several DSNs, the Queue writes to the one in leader role.
+    with pgqueue.Queue([logical_db, follow_db, leader]) as q:
+        job_id = q.enqueue(b"to the leader")
+        assert q.dsn == leader
+    assert one(cluster.leader, "SELECT count(*) FROM pgqueue.job WHERE id = %s", [job_id]) == 1
+
+
+# -- the follow reader and late commits ------------------------------------------------------------
+
+
+def test_the_follow_reader_does_not_skip_a_row_whose_transaction_commits_late(
+        cluster: Cluster) -> None:
+    leader = cluster.leader
+    target = cluster.replica_db(0)
+    follower = replica.Follower(leader, target, "late")
+    follower.setup()
+    with pgqueue.Queue(leader) as q:
+        q.enqueue(b"committed before")
+        late = connection.connect(leader, autocommit=False)
+        try:
+            early_id = q.enqueue(b"takes a lower seq, commits last", conn=late)
+            early_seq = one(leader, "SELECT last_value FROM pgqueue.op_log_seq_seq")
+            later_id = q.enqueue(b"takes a higher seq, commits first")
+            later_seq = max_seq(leader)
+            assert later_seq > early_seq
+            for _ in range(4):
+                follower.poll()
+                state = rows(target, "SELECT low_seq FROM pgqueue.follow_state WHERE name = 'late'")
+                assert state and state[0][0] < early_seq, "the reader moved past an open transaction"
+            assert not rows(target, "SELECT id FROM pgqueue.job WHERE id = %s", [early_id])
+            late.commit()
+        finally:
+            late.close()
+    for _ in range(3):
+        follower.poll()
+    have = {r[0] for r in rows(target, "SELECT id FROM pgqueue.job")}
+    assert {early_id, later_id} <= have
+    assert_identical(leader, target)
+
+
+# -- status and retention ---------------------------------------------------------------------------
+
+
+def test_status_lists_each_replica_with_its_lag_and_sql_says_the_same(cluster: Cluster) -> None:
+    leader = cluster.leader
+    logical_db, follow_db = cluster.replica_db(0), cluster.replica_db(1)
+    enqueue_some(leader, 100)
+    replica.attach(leader, logical_db, "logical")
+    follower = cluster.follow(follow_db, "follower")
+    wait_for(lambda: caught_up(leader, "logical", "follower"), 30, "both replicas to catch up")
+    follower.stop()
+    enqueue_some(leader, 50, settle=False)
+    head = max_seq(leader)
+    found = status_by_name(leader)
+    assert set(found) == {"logical", "follower"}
+    assert found["follower"]["method"] == "follow"
+    assert found["follower"]["lag_ops"] >= 50
+    assert found["follower"]["applied_seq"] <= head - 50
+    assert found["follower"]["lag_seconds"] > 0
+    assert found["logical"]["method"] == "logical"
+    # The logical replica keeps up on its own; the follower catches up once restarted.
+    wait_for(lambda: caught_up(leader, "logical"), 30, "the logical replica to catch up")
+    cluster.follow(follow_db, "follower")
+    wait_for(lambda: caught_up(leader, "logical", "follower"), 30, "both replicas to catch up")
+    found = status_by_name(leader)
+    for name in ("logical", "follower"):
+        assert found[name]["applied_seq"] == head
+        assert found[name]["lag_ops"] == 0
+        assert found[name]["lag_seconds"] == 0
+        assert found[name]["active"] is True
+        assert found[name]["stale"] is False
+    in_sql = {r[0]: r[1:] for r in rows(
+        leader, "SELECT name, method, applied_seq, lag_ops, lag_seconds, active, stale "
+                "FROM pgqueue.replica_status()")}
+    assert in_sql == {name: (r["method"], r["applied_seq"], r["lag_ops"], r["lag_seconds"],
+                             r["active"], r["stale"]) for name, r in found.items()}
+
+
+def test_prune_keeps_every_op_a_replica_has_not_confirmed_unless_it_is_stale(
+        cluster: Cluster) -> None:
+    leader = cluster.leader
+    logical_db, follow_db = cluster.replica_db(0), cluster.replica_db(1)
+    enqueue_some(leader, 200)
+    replica.attach(leader, logical_db, "logical")
+    follower = cluster.follow(follow_db, "follower")
+    wait_for(lambda: caught_up(leader, "logical", "follower"), 30, "both replicas to catch up")
+    follower.stop()
+    confirmed = status_by_name(leader)["follower"]["applied_seq"]
+    enqueue_some(leader, 100)
+    wait_for(lambda: caught_up(leader, "logical"), 30, "the logical replica to catch up")
+    unconfirmed = [r for r in ops_of(leader) if r[0] > confirmed]
+    below = op_count(leader) - len(unconfirmed)
+    assert unconfirmed and below > 0
+
+    pruned = replica.prune(leader, keep=0)
+    assert pruned == below
+    assert ops_of(leader) == unconfirmed  # exactly the follower's unconfirmed ops are left
+    assert state_differences(leader, logical_db) == []
+
+    # The follower comes back, catches up from where it was, and lets the rest go.
+    follower = cluster.follow(follow_db, "follower")
+    wait_for(lambda: caught_up(leader, "logical", "follower"), 30, "both replicas to catch up")
+    assert state_differences(leader, follow_db) == []
+    follower.stop()
+
+    # A follower silent longer than stale_after is reported and no longer waited on.
+    confirmed = status_by_name(leader)["follower"]["applied_seq"]
+    enqueue_some(leader, 40, settle=False)
+    with connection.connect(leader) as conn:
+        conn.execute("UPDATE pgqueue.replica SET seen_at = now() - interval '2 days' "
+                     "WHERE name = 'follower'")
+    wait_for(lambda: caught_up(leader, "logical"), 30, "the logical replica to catch up")
+    found = status_by_name(leader, stale_after=86400)
+    assert found["follower"]["stale"] is True
+    assert found["logical"]["stale"] is False
+    head = max_seq(leader)
+    assert head > confirmed
+    assert replica.prune(leader, keep=0, stale_after=86400) > 0
+    assert one(leader, "SELECT count(*) FROM pgqueue.op_log WHERE seq > %s", [confirmed]) == 0
+    assert state_differences(leader, logical_db) == []
+    # What the logical replica applied is still reported after its ops were pruned.
+    applied = status_by_name(leader)["logical"]["applied_seq"]
+    assert applied == max(r[0] for r in ops_of(logical_db)), (
+        f"status reports the logical replica at seq {applied} after pruning; it applied up to "
+        f"{max(r[0] for r in ops_of(logical_db))}")
+
+
+def test_a_stale_follower_whose_ops_were_pruned_does_not_diverge_silently(
+        cluster: Cluster) -> None:
+    """Once a stale follower's unapplied ops are pruned it can no longer catch up: when it comes
+    back it must say so (raise), not carry on from the next op it finds and report lag 0."""
+    leader = cluster.leader
+    target = cluster.replica_db(0)
+    with pgqueue.Queue(leader) as q:
+        q.enqueue_many([pgqueue.NewJob(b"a") for _ in range(10)])
+        follower = replica.Follower(leader, target, "returning")
+        follower.setup()
+        follower.poll()
+        follower.poll()
+        for lease in q.lease(5):
+            q.ack(lease)  # ops the follower never sees
+        with connection.connect(leader) as conn:
+            conn.execute("UPDATE pgqueue.replica SET seen_at = now() - interval '2 days'")
+        assert replica.prune(leader, keep=0) > 0
+        q.enqueue(b"new")
+    try:
+        for _ in range(3):
+            follower.poll()
+    except PgQueueError:
+        return  # refused: the replica has to be attached afresh
+    assert state_differences(leader, target) == [], (
+        "the follower skipped pruned ops and went on; status says "
+        f"{status_by_name(leader)['returning']}")
+
+
+def test_verify_compares_queue_state_after_the_leader_pruned_its_op_log(cluster: Cluster) -> None:
+    leader = cluster.leader
+    target = cluster.replica_db(0)
+    enqueue_some(leader, 100)
+    replica.attach(leader, target, "logical")
+    enqueue_some(leader, 50)
+    wait_for(lambda: caught_up(leader, "logical"), 30, "the logical replica to catch up")
+    assert replica.prune(leader, keep=0) > 0
+    enqueue_some(leader, 20)
+    wait_for(lambda: caught_up(leader, "logical"), 30, "the logical replica to catch up")
+    assert state_differences(leader, target) == []
+    result = replica.verify(leader, target)
+    assert result.identical, result.differences
+    # A real difference is still found.
+    with connection.connect(target) as conn:
+        conn.execute("UPDATE pgqueue.job SET priority = priority + 1 "
+                     "WHERE id = (SELECT min(id) FROM pgqueue.job)")
+    result = replica.verify(leader, target)
+    assert not result.identical
+    assert any(line.startswith("job id ") for line in result.differences), result.differences
+
+
+# -- promotion ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["logical", "follow"])
+def test_promotion_under_load_loses_no_job_and_reuses_no_id(cluster: Cluster, method: str) -> None:
+    leader = cluster.leader
+    new_leader = cluster.replica_db(0)
+    dsns = [leader, new_leader]
+    if method == "logical":
+        replica.attach(leader, new_leader, "standby")
+    else:
+        ft = cluster.follow(new_leader, "standby")
+        wait_for(lambda: ft.follower.polls > 0 or ft.error, 30, "the follower's first poll")
+        assert ft.error is None, ft.error
+
+    app = pgqueue.App()
+    handled: Counter[int] = Counter()
+    handled_lock = threading.Lock()
+
+    @app.job("work")
+    def work(job: pgqueue.JobContext) -> None:
+        with handled_lock:
+            handled[job.job_id] += 1
+        time.sleep(0.002)
+
+    stop = threading.Event()
+    enqueued: list[int] = []
+    refused = Counter[str]()
+    failures: list[BaseException] = []
+
+    def produce(index: int) -> None:
+        try:
+            with pgqueue.Queue(dsns, stream="work") as q:
+                n = 0
+                while not stop.is_set():
+                    try:
+                        enqueued.append(q.enqueue(f"{index}-{n}".encode(), kind="work"))
+                        n += 1
+                    except (NotLeader, ConnectionFailed) as exc:  # no leader for a moment
+                        refused[type(exc).__name__] += 1
+                        time.sleep(0.02)
+                    time.sleep(0.001)
+        except BaseException as exc:
+            failures.append(exc)
+
+    workers = [pgqueue.Worker(app, dsns, streams=["work"], concurrency=3, visibility_timeout=5.0,
+                              poll_interval=0.1, maintenance_interval=0.2, grace_period=5.0)
+               for _ in range(2)]
+
+    def run_worker(w: pgqueue.Worker) -> None:
+        try:
+            w.run()
+        except BaseException as exc:
+            failures.append(exc)
+
+    producers = [threading.Thread(target=produce, args=(i,), daemon=True) for i in range(2)]
+    runners = [threading.Thread(target=run_worker, args=(w,), daemon=True) for w in workers]
+    for t in producers + runners:
+        t.start()
+    try:
+        try:
+            wait_for(lambda: len(enqueued) >= 600 and sum(handled.values()) >= 300, 60,
+                     "jobs to flow through the old leader")
+            before = replica.promote(new_leader, old_leader_dsn=leader, timeout=60)
+            promoted_at = len(enqueued)
+            wait_for(lambda: len(enqueued) >= promoted_at + 600, 60,
+                     "producers to carry on against the new leader")
+        finally:
+            stop.set()
+            for t in producers:
+                t.join(30)
+        wait_for(lambda: one(new_leader, "SELECT count(*) FROM pgqueue.job WHERE stream = 'work'") == 0,
+                 60, "the workers to finish every job on the new leader")
+    finally:
+        for w in workers:
+            w.stop()
+        for t in runners:
+            t.join(30)
+    assert failures == []
+    assert before.old_leader_reached and before.epoch == 2 and before.notes == []
+    assert all(w.dsn == new_leader for w in workers)
+
+    old_ops = ops_of(leader)
+    new_ops = ops_of(new_leader)
+    # Nothing the old leader committed is missing on the new one.
+    missing = set(old_ops) - set(new_ops)
+    assert not missing, f"{len(missing)} op(s) of the old leader never reached the new one"
+    old_max_job = max(r[3] or 0 for r in old_ops)
+    old_max_lease = max(r[4] or 0 for r in old_ops)
+    later = [r for r in new_ops if r[0] > max(r[0] for r in old_ops)]
+    assert later, "nothing was written to the new leader"
+    # New job and lease ids are past every old one, and no id was handed out twice.
+    assert all(r[3] > old_max_job for r in later if r[2] == "Enqueue")
+    assert all(r[4] > old_max_lease for r in later if r[2] == "Lease")
+    enqueues = [r[3] for r in new_ops if r[2] == "Enqueue"]
+    assert len(enqueues) == len(set(enqueues))
+    leases = [r[4] for r in new_ops if r[2] == "Lease"]
+    assert len(leases) == len(set(leases))
+    # Every job enqueued through either leader was acked exactly once, and handled.
+    assert len(enqueued) == len(set(enqueued))
+    assert set(enqueued) == set(enqueues)
+    acks = Counter(r[3] for r in new_ops if r[2] == "Ack")
+    assert {j for j in enqueued if acks[j] != 1} == set()
+    assert one(new_leader, "SELECT count(*) FROM pgqueue.dead_letter") == 0
+    assert set(handled) == set(enqueued)
+    assert any(j > old_max_job for j in enqueued)
+
+    # The old leader refuses writes and names the new one.
+    with pgqueue.Queue(leader, stream="work") as old, pytest.raises(NotLeader) as caught:
+        old.enqueue(b"late")
+    assert f"dbname={connection.conninfo_to_dict(new_leader)['dbname']}" in str(caught.value)
+    assert replica.role(leader)["role"] == "replica"
+    assert replica.role(new_leader)["role"] == "leader"
+
+
+def test_a_write_in_flight_when_the_old_leader_is_demoted_is_not_lost(cluster: Cluster) -> None:
+    """A transaction that checked the role just before the demotion committed may still
+    commit on the old leader: promote must wait for it (so its op reaches the new leader) or
+    it must fail; either way the new leader must not hand out its job id again."""
+    leader = cluster.leader
+    new_leader = cluster.replica_db(0)
+    with pgqueue.Queue(leader) as q:
+        q.enqueue(b"before")
+        replica.attach(leader, new_leader, "standby")
+        blocker = connection.connect(leader, autocommit=False)
+        blocker.execute("SELECT 1 FROM pgqueue.node FOR UPDATE")  # holds the demotion back
+        promoted: dict[str, Any] = {}
+
+        def promote() -> None:
+            try:
+                promoted["result"] = replica.promote(new_leader, old_leader_dsn=leader, timeout=60)
+            except BaseException as exc:
+                promoted["error"] = exc
+
+        promoter = threading.Thread(target=promote, daemon=True)
+        promoter.start()
+        wait_for(lambda: one(leader, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                     "current_database() AND wait_event_type = 'Lock' "
+                                     "AND query LIKE '%set_role%'"), 10, "the demotion to wait")
+        writer = connection.connect(leader, autocommit=False)
+        written: dict[str, Any] = {}
+        commit = threading.Event()
+
+        def write() -> None:
+            try:
+                written["id"] = q.enqueue(b"in flight", conn=writer)
+                commit.wait(30)
+                writer.commit()
+                written["committed"] = True
+            except (PgQueueError, psycopg.Error) as exc:
+                written["error"] = exc
+                writer.rollback()
+
+        writing = threading.Thread(target=write, daemon=True)
+        writing.start()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and not written:
+            time.sleep(0.01)
+        blocker.commit()
+        promoter.join(3.0)
+        commit.set()
+        writing.join(30)
+        promoter.join(60)
+        blocker.close()
+        writer.close()
+    assert "error" not in promoted, promoted
+    if written.get("committed"):
+        jid = written["id"]
+        on_new = one(new_leader, "SELECT count(*) FROM pgqueue.op_log WHERE op = 'Enqueue' "
+                                 "AND job_id = %s", [jid])
+        assert on_new == 1, (f"job {jid} committed on the old leader after promote() returned "
+                             "and never reached the new leader")
+    with pgqueue.Queue(new_leader) as nq:
+        new_id = nq.enqueue(b"after")
+    old_ids = {r[0] for r in rows(leader, "SELECT job_id FROM pgqueue.op_log WHERE op = 'Enqueue'")}
+    assert new_id not in old_ids, f"the new leader handed out job id {new_id} again"
+
+
+def test_promote_without_the_old_leader_says_what_may_be_lost(cluster: Cluster) -> None:
+    leader = cluster.leader
+    target = cluster.replica_db(0)
+    ids = enqueue_some(leader, 30)
+    follower = replica.Follower(leader, target, "orphan")
+    follower.setup()
+    while follower.poll() > 0:
+        pass
+    result = replica.promote(target, old_leader_dsn="host=127.0.0.1 port=1 dbname=gone "
+                                                    f"password={PASSWORD} connect_timeout=1")
+    assert result.old_leader_reached is False
+    assert result.epoch == 2
+    assert result.notes and "lost" in result.notes[0]
+    assert all(PASSWORD not in note for note in result.notes)
+    # The old leader was not demoted (it was out of reach); what it writes now must not reach
+    # the promoted database through the follower, which stops instead.
+    with pgqueue.Queue(leader) as old:
+        stray = old.enqueue(b"split brain")
+    assert follower.poll() == -1
+    assert not rows(target, "SELECT 1 FROM pgqueue.op_log WHERE job_id = %s", [stray])
+    with pgqueue.Queue(target) as q:
+        assert q.enqueue(b"new") > max(ids)
+        assert len(q.lease(5)) == 5
+
+
+# -- attach needs logical decoding -------------------------------------------------------------------
+
+
+def test_attach_refuses_a_leader_without_wal_level_logical_and_follow_works(
+        cluster: Cluster) -> None:
+    plain = Server({"wal_level": "replica"}).start()
+    try:
+        leader = plain.new_database(migrated=True)
+        enqueue_some(leader, 20)
+        target = cluster.replica_db(0)
+        with pytest.raises(PgQueueError) as caught:
+            replica.attach(leader, target, "nope")
+        message = str(caught.value)
+        assert "wal_level=replica" in message and "follow" in message
+        assert one(target, "SELECT to_regclass('pgqueue.node') IS NULL") is True
+        follower = replica.Follower(leader, target, "fallback")
+        follower.setup()
+        while follower.poll() > 0:
+            pass
+        assert_identical(leader, target)
+    finally:
+        plain.destroy()
+
