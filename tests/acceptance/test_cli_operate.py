@@ -1,0 +1,206 @@
+"""The operator's commands on one job: inspect, release, rewind, restart, skip-step,
+accept-step-set, cancel, set-threshold. Each is checked through the library (state, checkpoint,
+op log), and each refusal exits 1 with a message naming why and changes nothing."""
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from psycopg.types.json import Jsonb
+
+import pgqueue
+from pgqueue import connection, queries
+from pgqueue.steps import Held, _run_steps
+
+if TYPE_CHECKING:
+    from cli import main
+else:
+    from pgqueue_cli import main
+
+from click.testing import CliRunner, Result
+
+STEPS = [{"name": "download", "version": 1}, {"name": "transform", "version": 1},
+         {"name": "upload", "version": 1}]
+
+
+def run(dsn: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["--dsn", dsn, *args], env={"PGQUEUE_DSN": None},
+                              catch_exceptions=False)
+
+
+def ok(dsn: str, *args: str) -> Result:
+    result = run(dsn, *args)
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
+    return result
+
+
+def refused(dsn: str, *args: str, needle: str) -> None:
+    result = run(dsn, *args)
+    assert result.exit_code == 1, (result.exit_code, result.stdout, result.stderr)
+    assert needle in result.stderr, result.stderr
+
+
+def ops(q: pgqueue.Queue, job_id: int) -> list[str]:
+    return [o.op for o in reversed(q.op_log(job_id=job_id, limit=1000))]
+
+
+def step_app() -> pgqueue.App:
+    app = pgqueue.App()
+    job = app.step_job("resize")
+    for name in ("download", "transform", "upload"):
+        job.step(name)(lambda ctx: None)
+    return app
+
+
+def quarantined_step_job(q: pgqueue.Queue) -> int:
+    """A step job whose 'transform' step crashed three times (quarantined), by the real
+    worker code path for the checkpoint and by lease expiry for the crashes."""
+    app = step_app()
+    job_id = app.enqueue(q, "resize", b"img")
+    handler = app.handlers["resize"]
+    assert isinstance(handler, pgqueue.StepJob) and handler.step_list == STEPS
+    with q.connection() as conn:  # what a worker does when it starts
+        queries.fetch(conn, "register_step_set", {
+            "hash": handler.step_set_hash, "kind": "resize", "steps": Jsonb(handler.step_list)})
+    for _ in range(3):
+        (lease,) = q.lease(1, visibility_timeout=0.05)
+        cp = pgqueue.Checkpoint(last_completed_step="download", cursor_step="transform",
+                                cursor=b"7", schema_version=1, step_set_hash=handler.step_set_hash)
+        q.renew(lease, visibility_timeout=0.05, checkpoint=cp)
+        time.sleep(0.08)
+        assert q.reclaim_expired() == 1
+    info = q.job(job_id)
+    assert info is not None and info.state == "quarantined"
+    return job_id
+
+
+def test_inspect_shows_checkpoint_steps_and_crashes(q: pgqueue.Queue, dsn: str) -> None:
+    job_id = quarantined_step_job(q)
+    data = json.loads(ok(dsn, "jobs", "inspect", str(job_id), "--json").stdout)
+    assert data["state"] == "quarantined" and data["state_reason"] == "crashed"
+    assert data["state_detail"]["step"] == "transform" and data["state_detail"]["crashes"] == 3
+    assert [s["name"] for s in data["steps"]] == ["download", "transform", "upload"]
+    assert data["checkpoint"]["crashes_by_step"] == {"transform": 3}
+    assert data["checkpoint"]["last_completed_step"] == "download"
+    people = ok(dsn, "jobs", "inspect", str(job_id)).stdout
+    assert "in progress" in people and "completed" in people and "crashed" in people
+    assert run(dsn, "jobs", "inspect", "999999").exit_code == 1
+
+
+def test_release_with_and_without_resetting_crashes(q: pgqueue.Queue, dsn: str) -> None:
+    job_id = quarantined_step_job(q)
+    ok(dsn, "jobs", "release", str(job_id))
+    info = q.job(job_id)
+    assert info is not None and info.state == "pending" and info.state_reason is None
+    assert info.checkpoint.crashes_by_step == {"transform": 3}
+    assert info.checkpoint.cursor == b"7"  # the checkpoint is kept
+    refused(dsn, "jobs", "release", str(job_id), needle="quarantined or undecodable")
+    assert len(q.lease(1, visibility_timeout=0.05)) == 1
+    time.sleep(0.08)
+    q.reclaim_expired()  # one more crash: back to quarantine at once (4 >= 3)
+    assert q.job(job_id).state == "quarantined"  # type: ignore[union-attr]
+    data = json.loads(ok(dsn, "jobs", "release", str(job_id), "--reset-crashes", "--json").stdout)
+    assert data["state"] == "pending" and data["checkpoint"]["crashes_by_step"] == {}
+    assert ops(q, job_id).count("Release") == 2
+
+
+def test_rewind_restart_and_skip_step(q: pgqueue.Queue, dsn: str) -> None:
+    job_id = quarantined_step_job(q)
+    ok(dsn, "jobs", "skip-step", str(job_id))
+    info = q.job(job_id)
+    assert info is not None and info.state == "pending"
+    assert info.checkpoint.last_completed_step == "transform" and info.checkpoint.cursor is None
+    ok(dsn, "jobs", "rewind", str(job_id), "--to-step", "download")
+    info = q.job(job_id)
+    assert info is not None and info.checkpoint.last_completed_step is None
+    refused(dsn, "jobs", "rewind", str(job_id), "--to-step", "nope", needle="download, transform")
+    ok(dsn, "jobs", "rewind", str(job_id), "--to-step", "upload")
+    assert q.job(job_id).checkpoint.last_completed_step == "transform"  # type: ignore[union-attr]
+    ok(dsn, "jobs", "restart", str(job_id))
+    info = q.job(job_id)
+    assert info is not None and info.checkpoint.step_set_hash is None
+    assert info.checkpoint.last_completed_step is None and info.checkpoint.crashes_by_step == {}
+    refused(dsn, "jobs", "skip-step", str(job_id), needle="no recorded step list")
+    assert [o for o in ops(q, job_id) if o in ("SkipStep", "Rewind", "Restart")] == [
+        "SkipStep", "Rewind", "Rewind", "Restart"]
+
+
+def test_operator_commands_refuse_a_leased_job_and_change_nothing(
+        q: pgqueue.Queue, dsn: str) -> None:
+    job_id = q.enqueue(b"x")
+    (lease,) = q.lease(1)
+    before = ops(q, job_id)
+    for args in (["release", str(job_id)], ["restart", str(job_id)], ["cancel", str(job_id)],
+                 ["skip-step", str(job_id)], ["rewind", str(job_id), "--to-step", "a"],
+                 ["accept-step-set", str(job_id)]):
+        refused(dsn, "jobs", *args, needle="leased")
+    assert ops(q, job_id) == before
+    q.ack(lease)
+
+
+def test_cancel_removes_pending_and_dead_jobs_for_good(q: pgqueue.Queue, dsn: str) -> None:
+    pending = q.enqueue(b"p")
+    dead = q.enqueue(b"d", max_attempts=1, priority=9)
+    (lease,) = q.lease(1)
+    assert lease.job_id == dead
+    q.nack(lease, error="boom")
+    assert q.job(dead).state == "dead"  # type: ignore[union-attr]
+    for job_id in (pending, dead):
+        ok(dsn, "jobs", "cancel", str(job_id))
+        assert q.job(job_id) is None
+        assert ops(q, job_id)[-1] == "Cancel"
+    refused(dsn, "jobs", "cancel", str(pending), needle="no job")
+
+
+def test_accept_step_set_only_for_step_set_changed(q: pgqueue.Queue, dsn: str) -> None:
+    job_id = quarantined_step_job(q)
+    refused(dsn, "jobs", "accept-step-set", str(job_id), needle="undecodable")
+
+
+def test_set_threshold_records_a_kind_override_reclaim_uses(q: pgqueue.Queue, dsn: str) -> None:
+    ok(dsn, "jobs", "set-threshold", "fragile", "--quarantine-after", "1")
+    job_id = q.enqueue(b"x", kind="fragile")
+    q.lease(1, visibility_timeout=0.05)
+    time.sleep(0.08)
+    q.reclaim_expired()
+    info = q.job(job_id)
+    assert info is not None and info.state == "quarantined"
+    ok(dsn, "jobs", "set-threshold", "fragile")  # removes the override
+    with connection.connect(dsn) as conn:
+        rows: list[Any] = conn.execute("SELECT * FROM pgqueue.kind_config").fetchall()
+    assert rows == []
+
+
+def test_a_step_job_resumes_after_release_at_its_step(q: pgqueue.Queue, dsn: str) -> None:
+    """After release the real step runner resumes at 'transform' with the saved cursor."""
+    job_id = quarantined_step_job(q)
+    ok(dsn, "jobs", "release", str(job_id), "--reset-crashes")
+    seen: list[tuple[str, bytes | None]] = []
+    app = pgqueue.App()
+    job = app.step_job("resize")
+    for name in ("download", "transform", "upload"):
+        job.step(name)(lambda ctx, n=name: seen.append((n, ctx.cursor)))
+
+    class Direct:
+        def write_checkpoint(self, held: Held) -> None:
+            cp, version = held.snapshot()
+            q.renew(held.lease, checkpoint=cp)
+            held.mark_flushed(version)
+
+        def ack(self, held: Held) -> None:
+            q.ack(held.lease)
+
+        def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:
+            raise AssertionError(reason)
+
+        def upcast(self, held: Held, payload: bytes, schema_version: int) -> None:
+            raise AssertionError("no upcast expected")
+
+        def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
+            return q.step_list(step_set_hash)
+
+    (lease,) = q.lease(1)
+    _run_steps(job, Held(lease, 30.0), Direct())
+    assert seen == [("transform", b"7"), ("upload", None)]
+    assert q.job(job_id) is None
