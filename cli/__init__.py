@@ -13,6 +13,7 @@ import click
 import pgqueue
 
 from . import common
+from .bench import bench
 from .common import EXIT_CODES_HELP, Group, Settings
 from .db import db
 from .dead import dead
@@ -59,6 +60,7 @@ main.add_command(stats)
 main.add_command(oplog)
 main.add_command(sql)
 main.add_command(demo)
+main.add_command(bench)
 main.add_command(schedules)
 main.add_command(replica_group)
 main.add_command(worker)

@@ -5,3 +5,6 @@ SELECT version_num AS revision FROM pgqueue.alembic_version LIMIT 1
 
 -- name: database_exists
 SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = %(name)s) AS exists
+
+-- name: server_version
+SELECT current_setting('server_version') AS version

@@ -204,3 +204,16 @@ def test_a_step_job_resumes_after_release_at_its_step(q: pgqueue.Queue, dsn: str
     _run_steps(job, Held(lease, 30.0), Direct())
     assert seen == [("transform", b"7"), ("upload", None)]
     assert q.job(job_id) is None
+
+
+def test_bench_reports_every_phase_and_leaves_no_job_behind(q: pgqueue.Queue, dsn: str) -> None:
+    data = json.loads(ok(dsn, "bench", "--jobs", "1000", "--single", "20", "--json").stdout)
+    names = [f["name"] for f in data["figures"]]
+    assert names == ["enqueue, one per call", "enqueue, batches of 500",
+                     "lease+ack, batches of 1", "lease+ack, batches of 100"]
+    assert all(f["value"] > 0 for f in data["figures"])
+    assert [s for s in q.stats() if s.stream == "pgqueue-bench"] == []
+    with connection.connect(dsn) as conn:
+        acks = conn.execute("SELECT count(*) FROM pgqueue.op_log WHERE op = 'Ack' "
+                            "AND stream = 'pgqueue-bench'").fetchone()
+    assert acks is not None and acks[0] == 1020

@@ -1,0 +1,84 @@
+"""The in-repo benchmark behind `pgqueue bench` and bench/throughput.py.
+
+It measures, on one database and its own stream: enqueue one job per call (one round trip, one
+commit each), enqueue in batches, and lease+ack with a batch of 1 and of 100, which drains every
+job it enqueued (it leaves nothing behind but op-log history). Figures only: nothing here is
+asserted anywhere; the caller prints them.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pgqueue import connection, queries
+from pgqueue.models import NewJob
+from pgqueue.queue import Queue
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured rate."""
+
+    name: str
+    value: float
+    unit: str
+
+
+def enqueue_single(q: Queue, n: int, progress: Progress) -> Figure:
+    t0 = time.perf_counter()
+    for i in range(n):
+        q.enqueue(b"{}")
+        if i % 100 == 0:
+            progress("enqueue, one at a time", i, n)
+    rate = n / (time.perf_counter() - t0)
+    return Figure("enqueue, one per call", rate, "jobs/s")
+
+
+def enqueue_batched(q: Queue, n: int, batch: int, progress: Progress) -> Figure:
+    jobs = [NewJob(b"{}") for _ in range(batch)]
+    t0 = time.perf_counter()
+    for done in range(0, n, batch):
+        q.enqueue_many(jobs)
+        progress("enqueue, batched", done, n)
+    rate = n / (time.perf_counter() - t0)
+    return Figure(f"enqueue, batches of {batch}", rate, "jobs/s")
+
+
+def lease_ack(q: Queue, n: int, batch: int, progress: Progress) -> Figure:
+    """Drain n jobs (already queued) with lease(batch) + ack_many, one worker."""
+    done = 0
+    t0 = time.perf_counter()
+    while done < n:
+        leases = q.lease(batch)
+        if not leases:
+            break
+        q.ack_many(leases)
+        done += len(leases)
+        progress(f"lease+ack, batches of {batch}", done, n)
+    rate = done / (time.perf_counter() - t0)
+    return Figure(f"lease+ack, batches of {batch}", rate, "jobs/s")
+
+
+def run(dsn: str, *, jobs: int = 20_000, single: int = 2_000,
+        progress: Progress | None = None) -> list[Figure]:
+    """Run every phase on stream "pgqueue-bench" of the (migrated) database at `dsn`."""
+    report = progress or (lambda phase, done, total: None)
+    with Queue(dsn, stream="pgqueue-bench", pool_size=2) as q:
+        left = sum(s.count for s in q.stats() if s.stream == q.stream)
+        if left:
+            raise ValueError(f"stream {q.stream!r} already holds {left} job(s); the benchmark "
+                             "needs it empty")
+        figures = [enqueue_single(q, single, report), enqueue_batched(q, jobs, 500, report)]
+        total = single + (jobs // 500) * 500
+        figures.append(lease_ack(q, total // 4, 1, report))
+        figures.append(lease_ack(q, total - total // 4, 100, report))
+    return figures
+
+
+def server_version(dsn: str) -> str:
+    """The server's version string."""
+    with connection.connect(dsn) as conn:
+        return str(queries.scalar(conn, "server_version"))
