@@ -1,0 +1,118 @@
+"""pgqueue's adapter for bench/peers_runner.py (runs in pgqueue's own virtual environment).
+
+Processing: one pgqueue.Worker (handler threads, batched leases up to free capacity, batched
+acks; maintenance on, as by default) in this process; a job counts once its ack is written
+(worker.processed). Latency: an idle worker with a 5 s poll interval, so it wakes on
+LISTEN/NOTIFY.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pgqueue
+
+STREAM = "bench"
+PAYLOAD = b"{}"
+
+#: Candidate processing settings; the bench takes the fastest.
+SETTINGS: list[dict[str, Any]] = [
+    {"concurrency": 16},
+    {"concurrency": 64},
+    {"concurrency": 128},
+]
+LATENCY_SETTING: dict[str, Any] = {"concurrency": 16, "poll_interval": 5.0}
+
+
+def version() -> str:
+    return pgqueue.__version__
+
+
+def setup(dsn: str) -> None:
+    pgqueue.migrate(dsn)
+
+
+def enqueue_one(dsn: str, n: int) -> float:
+    """Seconds to enqueue n jobs, one Queue.enqueue call (one round trip, one commit) each."""
+    with pgqueue.Queue(dsn, stream=STREAM) as q:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            q.enqueue(PAYLOAD, kind="noop")
+        return time.perf_counter() - t0
+
+
+def enqueue_batch(dsn: str, n: int, batch: int) -> float:
+    """Seconds to enqueue n jobs with Queue.enqueue_many, `batch` jobs per call."""
+    with pgqueue.Queue(dsn, stream=STREAM) as q:
+        t0 = time.perf_counter()
+        for start in range(0, n, batch):
+            q.enqueue_many([pgqueue.NewJob(PAYLOAD, kind="noop")
+                            for _ in range(min(batch, n - start))])
+        return time.perf_counter() - t0
+
+
+def _start(app: pgqueue.App, dsn: str, **options: Any) -> tuple[pgqueue.Worker, threading.Thread]:
+    worker = pgqueue.Worker(app, dsn, streams=[STREAM], **options)
+    thread = threading.Thread(target=worker.run, name="bench-worker", daemon=True)
+    thread.start()
+    return worker, thread
+
+
+def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tuple[int, float]:
+    """(jobs done, seconds from the first handler start until n acks are written)."""
+    app = pgqueue.App()
+    first: list[float] = []
+
+    @app.job("noop")
+    def noop(job: pgqueue.JobContext) -> None:
+        if not first:
+            first.append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    worker, thread = _start(app, dsn, concurrency=setting["concurrency"], poll_interval=1.0)
+    deadline = t0 + max_seconds
+    while worker.processed < n and time.perf_counter() < deadline:
+        time.sleep(0.002)
+    end = time.perf_counter()
+    done = worker.processed
+    worker.stop()
+    thread.join(timeout=60)
+    return min(done, n), end - (first[0] if first else t0)
+
+
+def latency_worker(dsn: str, n: int, ready: Callable[[], None],
+                   max_seconds: float) -> list[tuple[int, float, float]]:
+    """Run an idle worker until n jobs started; [(index, enqueued_at, started_at)]."""
+    app = pgqueue.App()
+    records: list[tuple[int, float, float]] = []
+
+    @app.job("lat")
+    def lat(job: pgqueue.JobContext) -> None:
+        started = time.time()
+        body = job.json()
+        records.append((int(body["i"]), float(body["t"]), started))
+
+    worker, thread = _start(app, dsn, **LATENCY_SETTING)
+    deadline = time.monotonic() + max_seconds
+    while worker.worker_id == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ready()
+    while len(records) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.stop()
+    thread.join(timeout=60)
+    return list(records)
+
+
+def produce(dsn: str, n: int, interval: float) -> None:
+    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time."""
+    with pgqueue.Queue(dsn, stream=STREAM) as q:
+        due = time.perf_counter()
+        for i in range(n):
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            q.enqueue({"t": time.time(), "i": i}, kind="lat")
+            due += interval

@@ -1,0 +1,219 @@
+"""pgqueuer's adapter for bench/peers_runner.py (runs in bench/.venv-peers).
+
+pgqueuer is imported inside the functions: it is not installed in pgqueue's environment, where
+mypy checks this file (hence the `type: ignore[import-not-found]` comments).
+
+Driver: asyncpg (pgqueuer's recommended driver), one connection (AsyncpgDriver) or a pool
+(AsyncpgPoolDriver). Processing: one QueueManager; a job counts once pgqueuer has removed it
+from its queue table (its completion log buffer flushed). Latency: an idle QueueManager, woken
+by the NOTIFY its enqueue trigger sends (dequeue_timeout 30 s, the default).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+PAYLOAD = b"{}"
+
+#: Candidate processing settings; the bench takes the fastest.
+SETTINGS: list[dict[str, Any]] = [
+    {"batch_size": 10, "driver": "connection"},
+    {"batch_size": 100, "driver": "connection"},
+    {"batch_size": 100, "driver": "pool"},
+    {"batch_size": 500, "driver": "connection"},
+    {"batch_size": 1000, "driver": "connection"},
+]
+LATENCY_SETTING: dict[str, Any] = {"batch_size": 10, "driver": "connection"}
+
+
+def version() -> str:
+    import pgqueuer  # type: ignore[import-not-found]
+
+    return str(pgqueuer.__version__)
+
+
+def _connect_kwargs(dsn: str) -> dict[str, Any]:
+    """asyncpg takes keywords (or a URL), not a libpq key=value string."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(dsn)
+    kwargs: dict[str, Any] = {
+        "host": parts.get("host") or parts.get("hostaddr") or "localhost",
+        "port": int(parts.get("port") or 5432),
+        "user": parts.get("user"),
+        "database": parts.get("dbname"),
+    }
+    if parts.get("password"):
+        kwargs["password"] = parts["password"]
+    return kwargs
+
+
+async def _connection(dsn: str) -> Any:
+    import asyncpg  # type: ignore[import-not-found]
+
+    return await asyncpg.connect(**_connect_kwargs(dsn))
+
+
+async def _queries(dsn: str, driver: str = "connection") -> tuple[Any, Any]:
+    """(pgqueuer Queries, the connection or pool to close afterwards)."""
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, AsyncpgPoolDriver, Queries
+
+    if driver == "pool":
+        pool = await asyncpg.create_pool(min_size=4, max_size=8, **_connect_kwargs(dsn))
+        return Queries(AsyncpgPoolDriver(pool)), pool
+    conn = await _connection(dsn)
+    return Queries(AsyncpgDriver(conn)), conn
+
+
+def setup(dsn: str) -> None:
+    async def run() -> None:
+        queries, conn = await _queries(dsn)
+        try:
+            await queries.install()
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def _queue_table() -> str:
+    from pgqueuer.domain.settings import db_settings  # type: ignore[import-not-found]
+
+    return str(db_settings().queue_table)
+
+
+def enqueue_one(dsn: str, n: int) -> float:
+    """Seconds to enqueue n jobs, one Queries.enqueue call each."""
+    async def run() -> float:
+        queries, conn = await _queries(dsn)
+        try:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await queries.enqueue("noop", PAYLOAD)
+            return time.perf_counter() - t0
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def enqueue_batch(dsn: str, n: int, batch: int) -> float:
+    """Seconds to enqueue n jobs with Queries.enqueue given lists, `batch` jobs per call."""
+    async def run() -> float:
+        queries, conn = await _queries(dsn)
+        try:
+            t0 = time.perf_counter()
+            for start in range(0, n, batch):
+                k = min(batch, n - start)
+                await queries.enqueue(["noop"] * k, [PAYLOAD] * k, [0] * k)
+            return time.perf_counter() - t0
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+async def _wait_empty(conn: Any, deadline: float) -> None:
+    """Wait until the queue table holds no job (pgqueuer deletes a job when it logs its end)."""
+    query = f"SELECT EXISTS (SELECT 1 FROM {_queue_table()})"
+    while await conn.fetchval(query) and time.perf_counter() < deadline:
+        await asyncio.sleep(0.002)
+
+
+def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tuple[int, float]:
+    """(jobs done, seconds from the first handler start until the queue table is empty)."""
+    from pgqueuer import QueueManager
+
+    async def run() -> tuple[int, float]:
+        queries, conn = await _queries(dsn, setting["driver"])
+        qm = QueueManager(queries)
+        state = {"count": 0}
+        first: list[float] = []
+        all_started = asyncio.Event()
+
+        async def noop(job: Any) -> None:
+            if not first:
+                first.append(time.perf_counter())
+            state["count"] += 1
+            if state["count"] >= n:
+                all_started.set()
+
+        qm.entrypoint("noop")(noop)
+        watcher = await _connection(dsn)
+        t0 = time.perf_counter()
+        deadline = t0 + max_seconds
+        task = asyncio.create_task(qm.run(batch_size=setting["batch_size"]))
+        try:
+            await asyncio.wait_for(all_started.wait(), timeout=max_seconds)
+            await _wait_empty(watcher, deadline)
+        except asyncio.TimeoutError:
+            pass
+        end = time.perf_counter()
+        done = min(state["count"], n)
+        qm.shutdown.set()
+        try:
+            await asyncio.wait_for(task, timeout=30)
+        finally:
+            await conn.close()
+            await watcher.close()
+        return done, end - (first[0] if first else t0)
+
+    return asyncio.run(run())
+
+
+def latency_worker(dsn: str, n: int, ready: Callable[[], None],
+                   max_seconds: float) -> list[tuple[int, float, float]]:
+    """Run an idle QueueManager until n jobs started; [(index, enqueued_at, started_at)]."""
+    from pgqueuer import QueueManager
+
+    async def run() -> list[tuple[int, float, float]]:
+        queries, conn = await _queries(dsn, LATENCY_SETTING["driver"])
+        qm = QueueManager(queries)
+        records: list[tuple[int, float, float]] = []
+        enough = asyncio.Event()
+
+        async def lat(job: Any) -> None:
+            started = time.time()
+            body = json.loads(job.payload)
+            records.append((int(body["i"]), float(body["t"]), started))
+            if len(records) >= n:
+                enough.set()
+
+        qm.entrypoint("lat")(lat)
+        task = asyncio.create_task(qm.run(batch_size=LATENCY_SETTING["batch_size"]))
+        await asyncio.sleep(0.5)  # verify_structure and LISTEN happen first in run()
+        ready()
+        try:
+            await asyncio.wait_for(enough.wait(), timeout=max_seconds)
+        except asyncio.TimeoutError:
+            pass
+        qm.shutdown.set()
+        try:
+            await asyncio.wait_for(task, timeout=30)
+        finally:
+            await conn.close()
+        return list(records)
+
+    return asyncio.run(run())
+
+
+def produce(dsn: str, n: int, interval: float) -> None:
+    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time."""
+    async def run() -> None:
+        queries, conn = await _queries(dsn)
+        try:
+            due = time.perf_counter()
+            for i in range(n):
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                await queries.enqueue("lat", json.dumps({"t": time.time(), "i": i}).encode())
+                due += interval
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
