@@ -22,6 +22,8 @@ SETTINGS: list[dict[str, Any]] = [
     {"concurrency": 16},
     {"concurrency": 64},
     {"concurrency": 128},
+    {"concurrency": 16, "prefetch": 200},
+    {"concurrency": 32, "prefetch": 500},
 ]
 LATENCY_SETTING: dict[str, Any] = {"concurrency": 16, "poll_interval": 5.0}
 
@@ -71,7 +73,8 @@ def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tu
             first.append(time.perf_counter())
 
     t0 = time.perf_counter()
-    worker, thread = _start(app, dsn, concurrency=setting["concurrency"], poll_interval=1.0)
+    worker, thread = _start(app, dsn, concurrency=setting["concurrency"],
+                            prefetch=setting.get("prefetch", 0), poll_interval=1.0)
     deadline = t0 + max_seconds
     while worker.processed < n and time.perf_counter() < deadline:
         time.sleep(0.002)
