@@ -12,28 +12,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-from psycopg.conninfo import make_conninfo
 from rich.console import Console
-from rich.table import Table
 
 import pgqueue
-from pgqueue import connection, queries
-from pgqueue.embedded import EmbeddedServer
+from pgqueue import connection
+from pgqueue.benchmark import fresh_database, print_figures, server
 from pgqueue.maintain import Maintainer
-
-
-def _fresh(server_dsn: str, name: str) -> str:
-    with connection.connect(server_dsn) as conn:
-        queries.drop_database(conn, name)
-        queries.create_database(conn, name)
-    dsn = make_conninfo(server_dsn, dbname=name)
-    pgqueue.migrate(dsn)
-    return dsn
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -135,24 +122,13 @@ def main() -> None:
     parser.add_argument("--delayed", type=int, default=1_000_000)
     parser.add_argument("--through", type=int, default=1_000_000)
     args = parser.parse_args()
-    server: EmbeddedServer | None = None
-    server_dsn: str = args.dsn or ""
-    if not server_dsn:
-        server = EmbeddedServer(Path(tempfile.mkdtemp(prefix="pgqueue-endure-")))
-        server_dsn = server.start()
     console = Console()
-    try:
-        rows = delayed_phase(_fresh(server_dsn, "pgqueue_endure_delayed"), args.delayed, console)
-        rows += through_phase(_fresh(server_dsn, "pgqueue_endure_through"), args.through, console)
-        table = Table(title="pgqueue endurance" + (" (fsync on)" if server else ""))
-        table.add_column("measure")
-        table.add_column("value", justify="right")
-        for measure, value in rows:
-            table.add_row(measure, value)
-        console.print(table)
-    finally:
-        if server is not None:
-            server.stop()
+    with server(args.dsn, "endure") as (server_dsn, embedded):
+        rows = delayed_phase(fresh_database(server_dsn, "pgqueue_endure_delayed"), args.delayed,
+                             console)
+        rows += through_phase(fresh_database(server_dsn, "pgqueue_endure_through"), args.through,
+                              console)
+        print_figures(console, "pgqueue endurance" + (" (fsync on)" if embedded else ""), rows)
 
 
 if __name__ == "__main__":

@@ -17,23 +17,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 from rich.console import Console
-from rich.table import Table
 
-import pgqueue
-from pgqueue import benchmark, connection, queries
-from pgqueue.embedded import EmbeddedServer, bin_dir
-
-
-def fresh(server_dsn: str, name: str, *, migrate: bool = True) -> str:
-    with connection.connect(server_dsn) as conn:
-        queries.drop_database(conn, name)
-        queries.create_database(conn, name)
-    dsn = make_conninfo(server_dsn, dbname=name)
-    if migrate:
-        pgqueue.migrate(dsn)
-    return dsn
+from pgqueue import benchmark, connection
+from pgqueue.benchmark import fresh_database, print_figures, server
+from pgqueue.embedded import bin_dir
 
 
 def pgbench(dsn: str, *args: str) -> float:
@@ -54,44 +43,28 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=2_000)
     parser.add_argument("--seconds", type=int, default=5, help="each pgbench run")
     args = parser.parse_args()
-    server: EmbeddedServer | None = None
-    server_dsn: str = args.dsn or ""
-    if not server_dsn:
-        server = EmbeddedServer(Path(tempfile.mkdtemp(prefix="pgqueue-throughput-")))
-        server_dsn = server.start()
     console = Console()
-    try:
+    with server(args.dsn, "throughput") as (server_dsn, embedded):
         with console.status("pgqueue phases"):
-            figures = benchmark.run(fresh(server_dsn, "pgqueue_bench_throughput"),
+            figures = benchmark.run(fresh_database(server_dsn, "pgqueue_bench_throughput"),
                                     jobs=args.jobs, single=args.single)
         with console.status("pgbench calibration"):
-            calib = fresh(server_dsn, "pgqueue_bench_pgbench", migrate=False)
-            subprocess.run([str(bin_dir() / "pgbench"), "-i", "-s", "1", "-q",
-                            "-h", str(conninfo_to_dict(calib).get("host", "127.0.0.1")),
-                            "-p", str(conninfo_to_dict(calib).get("port", 5432)),
-                            "-U", str(conninfo_to_dict(calib).get("user", "postgres")),
-                            str(conninfo_to_dict(calib)["dbname"])],
-                           capture_output=True, check=True)
+            calib = fresh_database(server_dsn, "pgqueue_bench_pgbench", migrate=False)
+            pgbench(calib, "-i", "-s", "1", "-q")
             select_tps = pgbench(calib, "-S", "-n", "-T", str(args.seconds))
             with connection.connect(calib) as conn:
                 conn.execute("CREATE TABLE one_insert (id bigserial PRIMARY KEY, payload bytea)")
             script = Path(tempfile.mkdtemp()) / "insert.sql"
             script.write_text("INSERT INTO one_insert (payload) VALUES ('\\x7b7d');\n")
             insert_tps = pgbench(calib, "-n", "-f", str(script), "-T", str(args.seconds))
-        table = Table(title="pgqueue throughput, one client" + (" (fsync on)" if server else ""))
-        table.add_column("measure")
-        table.add_column("rate", justify="right")
-        for f in figures:
-            table.add_row(f"pgqueue {f.name} ({f.unit})", f"{f.value:,.0f}")
-        table.add_row("pgbench -S, 1 client (tps)", f"{select_tps:,.0f}")
-        table.add_row("pgbench one INSERT per transaction, 1 client (tps)", f"{insert_tps:,.0f}")
+        rows = [(f"pgqueue {f.name} ({f.unit})", f"{f.value:,.0f}") for f in figures]
+        rows += [("pgbench -S, 1 client (tps)", f"{select_tps:,.0f}"),
+                 ("pgbench one INSERT per transaction, 1 client (tps)", f"{insert_tps:,.0f}")]
         if insert_tps:
-            table.add_row("pgqueue enqueue one per call / single-insert commit rate",
-                          f"{figures[0].value / insert_tps * 100:.0f} %")
-        console.print(table)
-    finally:
-        if server is not None:
-            server.stop()
+            rows.append(("pgqueue enqueue one per call / single-insert commit rate",
+                         f"{figures[0].value / insert_tps * 100:.0f} %"))
+        print_figures(console, "pgqueue throughput, one client" + (" (fsync on)" if embedded else ""),
+                      rows)
 
 
 if __name__ == "__main__":

@@ -8,28 +8,14 @@ directory and stops it afterwards. Prints figures only; nothing here is asserted
 from __future__ import annotations
 
 import argparse
-import tempfile
 import threading
 import time
-from pathlib import Path
-from typing import Any
 
-from psycopg.conninfo import make_conninfo
 from rich.console import Console
-from rich.table import Table
 
 import pgqueue
-from pgqueue import connection, queries
-from pgqueue.embedded import EmbeddedServer
-
-
-def _fresh_database(server_dsn: str, name: str) -> str:
-    with connection.connect(server_dsn) as conn:
-        queries.drop_database(conn, name)
-        queries.create_database(conn, name)
-    dsn = make_conninfo(server_dsn, dbname=name)
-    pgqueue.migrate(dsn)
-    return dsn
+from pgqueue import connection
+from pgqueue.benchmark import fresh_database, print_figures, server
 
 
 def _table_stats(dsn: str) -> tuple[int, int]:
@@ -126,33 +112,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
-    server: EmbeddedServer | None = None
-    server_dsn: str = args.dsn or ""
-    if not server_dsn:
-        server = EmbeddedServer(Path(tempfile.mkdtemp(prefix="pgqueue-bench-")))
-        server_dsn = server.start()
-    try:
-        dsn = _fresh_database(server_dsn, "pgqueue_bench_workers")
-        console = Console()
+    with server(args.dsn, "bench") as (server_dsn, embedded):
+        dsn = fresh_database(server_dsn, "pgqueue_bench_workers")
         r = bench_renewals(dsn, args.leases, args.rounds)
         t = bench_throughput(dsn, args.jobs, args.concurrency)
-        table = Table(title="pgqueue workers (fsync on)" if server else "pgqueue workers")
-        table.add_column("measure")
-        table.add_column("value", justify="right")
-        rows: list[tuple[str, Any]] = [
+        c = args.concurrency
+        print_figures(Console(), "pgqueue workers" + (" (fsync on)" if embedded else ""), [
             (f"renew {args.leases} leases with checkpoints, one statement: ms/round",
              f"{r['round_ms']:.1f}"),
             ("renewals/s", f"{r['renewals_per_s']:,.0f}"),
             ("HOT updates during renewals", f"{r['hot_pct']:.1f} %"),
-            (f"no-op jobs/s (one worker, concurrency {args.concurrency})", f"{t['noop']:,.0f}"),
-            (f"three-step jobs/s (one worker, concurrency {args.concurrency})", f"{t['three']:,.0f}"),
-        ]
-        for measure, value in rows:
-            table.add_row(measure, str(value))
-        console.print(table)
-    finally:
-        if server is not None:
-            server.stop()
+            (f"no-op jobs/s (one worker, concurrency {c})", f"{t['noop']:,.0f}"),
+            (f"three-step jobs/s (one worker, concurrency {c})", f"{t['three']:,.0f}"),
+        ])
 
 
 if __name__ == "__main__":

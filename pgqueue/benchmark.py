@@ -1,5 +1,7 @@
 """The in-repo benchmark behind `pgqueue bench` and bench/throughput.py.
 
+Also what the scripts in bench/ share: a server to run on, scratch databases, a table.
+
 It measures, on one database and its own stream: enqueue one job per call (one round trip, one
 commit each), enqueue in batches, and lease+ack with a batch of 1 and of 100, which drains every
 job it enqueued (it leaves nothing behind but op-log history). Figures only: nothing here is
@@ -7,11 +9,19 @@ asserted anywhere; the caller prints them.
 """
 from __future__ import annotations
 
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+
+from psycopg.conninfo import make_conninfo
+from rich.console import Console
+from rich.table import Table
 
 from pgqueue import connection, queries
+from pgqueue.embedded import EmbeddedServer
 from pgqueue.models import NewJob
 from pgqueue.queue import Queue
 
@@ -82,3 +92,43 @@ def server_version(dsn: str) -> str:
     """The server's version string."""
     with connection.connect(dsn) as conn:
         return str(queries.scalar(conn, "server_version"))
+
+
+# -- shared by the scripts in bench/ ------------------------------------------------------------
+
+
+@contextmanager
+def server(dsn: str | None, prefix: str) -> Iterator[tuple[str, bool]]:
+    """(server DSN, embedded?): the given server, or an embedded one (fsync on, default
+    settings) started in a temporary directory and stopped afterwards."""
+    if dsn:
+        yield dsn, False
+        return
+    embedded = EmbeddedServer(Path(tempfile.mkdtemp(prefix=f"pgqueue-{prefix}-")))
+    try:
+        yield embedded.start(), True
+    finally:
+        embedded.stop()
+
+
+def fresh_database(server_dsn: str, name: str, *, migrate: bool = True) -> str:
+    """Drop and create `name` on the server (migrated unless asked not to); its DSN."""
+    with connection.connect(server_dsn) as conn:
+        queries.drop_database(conn, name)
+        queries.create_database(conn, name)
+    dsn = make_conninfo(server_dsn, dbname=name)
+    if migrate:
+        from pgqueue import schema  # alembic only when migrating
+
+        schema.migrate(dsn)
+    return dsn
+
+
+def print_figures(console: Console, title: str, rows: Sequence[tuple[str, str]]) -> None:
+    """A two-column table of measures and values."""
+    table = Table(title=title)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for measure, value in rows:
+        table.add_row(measure, value)
+    console.print(table)

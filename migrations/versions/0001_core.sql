@@ -895,6 +895,26 @@ BEGIN
 END
 $$;
 
+-- An operator's change sends the job back to pending at once: refuse when a live job took
+-- its dedup key meanwhile, clear the parking reason, save, and log the op.
+CREATE FUNCTION pgqueue.save_as_pending(j pgqueue.job, p_op text, p_checkpoint_changed boolean,
+                                        p_extra jsonb DEFAULT '{}') RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM pgqueue.check_dedup_free(j);
+    IF p_checkpoint_changed THEN
+        j.checkpoint_updated_at := pgqueue.now_ms();
+    END IF;
+    j.state := 'pending';
+    j.not_before := pgqueue.now_ms();
+    j.state_reason := NULL;
+    j.state_detail := NULL;
+    PERFORM pgqueue.save_job(j, p_op, NULL, p_extra);
+    RETURN j;
+END
+$$;
+
 -- The ordered step names of a step set (NULL when unknown).
 CREATE FUNCTION pgqueue.step_names(p_hash text) RETURNS text[]
 LANGUAGE sql STABLE
@@ -975,16 +995,10 @@ DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', ARRAY['quarantined', 'undecodable']);
 BEGIN
     PERFORM pgqueue.require_leader();
-    PERFORM pgqueue.check_dedup_free(j);
-    j.state := 'pending';
-    j.not_before := pgqueue.now_ms();
-    j.state_reason := NULL;
-    j.state_detail := NULL;
     IF p_reset_crashes THEN
         j.crashes_by_step := '{}';
     END IF;
-    PERFORM pgqueue.save_job(j, 'Release', NULL);
-    RETURN j;
+    RETURN pgqueue.save_as_pending(j, 'Release', false);
 END
 $$;
 
@@ -1008,17 +1022,10 @@ BEGIN
         RAISE EXCEPTION 'cannot rewind job % to step %: its steps are %', p_job_id,
             quote_literal(p_to_step), array_to_string(v_names, ', ') USING ERRCODE = 'PQ422';
     END IF;
-    PERFORM pgqueue.check_dedup_free(j);
     j.last_completed_step := CASE WHEN v_pos > 1 THEN v_names[v_pos - 1] END;
     j.cursor_step := NULL;
     j.cursor := NULL;
-    j.checkpoint_updated_at := pgqueue.now_ms();
-    j.state := 'pending';
-    j.not_before := pgqueue.now_ms();
-    j.state_reason := NULL;
-    j.state_detail := NULL;
-    PERFORM pgqueue.save_job(j, 'Rewind', NULL);
-    RETURN j;
+    RETURN pgqueue.save_as_pending(j, 'Rewind', true);
 END
 $$;
 
@@ -1031,19 +1038,12 @@ DECLARE
                                           ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
 BEGIN
     PERFORM pgqueue.require_leader();
-    PERFORM pgqueue.check_dedup_free(j);
     j.last_completed_step := NULL;
     j.cursor_step := NULL;
     j.cursor := NULL;
     j.step_set_hash := NULL;
-    j.checkpoint_updated_at := pgqueue.now_ms();
     j.crashes_by_step := '{}';
-    j.state := 'pending';
-    j.not_before := pgqueue.now_ms();
-    j.state_reason := NULL;
-    j.state_detail := NULL;
-    PERFORM pgqueue.save_job(j, 'Restart', NULL);
-    RETURN j;
+    RETURN pgqueue.save_as_pending(j, 'Restart', true);
 END
 $$;
 
@@ -1067,17 +1067,11 @@ BEGIN
         RAISE EXCEPTION 'cannot skip a step of job %: all its steps are completed', p_job_id
             USING ERRCODE = 'PQ422';
     END IF;
-    PERFORM pgqueue.check_dedup_free(j);
     j.last_completed_step := v_names[v_next];
     j.cursor_step := NULL;
     j.cursor := NULL;
-    j.checkpoint_updated_at := pgqueue.now_ms();
-    j.state := 'pending';
-    j.not_before := pgqueue.now_ms();
-    j.state_reason := NULL;
-    j.state_detail := NULL;
-    PERFORM pgqueue.save_job(j, 'SkipStep', NULL, jsonb_build_object('skipped', v_names[v_next]));
-    RETURN j;
+    RETURN pgqueue.save_as_pending(j, 'SkipStep', true,
+                                   jsonb_build_object('skipped', v_names[v_next]));
 END
 $$;
 
@@ -1107,18 +1101,12 @@ BEGIN
             p_job_id, quote_literal(j.last_completed_step), array_to_string(v_names, ', ')
             USING ERRCODE = 'PQ422';
     END IF;
-    PERFORM pgqueue.check_dedup_free(j);
     IF j.cursor_step IS NOT NULL AND array_position(v_names, j.cursor_step) IS NULL THEN
         j.cursor_step := NULL;
         j.cursor := NULL;
     END IF;
     j.step_set_hash := v_hash;
-    j.state := 'pending';
-    j.not_before := pgqueue.now_ms();
-    j.state_reason := NULL;
-    j.state_detail := NULL;
-    PERFORM pgqueue.save_job(j, 'AcceptStepSet', NULL);
-    RETURN j;
+    RETURN pgqueue.save_as_pending(j, 'AcceptStepSet', false);
 END
 $$;
 
