@@ -14,40 +14,39 @@ import time
 from rich.console import Console
 
 import pgqueue
-from pgqueue import connection
+from pgqueue import connection, enqueue, lease, queries, settle
 from pgqueue.benchmark import fresh_database, print_figures, server
 
 
-def _table_stats(dsn: str) -> tuple[int, int]:
-    with connection.connect(dsn) as conn:
-        conn.execute("SELECT pg_stat_force_next_flush()")
-        row = conn.execute(
-            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-            "WHERE schemaname = 'pgqueue' AND relname = 'job'").fetchone()
+def _table_stats(conn: queries.Conn) -> tuple[int, int]:
+    """Updates and HOT updates of pgqueue.job, including this connection's own (flushed)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")  # flushed when that statement ends
+    row = conn.execute(
+        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+        "WHERE schemaname = 'pgqueue' AND relname = 'job'").fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
 
 
 def bench_renewals(dsn: str, leases: int, rounds: int) -> dict[str, float]:
-    """Renew `leases` held leases with checkpoints, one statement per round."""
-    with pgqueue.Queue(dsn, stream="renew") as q:
-        q.enqueue_many([pgqueue.NewJob(b"x" * 64) for _ in range(leases)])
-        held = q.lease(leases, visibility_timeout=300)
-        time.sleep(0.6)  # let the stats collector settle before the baseline
-        upd0, hot0 = _table_stats(dsn)
+    """Renew `leases` held leases with checkpoints, one statement per round, all on one
+    connection so the table statistics read around the rounds count exactly them."""
+    with connection.connect(dsn) as conn:
+        enqueue.enqueue_many(conn, "renew", [pgqueue.NewJob(b"x" * 64) for _ in range(leases)])
+        held = lease.lease(conn, "renew", leases, 300.0, 0, 0)
+        upd0, hot0 = _table_stats(conn)
         t0 = time.perf_counter()
         for r in range(rounds):
             items: list[tuple[pgqueue.Lease, float | None, pgqueue.Checkpoint | None]] = [
-                (lease, None, pgqueue.Checkpoint(
+                (one, None, pgqueue.Checkpoint(
                     last_completed_step="download", cursor_step="transform",
                     cursor=str(r * 1000 + i).encode(), schema_version=2, step_set_hash="h" * 32))
-                for i, lease in enumerate(held)]
-            renewed = q.renew_many(items)
+                for i, one in enumerate(held)]
+            renewed = lease.renew_many(conn, items)
             assert len(renewed) == len(held)
         elapsed = time.perf_counter() - t0
-        time.sleep(0.6)
-        upd1, hot1 = _table_stats(dsn)
-        q.ack_many(held)
+        upd1, hot1 = _table_stats(conn)
+        settle.ack_many(conn, held)
     updates = upd1 - upd0
     return {
         "leases": float(leases), "rounds": float(rounds),
