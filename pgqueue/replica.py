@@ -177,33 +177,38 @@ class Follower:
             assert bounds is not None
             xmin, xmax = int(bounds["xmin"]), int(bounds["xmax"])
             low = int(state["low_seq"])
+            # Every seq at or below the previous poll's head is final once every transaction
+            # that could hold one (xid below that poll's xmax) has finished, i.e. xmin has
+            # passed it; this poll reads them all (it pages to the end of its snapshot).
+            mark_seq, mark_xmax = int(state["mark_seq"]), state["mark_xmax"]
+            new_low = low
+            if mark_xmax is not None and xmin >= int(mark_xmax):
+                new_low = max(low, mark_seq)
+                mark_xmax = None
+            if mark_xmax is None:
+                mark_seq, mark_xmax = head, str(xmax)
             after, new = low, 0
             while True:
                 rows = queries.fetch(lead, "oplog_committed_batch",
                                      {"after": after, "limit": self.batch})
-                if not rows:
-                    break
                 node = queries.fetch_one(rep, "node_lock")
                 if node is None or node["role"] != "replica":
                     rep.rollback()
                     return -1
-                new += int(queries.scalar(rep, "oplog_ingest",
-                                          {"ops": Jsonb([r["op"] for r in rows])}) or 0)
+                if rows:
+                    new += int(queries.scalar(rep, "oplog_ingest",
+                                              {"ops": Jsonb([r["op"] for r in rows])}) or 0)
+                    after = rows[-1]["seq"]
+                if len(rows) < self.batch:
+                    # the position moves in the same transaction as the last ops applied
+                    queries.fetch(rep, "follow_state_put", {
+                        "name": self.name, "low_seq": new_low, "mark_seq": mark_seq,
+                        "mark_xmax": mark_xmax})
+                    rep.commit()
+                    break
                 rep.commit()
-                after = rows[-1]["seq"]
             lead.rollback()
-            # Every seq at or below the previous poll's head is final once every transaction
-            # that could hold one (xid below that poll's xmax) has finished, i.e. xmin has
-            # passed it; this poll then read them all.
-            mark_seq, mark_xmax = int(state["mark_seq"]), state["mark_xmax"]
-            if mark_xmax is not None and xmin >= int(mark_xmax):
-                low = max(low, mark_seq)
-                mark_xmax = None
-            if mark_xmax is None:
-                mark_seq, mark_xmax = head, str(xmax)
-            queries.fetch(rep, "follow_state_put", {
-                "name": self.name, "low_seq": low, "mark_seq": mark_seq, "mark_xmax": mark_xmax})
-            rep.commit()
+            low = new_low
             lead.read_only = False
             lead.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
             queries.fetch(lead, "replica_confirm", {"name": self.name, "seq": low})
