@@ -315,6 +315,9 @@ class Worker:
             held.running = True
             try:
                 self._execute(held)
+            except Exception:
+                log.exception("worker %s: job %s: unexpected error", self.worker_id,
+                              held.lease.job_id)
             finally:
                 held.running = False
                 if not held.acking:  # an acked job leaves _held when the acker has written it
