@@ -18,7 +18,7 @@ demo: venv
 	$(BIN)/pgqueue demo
 
 lint: venv
-	$(BIN)/ruff check pgqueue cli migrations tests bench
+	$(BIN)/ruff check pgqueue cli migrations tests bench examples
 	$(BIN)/mypy
 
 test: lint

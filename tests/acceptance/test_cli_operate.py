@@ -217,3 +217,23 @@ def test_bench_reports_every_phase_and_leaves_no_job_behind(q: pgqueue.Queue, ds
         acks = conn.execute("SELECT count(*) FROM pgqueue.op_log WHERE op = 'Ack' "
                             "AND stream = 'pgqueue-bench'").fetchone()
     assert acks is not None and acks[0] == 1020
+
+
+def test_the_example_app_runs_its_jobs_in_a_worker(q: pgqueue.Queue, dsn: str) -> None:
+    import threading
+
+    from examples.demo_app import app
+
+    ids = [app.enqueue(q, "hello", b"hi"), app.enqueue(q, "resize", b"{}")]
+    worker = pgqueue.Worker(app, dsn, poll_interval=0.05, maintenance=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while any(q.job(i) is not None for i in ids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [q.job(i) for i in ids] == [None, None]  # both acked
+        assert ops(q, ids[1]).count("Renew") == 4  # three step entries and the last completion
+    finally:
+        worker.stop()
+        thread.join(10)

@@ -1,0 +1,1 @@
+"""Example apps for pgqueue (used by docker-compose.yml)."""
