@@ -622,11 +622,13 @@ class ReplayMachine(RuleBasedStateMachine):
         self.conn = connection.connect(self.leader)
         self.work = Workload.start(self.conn)
         self.completed = True  # False while a step runs: after a failure, teardown only cleans up
+        self.steps_since_replay = 0
 
     def step(self, action: Action) -> None:
         self.completed = False
         self.work.run(action)
         self.completed = True
+        self.steps_since_replay += 1
 
     def has_live(self) -> bool:
         return bool(self.work.live)
@@ -700,6 +702,7 @@ class ReplayMachine(RuleBasedStateMachine):
     def configure(self, a: Configure) -> None:
         self.step(a)
 
+    @precondition(lambda self: self.steps_since_replay > 0)
     @rule()
     def replay_so_far(self) -> None:
         """Catch the replica up mid-run: it must equal the leader now, not only at the end
@@ -707,6 +710,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.completed = False
         self.catch_up()
         self.completed = True
+        self.steps_since_replay = 0
 
     def catch_up(self) -> None:
         read, applied = replay_all(self.leader, self.replica)
