@@ -46,8 +46,13 @@ def pgbench(dsn: str, *args: str) -> float:
 def enqueue_script(dsn: str, stream: str, job: pgqueue.NewJob) -> Path:
     """A pgbench script of the very statement Queue.enqueue sends for `job` (rendered with its
     parameters), so pgbench measures the server's side of one-at-a-time enqueue."""
-    params: dict[str, Any] = {"stream": stream, **enqueue._columns([job])}
-    query: LiteralString = "\n".join(line for line in queries.get("enqueue_jobs").sql.splitlines()
+    cols = enqueue._columns([job])
+    params: dict[str, Any] = {
+        "stream": stream, "payload": cols["payloads"][0], "kind": cols["kinds"][0],
+        "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],
+        "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
+        "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0]}
+    query: LiteralString = "\n".join(line for line in queries.get("enqueue_job").sql.splitlines()
                       if not line.lstrip().startswith("--"))
     with connection.connect(dsn) as conn:
         sql = psycopg.ClientCursor(conn).mogrify(query, params)

@@ -1,4 +1,5 @@
-"""Enqueue: turn NewJobs into one call of pgqueue.enqueue (one round trip per batch).
+"""Enqueue: turn NewJobs into one call of pgqueue.enqueue (one round trip per batch), or of
+pgqueue.enqueue_one for a single job.
 
 Delays travel as milliseconds and are added to the server's clock, so producers with skewed
 clocks still delay correctly; explicit not_before values are absolute.
@@ -55,3 +56,15 @@ def enqueue_many(conn: queries.Conn, stream: str, jobs: Sequence[NewJob]) -> lis
         return []
     params: dict[str, Any] = {"stream": stream, **_columns(jobs)}
     return [row["id"] for row in queries.fetch(conn, "enqueue_jobs", params)]
+
+
+def enqueue_one(conn: queries.Conn, stream: str, job: NewJob) -> int:
+    """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
+    validate.stream(stream)
+    cols = _columns([job])
+    return int(queries.scalar(conn, "enqueue_job", {
+        "stream": stream, "payload": cols["payloads"][0], "kind": cols["kinds"][0],
+        "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],
+        "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
+        "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
+    }))

@@ -138,7 +138,10 @@ class Queue:
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version)
-        return self.enqueue_many([job], conn=conn)[0]
+        if conn is not None:
+            return enqueue.enqueue_one(conn, self.stream, job)
+        with self.connection() as own:
+            return enqueue.enqueue_one(own, self.stream, job)
 
     @_follow_leader
     def enqueue_many(self, jobs: Sequence[NewJob], *, conn: Conn | None = None) -> list[int]:

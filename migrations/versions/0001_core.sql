@@ -332,6 +332,18 @@ $$;
 -- Transitions (each appends its op to op_log in the same transaction)
 -- ---------------------------------------------------------------------------------------------
 
+-- The Enqueue op's body: every field of the new job (payload and dedup key in base64).
+CREATE FUNCTION pgqueue.enqueue_body(j pgqueue.job) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'job_id', j.id, 'stream', j.stream, 'kind', j.kind, 'payload', pgqueue.b64(j.payload),
+        'priority', j.priority, 'state', j.state, 'enqueued_at_ms', pgqueue.to_ms(j.enqueued_at),
+        'not_before_ms', pgqueue.to_ms(j.not_before), 'dedup_key', pgqueue.b64(j.dedup_key),
+        'attempts', j.attempts, 'max_attempts', j.max_attempts,
+        'schema_version', j.schema_version, 'next_job_id', j.id + 1)
+$$;
+
 -- Enqueue: returns one id per input, in input order. A job whose dedup_key is held by a live
 -- job of the stream is not inserted; its slot returns the holder's id. Each statement of this
 -- function takes a fresh snapshot (READ COMMITTED), so a holder committed by a concurrent
@@ -402,14 +414,7 @@ BEGIN
             RETURNING *
         ), logged AS (
             INSERT INTO pgqueue.op_log (stream, op, job_id, body)
-            SELECT ins.stream, 'Enqueue', ins.id, jsonb_build_object(
-                'job_id', ins.id, 'stream', ins.stream, 'kind', ins.kind,
-                'payload', pgqueue.b64(ins.payload), 'priority', ins.priority,
-                'state', ins.state, 'enqueued_at_ms', pgqueue.to_ms(ins.enqueued_at),
-                'not_before_ms', pgqueue.to_ms(ins.not_before),
-                'dedup_key', pgqueue.b64(ins.dedup_key), 'attempts', ins.attempts,
-                'max_attempts', ins.max_attempts, 'schema_version', ins.schema_version,
-                'next_job_id', ins.id + 1)
+            SELECT ins.stream, 'Enqueue', ins.id, pgqueue.enqueue_body(ins::pgqueue.job)
             FROM ins ORDER BY ins.id
             RETURNING job_id, (body ->> 'state') = 'pending' AS ready
         )
@@ -453,6 +458,56 @@ BEGIN
         END IF;
     END LOOP;
     RETURN QUERY SELECT unnest(v_result);
+END
+$$;
+
+-- Enqueue one job: the same semantics as pgqueue.enqueue for a batch of one, without the
+-- arrays (one job per call is bounded by its round trip and commit; this keeps the function's
+-- own share small).
+CREATE FUNCTION pgqueue.enqueue_one(
+    p_stream text, p_payload bytea, p_kind text, p_priority int, p_delay_ms bigint,
+    p_not_before timestamptz, p_dedup_key bytea, p_max_attempts int, p_schema_version int
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    v_at  timestamptz;
+    j     pgqueue.job;
+    v_holder bigint;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    PERFORM pgqueue.check_stream(p_stream);
+    v_at := greatest(v_now, date_trunc('milliseconds', coalesce(
+        p_not_before, v_now + coalesce(p_delay_ms, 0) * interval '1 millisecond')));
+    FOR round IN 1 .. 20 LOOP
+        INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+                                 enqueued_at, dedup_key, attempts, max_attempts, schema_version)
+        VALUES (nextval('pgqueue.job_id_seq'), p_stream, p_kind, p_payload, p_priority::smallint,
+                CASE WHEN v_at > v_now THEN 'scheduled' ELSE 'pending' END, v_at, v_now,
+                p_dedup_key, 0, p_max_attempts, p_schema_version)
+        ON CONFLICT (stream, dedup_key)
+            WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
+            DO NOTHING
+        RETURNING * INTO j;
+        IF FOUND THEN
+            INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+            VALUES (j.stream, 'Enqueue', j.id, pgqueue.enqueue_body(j));
+            IF j.state = 'pending' THEN
+                PERFORM pg_notify('pgqueue_jobs', p_stream);
+            END IF;
+            RETURN j.id;
+        END IF;
+        -- a live job holds the key: return it (fresh snapshot), or retry if it just finished
+        SELECT id INTO v_holder FROM pgqueue.job
+        WHERE stream = p_stream AND dedup_key = p_dedup_key
+          AND state IN ('pending', 'scheduled', 'leased');
+        IF FOUND THEN
+            RETURN v_holder;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'enqueue: dedup key contention did not settle after 20 rounds'
+        USING ERRCODE = '40001';
 END
 $$;
 

@@ -432,3 +432,22 @@ def test_transactional_enqueue_rides_the_callers_other_writes(q: pgqueue.Queue, 
             conn.execute("SELECT * FROM public.orders")
         conn.rollback()
     assert q.job(job_id) is None
+
+
+def test_single_and_batch_enqueue_write_the_same_row_and_op(q: pgqueue.Queue, dsn: str) -> None:
+    """enqueue (one job, pgqueue.enqueue_one) and enqueue_many (pgqueue.enqueue) are two SQL
+    paths: the rows and op bodies they write must not differ but for ids and times."""
+    kwargs: dict[str, Any] = {"kind": "k", "priority": 7, "delay": 30, "dedup_key": b"\x00d",
+                              "max_attempts": 4, "schema_version": 3}
+    one = q.enqueue({"a": 1}, **kwargs)
+    (many,) = q.enqueue_many([pgqueue.NewJob({"a": 1}, **{**kwargs, "dedup_key": b"\x00e"})])
+    with connection.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT to_jsonb(j) - 'id' - 'not_before' - 'enqueued_at' - 'dedup_key' "
+            "FROM pgqueue.job j WHERE id = ANY(%s) ORDER BY id", ([one, many],)).fetchall()
+        bodies = conn.execute(
+            "SELECT body - 'job_id' - 'next_job_id' - 'not_before_ms' - 'enqueued_at_ms' "
+            "- 'dedup_key' FROM pgqueue.op_log WHERE op = 'Enqueue' AND job_id = ANY(%s) "
+            "ORDER BY job_id", ([one, many],)).fetchall()
+    assert rows[0] == rows[1] and rows[0][0]["state"] == "scheduled"
+    assert bodies[0] == bodies[1] and len(bodies) == 2
