@@ -118,6 +118,7 @@ class Queue:
 
     # -- enqueue -----------------------------------------------------------------------------
 
+    @_follow_leader
     def enqueue(
         self,
         payload: Any,
@@ -171,6 +172,7 @@ class Queue:
             raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
         return renewed[lease_.lease_id]
 
+    @_follow_leader
     def renew_many(
         self, items: Sequence[tuple[Lease, float | None, Checkpoint | None]]
     ) -> dict[int, dt.datetime]:

@@ -130,3 +130,15 @@ def test_op_log_is_per_stream_unless_asked(dsn: str) -> None:
         assert [op.job_id for op in qa.op_log()] == [a]
         assert [op.job_id for op in qa.op_log(all_streams=True)] == [b, a]
         assert len(qa.op_log(all_streams=True, limit=1)) == 1
+
+
+def test_every_public_queue_method_follows_the_leader() -> None:
+    """Each Queue method that talks to the database moves to the leader when its database
+    turned out to be a replica (the wrapper is what does it)."""
+    import inspect as pyinspect
+
+    exempt = {"close", "connection"}
+    for name, member in pyinspect.getmembers(pgqueue.Queue, pyinspect.isfunction):
+        if name.startswith("_") or name in exempt:
+            continue
+        assert getattr(member, "__wrapped__", None) is not None, f"Queue.{name} does not follow the leader"
