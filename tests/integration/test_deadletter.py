@@ -5,20 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pgqueue
-from pgqueue import connection
-
-
-def op_counts(dsn: str) -> dict[str, int]:
-    with connection.connect(dsn) as conn:
-        rows = conn.execute("SELECT op, count(*) FROM pgqueue.op_log GROUP BY op").fetchall()
-    return {str(op): int(n) for op, n in rows}
-
-
-def state_snapshot(dsn: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
-    with connection.connect(dsn) as conn:
-        jobs = [tuple(r) for r in conn.execute("SELECT * FROM pgqueue.job ORDER BY id")]
-        dead = [tuple(r) for r in conn.execute("SELECT * FROM pgqueue.dead_letter ORDER BY id")]
-    return jobs, dead
+from tests.dbhelp import op_counts, state_snapshot
 
 
 def kill(q: pgqueue.Queue, payload: bytes = b"x", *, dedup_key: str | None = None,

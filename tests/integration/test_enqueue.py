@@ -7,8 +7,6 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -16,24 +14,7 @@ import pytest
 
 import pgqueue
 from pgqueue import connection, enqueue, lease
-from pgqueue.queries import Conn
-
-UTC = dt.timezone.utc
-T0 = dt.datetime(2030, 1, 1, tzinfo=UTC)
-
-
-@contextmanager
-def pinned(dsn: str, when: dt.datetime) -> Iterator[Conn]:
-    """An autocommit connection whose pgqueue.now_ms() is pinned to `when`."""
-    with connection.connect(dsn) as conn:
-        conn.execute("SELECT set_config('pgqueue.now', %s, false)", (when.isoformat(),))
-        yield conn
-
-
-def op_counts(dsn: str) -> dict[str, int]:
-    with connection.connect(dsn) as conn:
-        rows = conn.execute("SELECT op, count(*) FROM pgqueue.op_log GROUP BY op").fetchall()
-    return {str(op): int(n) for op, n in rows}
+from tests.dbhelp import T0, UTC, op_counts, pinned
 
 
 def job_count(dsn: str) -> int:

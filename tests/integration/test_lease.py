@@ -4,38 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
 import pgqueue
 from pgqueue import connection, enqueue, lease, reclaim
-from pgqueue.queries import Conn
-
-UTC = dt.timezone.utc
-T0 = dt.datetime(2030, 1, 1, tzinfo=UTC)
-FAR = dt.datetime(2100, 1, 1, tzinfo=UTC)
-
-
-@contextmanager
-def pinned(dsn: str, when: dt.datetime) -> Iterator[Conn]:
-    """An autocommit connection whose pgqueue.now_ms() is pinned to `when`."""
-    with connection.connect(dsn) as conn:
-        conn.execute("SELECT set_config('pgqueue.now', %s, false)", (when.isoformat(),))
-        yield conn
-
-
-def force_reclaim(dsn: str) -> int:
-    """Reclaim every lease, as if the clock had jumped far ahead."""
-    with pinned(dsn, FAR) as conn:
-        return reclaim.reclaim_expired(conn)
-
-
-def op_counts(dsn: str) -> dict[str, int]:
-    with connection.connect(dsn) as conn:
-        rows = conn.execute("SELECT op, count(*) FROM pgqueue.op_log GROUP BY op").fetchall()
-    return {str(op): int(n) for op, n in rows}
+from tests.dbhelp import T0, UTC, force_reclaim, op_counts, pinned
 
 
 def job_row(dsn: str, job_id: int) -> tuple[object, ...]:

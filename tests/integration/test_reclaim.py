@@ -6,37 +6,15 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import connection, lease, reclaim
-from pgqueue.queries import Conn
+from pgqueue import lease, reclaim
+from tests.dbhelp import T0, op_counts, pinned, set_now
 
-UTC = dt.timezone.utc
-T0 = dt.datetime(2030, 1, 1, tzinfo=UTC)
 LATER = T0 + dt.timedelta(hours=1)
-
-
-@contextmanager
-def pinned(dsn: str, when: dt.datetime) -> Iterator[Conn]:
-    """An autocommit connection whose pgqueue.now_ms() is pinned to `when`."""
-    with connection.connect(dsn) as conn:
-        set_now(conn, when)
-        yield conn
-
-
-def set_now(conn: Conn, when: dt.datetime) -> None:
-    conn.execute("SELECT set_config('pgqueue.now', %s, false)", (when.isoformat(),))
-
-
-def op_counts(dsn: str) -> dict[str, int]:
-    with connection.connect(dsn) as conn:
-        rows = conn.execute("SELECT op, count(*) FROM pgqueue.op_log GROUP BY op").fetchall()
-    return {str(op): int(n) for op, n in rows}
 
 
 def crash(dsn: str, stream: str = "default",

@@ -4,49 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
 import pgqueue
 from pgqueue import connection, lease, reclaim, settle
 from pgqueue.queries import Conn
-
-UTC = dt.timezone.utc
-T0 = dt.datetime(2030, 1, 1, tzinfo=UTC)
-FAR = dt.datetime(2100, 1, 1, tzinfo=UTC)
-
-
-@contextmanager
-def pinned(dsn: str, when: dt.datetime) -> Iterator[Conn]:
-    """An autocommit connection whose pgqueue.now_ms() is pinned to `when`."""
-    with connection.connect(dsn) as conn:
-        conn.execute("SELECT set_config('pgqueue.now', %s, false)", (when.isoformat(),))
-        yield conn
-
-
-def set_now(conn: Conn, when: dt.datetime) -> None:
-    conn.execute("SELECT set_config('pgqueue.now', %s, false)", (when.isoformat(),))
-
-
-def force_reclaim(dsn: str) -> int:
-    with pinned(dsn, FAR) as conn:
-        return reclaim.reclaim_expired(conn)
-
-
-def op_counts(dsn: str) -> dict[str, int]:
-    with connection.connect(dsn) as conn:
-        rows = conn.execute("SELECT op, count(*) FROM pgqueue.op_log GROUP BY op").fetchall()
-    return {str(op): int(n) for op, n in rows}
-
-
-def state_snapshot(dsn: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
-    """Every job and dead-letter row, for "nothing changed" checks."""
-    with connection.connect(dsn) as conn:
-        jobs = [tuple(r) for r in conn.execute("SELECT * FROM pgqueue.job ORDER BY id")]
-        dead = [tuple(r) for r in conn.execute("SELECT * FROM pgqueue.dead_letter ORDER BY id")]
-    return jobs, dead
+from tests.dbhelp import T0, UTC, force_reclaim, op_counts, pinned, set_now, state_snapshot
 
 
 def backoff_ms(conn: Conn, q: pgqueue.Queue, when: dt.datetime, job_id: int) -> int:

@@ -10,7 +10,6 @@ tests/acceptance/test_worker.py.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
 import os
 import socket
@@ -24,11 +23,10 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import pgqueue
-from pgqueue import connection, reclaim
+from pgqueue import connection
+from tests.dbhelp import force_reclaim
 
 T = TypeVar("T")
-UTC = dt.timezone.utc
-FAR = dt.datetime(2100, 1, 1, tzinfo=UTC)
 
 
 # -- helpers (tests/integration/test_steps.py uses them too) ----------------------------------
@@ -73,13 +71,6 @@ def running(app: pgqueue.App, dsn: str, **options: Any) -> Iterator[pgqueue.Work
         thread.join(timeout=settings["grace_period"] + 15)
         assert not thread.is_alive(), "the worker did not stop"
         assert failures == []
-
-
-def force_reclaim(dsn: str) -> int:
-    """Reclaim every lease as if the clock had jumped far ahead (behind any worker's back)."""
-    with connection.connect(dsn) as conn:
-        conn.execute("SELECT set_config('pgqueue.now', %s, false)", (FAR.isoformat(),))
-        return reclaim.reclaim_expired(conn)
 
 
 def register_step_set(dsn: str, job: pgqueue.StepJob) -> None:

@@ -1,0 +1,47 @@
+"""Helpers the integration tests share: a pinned clock, forced reclaims, op and state counts."""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pgqueue import connection, reclaim
+from pgqueue.queries import Conn
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2030, 1, 1, tzinfo=UTC)
+FAR = dt.datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def set_now(conn: Conn, when: dt.datetime) -> None:
+    """Pin pgqueue.now_ms() on this connection (for its session) to `when`."""
+    conn.execute("SELECT set_config('pgqueue.now', %s, false)", (when.isoformat(),))
+
+
+@contextmanager
+def pinned(dsn: str, when: dt.datetime) -> Iterator[Conn]:
+    """An autocommit connection whose pgqueue.now_ms() is pinned to `when`."""
+    with connection.connect(dsn) as conn:
+        set_now(conn, when)
+        yield conn
+
+
+def force_reclaim(dsn: str) -> int:
+    """Reclaim every lease, as if the clock had jumped far ahead (behind any worker's back)."""
+    with pinned(dsn, FAR) as conn:
+        return reclaim.reclaim_expired(conn)
+
+
+def op_counts(dsn: str) -> dict[str, int]:
+    """Ops in the log by kind."""
+    with connection.connect(dsn) as conn:
+        rows = conn.execute("SELECT op, count(*) FROM pgqueue.op_log GROUP BY op").fetchall()
+    return {str(op): int(n) for op, n in rows}
+
+
+def state_snapshot(dsn: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """Every job and dead-letter row, for "nothing changed" checks."""
+    with connection.connect(dsn) as conn:
+        jobs = [tuple(r) for r in conn.execute("SELECT * FROM pgqueue.job ORDER BY id")]
+        dead = [tuple(r) for r in conn.execute("SELECT * FROM pgqueue.dead_letter ORDER BY id")]
+    return jobs, dead
