@@ -70,11 +70,15 @@ def follow(leader: str, replica_dsn: str, name: str, poll_interval: float, once:
 @LEADER
 @click.option("--stale-after", type=click.FloatRange(min=0), default=86400.0, show_default=True,
               metavar="SECONDS")
+@click.option("--wait", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              metavar="SECONDS",
+              help="How long to wait for a logical replica's slot to confirm the leader's current "
+                   "WAL position; until it does, its lag is an upper bound.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def status(leader: str, stale_after: float, as_json: bool) -> None:
+def status(leader: str, stale_after: float, wait: float, as_json: bool) -> None:
     """The leader's replicas: applied position and lag in ops and seconds (also in SQL:
     SELECT * FROM pgqueue.replica_status())."""
-    rows = replica.status(leader, stale_after=stale_after)
+    rows = replica.status(leader, stale_after=stale_after, wait=wait)
     if as_json:
         print_json([{**r, "seen_at": iso(r["seen_at"])} for r in rows])
         return

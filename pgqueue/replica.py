@@ -240,11 +240,16 @@ class Follower:
 # -- status, verify, prune ------------------------------------------------------------------------
 
 
-def status(leader_dsn: str, *, stale_after: float = 86400.0) -> list[dict[str, Any]]:
-    """The leader's replicas with their applied position and lag (ops, seconds)."""
+def status(leader_dsn: str, *, stale_after: float = 86400.0, wait: float = 1.0) -> list[dict[str, Any]]:
+    """The leader's replicas with their applied position and lag (ops, seconds).
+
+    A logical replica's figures are exact once its slot confirms the leader's current WAL
+    position, which status waits up to `wait` seconds for; otherwise they are an upper bound."""
+    if wait < 0:
+        raise ValueError(f"wait must be at least 0 seconds, got {wait}")
     with connection.connect(leader_dsn) as conn:
         connection.check_schema(conn)
-        return queries.fetch(conn, "replica_status", {"stale_after": stale_after})
+        return queries.fetch(conn, "replica_status", {"stale_after": stale_after, "wait": wait})
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ WHERE name = %(name)s RETURNING name
 
 -- name: replica_status
 SELECT name, method, applied_seq, lag_ops, lag_seconds, active, seen_at, stale
-FROM pgqueue.replica_status(%(stale_after)s * interval '1 second')
+FROM pgqueue.replica_status(%(stale_after)s * interval '1 second', %(wait)s * interval '1 second')
 
 -- name: oplog_prune
 SELECT pgqueue.prune_op_log(%(keep)s * interval '1 second', %(stale_after)s * interval '1 second',

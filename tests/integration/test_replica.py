@@ -432,6 +432,51 @@ def test_status_lists_each_replica_with_its_lag_and_sql_says_the_same(cluster: C
                              r["active"], r["stale"]) for name, r in found.items()}
 
 
+def test_status_does_not_count_an_op_applied_when_the_slot_confirmed_a_position_inside_its_transaction(
+        cluster: Cluster) -> None:
+    """A slot confirms a WAL position while a transaction that started before it is still open
+    (a keepalive); that transaction then commits while the replica is away. Its op's insert LSN is
+    below the confirmed position, yet the replica does not have it: status must report it as lag."""
+    leader, target = cluster.leader, cluster.replica_db(0)
+    enqueue_some(leader, 5, settle=False)
+    replica.attach(leader, target, "keepalive")
+    wait_for(lambda: caught_up(leader, "keepalive"), 30, "the replica to catch up")
+    sub = replica.subscription_name("keepalive")
+    with psycopg.connect(leader) as open_tx:
+        with pgqueue.Queue(leader) as q:
+            job_id = q.enqueue(b"late", conn=open_tx)  # written, not committed
+        op_lsn = open_tx.execute("SELECT lsn FROM pgqueue.op_log WHERE job_id = %s",
+                                 [job_id]).fetchone()
+        assert op_lsn is not None
+
+        def confirmed_past_op() -> bool:
+            with psycopg.connect(leader, autocommit=True) as other:
+                other.execute("CREATE TABLE IF NOT EXISTS scratch (n int)")
+                other.execute("INSERT INTO scratch VALUES (1)")  # WAL the walsender reads past
+                got = other.execute("SELECT confirmed_flush_lsn > %s FROM pg_replication_slots "
+                                    "WHERE slot_name = %s", [op_lsn[0], sub]).fetchone()
+            return bool(got and got[0])
+
+        wait_for(confirmed_past_op, 30, "the slot to confirm a position past the open op")
+        with psycopg.connect(target, autocommit=True) as rep:
+            rep.execute(f'ALTER SUBSCRIPTION "{sub}" DISABLE')
+        wait_for(lambda: not one(leader, "SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                                 [sub]), 30, "the slot to go inactive")
+        open_tx.commit()
+    seq = one(leader, "SELECT seq FROM pgqueue.op_log WHERE job_id = %s", [job_id])
+    found = status_by_name(leader, wait=0.2)["keepalive"]
+    assert one(target, "SELECT count(*) FROM pgqueue.job WHERE id = %s", [job_id]) == 0
+    assert found["lag_ops"] >= 1, found
+    assert found["applied_seq"] < seq, found
+    assert found["lag_seconds"] > 0, found
+
+    with psycopg.connect(target, autocommit=True) as rep:
+        rep.execute(f'ALTER SUBSCRIPTION "{sub}" ENABLE')
+    wait_for(lambda: caught_up(leader, "keepalive"), 30, "the replica to catch up again")
+    assert status_by_name(leader)["keepalive"]["applied_seq"] == max_seq(leader)
+    assert state_differences(leader, target) == []
+
+
 def test_prune_keeps_every_op_a_replica_has_not_confirmed_unless_it_is_stale(
         cluster: Cluster) -> None:
     leader = cluster.leader
