@@ -3,7 +3,8 @@
 -- promoted to pending first); one new lease id each.
 SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, enqueued_at,
        lease_expires_at, last_completed_step, cursor_step, cursor, checkpoint_updated_at,
-       schema_version, step_set_hash, crashes_by_step
+       schema_version, step_set_hash,
+       nullif(crashes_by_step, '{}'::jsonb) AS crashes_by_step  -- nothing to decode when none
 FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
                    %(worker_instance)s::int)
 
