@@ -34,6 +34,10 @@ class Checkpoint:
     def from_row(cls, row: Mapping[str, Any]) -> Checkpoint:
         """The checkpoint columns of a job row."""
         updated = row.get("checkpoint_updated_at")
+        if updated is None and row.get("cursor_step") is None and row.get("last_completed_step") is None \
+                and row.get("schema_version") is None and row.get("step_set_hash") is None \
+                and row.get("cursor") is None and not row.get("crashes_by_step"):
+            return cls()  # a job that never ran a step: most leases
         cursor = row.get("cursor")
         return cls(
             last_completed_step=row.get("last_completed_step"),

@@ -20,12 +20,32 @@ from pgqueue.errors import LeaseLost
 from pgqueue.models import Checkpoint, Lease
 
 
+class Flag:
+    """A one-way boolean another thread may set: what `threading.Event` offers without its
+    Condition (nobody waits on it; creating an Event per leased job cost ~30 % of the worker's
+    Python time at 25k jobs/s)."""
+
+    __slots__ = ("_on",)
+
+    def __init__(self) -> None:
+        self._on = False
+
+    def set(self) -> None:
+        self._on = True
+
+    def is_set(self) -> bool:
+        return self._on
+
+
 class Held:
     """A lease this worker holds, with its in-memory checkpoint.
 
     `state_lock` guards the in-memory fields (held briefly); `write_lock` serialises database
     writes about this job, so a renewal carrying an older checkpoint can never land after a
     step-boundary write."""
+
+    __slots__ = ("acking", "checkpoint", "flushed_version", "lease", "lost", "payload", "running",
+                 "state_lock", "version", "visibility_timeout", "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
         self.lease = lease
@@ -34,7 +54,7 @@ class Held:
         self.checkpoint = lease.checkpoint
         self.version = 0          # bumped on every in-memory checkpoint change
         self.flushed_version = 0  # the version the database holds
-        self.lost = threading.Event()
+        self.lost = Flag()
         self.acking = False       # handed to the worker's acker; renewals stop
         self.running = False      # a handler thread is running it
         self.state_lock = threading.Lock()

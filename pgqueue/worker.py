@@ -101,8 +101,9 @@ class Worker:
         self._pool: ConnectionPool[Any] | None = None
         self._held: dict[int, Held] = {}
         self._held_lock = threading.Lock()
-        self._work: queue_mod.Queue[Held | None] = queue_mod.Queue()
-        self._acks: queue_mod.Queue[Held | None] = queue_mod.Queue()
+        # SimpleQueue (C) rather than Queue: two hand-offs per job, no task_done/join needed
+        self._work: queue_mod.SimpleQueue[Held | None] = queue_mod.SimpleQueue()
+        self._acks: queue_mod.SimpleQueue[Held | None] = queue_mod.SimpleQueue()
         self._stopping = threading.Event()   # stop leasing
         self._finished = threading.Event()   # background threads exit
         self._wake = threading.Event()
