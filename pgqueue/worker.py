@@ -2,7 +2,10 @@
 
 One process runs:
 - the lease loop (main thread): leases in batches up to its free capacity, wakes on
-  LISTEN/NOTIFY when a job is enqueued and polls as the fallback;
+  LISTEN/NOTIFY when a job is enqueued and polls as the fallback. With a capacity
+  (concurrency + prefetch) of 256 or more a second lease loop shares it, so one lease is on the
+  server while the other's batch is handed out (40,000 no-op jobs, concurrency 32, prefetch
+  500: 27-29k -> 37-38k jobs/s; no gain measured below that capacity);
 - `concurrency` handler threads;
 - a renewer thread: every renewal interval it renews every held lease in one statement,
   carrying each job's dirty checkpoint in the same UPDATE, and heartbeats the registry;
@@ -41,8 +44,28 @@ log = logging.getLogger("pgqueue.worker")
 T = TypeVar("T")
 
 NOTIFY_CHANNEL = "pgqueue_jobs"
+#: Leased capacity above which a second lease loop runs beside the first (see _lease_loop).
+PARALLEL_LEASE_CAPACITY = 256
 HEARTBEAT_SECONDS = 5.0
 MAX_ERROR_CHARS = 4000
+
+
+class Wakeup:
+    """A wake-up signal several lease loops can wait on without losing one: a waiter passes
+    the generation it saw before it looked for work, and returns as soon as it changed."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self.generation = 0
+
+    def set(self) -> None:
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self.generation != seen, timeout)
 
 
 class Worker:
@@ -106,7 +129,12 @@ class Worker:
         self._acks: queue_mod.SimpleQueue[Held | None] = queue_mod.SimpleQueue()
         self._stopping = threading.Event()   # stop leasing
         self._finished = threading.Event()   # background threads exit
-        self._wake = threading.Event()
+        self._wake = Wakeup()
+        self._reserved = 0  # capacity promised to lease calls in flight (under _held_lock)
+        # Two lease loops when the capacity is large: one leases while the other's batch is
+        # being handed out and acked, so a deep queue keeps both server cores busy.
+        self.lease_loops = 2 if self.concurrency + self.prefetch >= PARALLEL_LEASE_CAPACITY else 1
+        self._leasers: list[threading.Thread] = []
         self._threads: list[threading.Thread] = []
         self._maintainer: Maintainer | None = None
 
@@ -158,7 +186,8 @@ class Worker:
 
     def _open(self) -> ConnectionPool[Any]:
         self.dsn = connection.find_leader(self.dsns)
-        return connection.open_pool(self.dsn, max_size=self.concurrency + 2, name="pgqueue-worker")
+        return connection.open_pool(self.dsn, max_size=self.concurrency + 1 + self.lease_loops,
+                                    name="pgqueue-worker")
 
     def _register(self) -> bool:
         row = self._retry(lambda: self._db(lambda c: queries.fetch_one(c, "register_worker", {
@@ -184,7 +213,7 @@ class Worker:
                 return
             old = self._pool
             self.dsn = leader
-            self._pool = connection.open_pool(leader, max_size=self.concurrency + 2,
+            self._pool = connection.open_pool(leader, max_size=self.concurrency + 1 + self.lease_loops,
                                               name="pgqueue-worker")
         if self._maintainer is not None:
             self._maintainer.dsn = leader
@@ -204,6 +233,11 @@ class Worker:
             ("renewer", self._renew_loop), ("listener", self._listen_loop),
             ("acker", self._ack_loop)]
         targets += [(f"handler-{i}", self._handler_loop) for i in range(self.concurrency)]
+        for i in range(1, self.lease_loops):
+            t = threading.Thread(target=self._lease_loop, args=(i,), name=f"pgqueue-leaser-{i}",
+                                 daemon=True)
+            t.start()
+            self._leasers.append(t)
         if self.maintenance:
             self._maintainer = Maintainer(self.dsn, interval=self.maintenance_interval)
             targets.append(("maintenance", self._maintainer.run))
@@ -264,18 +298,27 @@ class Worker:
 
     # -- the lease loop ----------------------------------------------------------------------
 
-    def _lease_loop(self) -> None:
-        turn = 0
+    def _reserve(self) -> int:
+        """Capacity for one lease call: what is free, split between the lease loops."""
+        capacity = self.concurrency + self.prefetch
+        share = -(-capacity // self.lease_loops)
+        with self._held_lock:
+            want = min(share, capacity - len(self._held) - self._reserved)
+            if want > 0:
+                self._reserved += want
+            return max(want, 0)
+
+    def _lease_loop(self, turn: int = 0) -> None:
         delay = 0.1
         while not self._stopping.is_set():
-            free = self.concurrency + self.prefetch - self.held_count
-            if free <= 0:
-                self._wake.wait(self.poll_interval)
-                self._wake.clear()
+            seen = self._wake.generation
+            want = self._reserve()
+            if want == 0:
+                self._wake.wait(seen, self.poll_interval)
                 continue
             stream = self.streams[turn % len(self.streams)]
             turn += 1
-            def take(conn: queries.Conn, stream: str = stream, limit: int = free) -> list[Lease]:
+            def take(conn: queries.Conn, stream: str = stream, limit: int = want) -> list[Lease]:
                 return lease.lease(conn, stream, limit, self.visibility_timeout, self.node,
                                    self.worker_id)
 
@@ -283,23 +326,28 @@ class Worker:
                 got = self._db(take)
                 delay = 0.1
             except PgQueueError as exc:
+                with self._held_lock:
+                    self._reserved -= want
                 log.warning("worker %s: lease failed (%s); retrying in %.1fs",
                             self.worker_id, exc, delay)
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
                 continue
+            fresh = []
             for leased in got:
                 handler = self.app.handlers.get(leased.kind or "")
                 vt = (handler.visibility_timeout if handler and handler.visibility_timeout
                       else self.visibility_timeout)
-                held = Held(leased, vt)
-                with self._held_lock:
-                    self._held[leased.lease_id] = held
+                fresh.append(Held(leased, vt))
+            with self._held_lock:
+                self._reserved -= want
+                for held in fresh:
+                    self._held[held.lease.lease_id] = held
+            for held in fresh:
                 self._work.put(held)
-            if len(got) < free and turn % len(self.streams) == 0:
+            if len(got) < want and turn % len(self.streams) == 0:
                 # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.
-                self._wake.wait(self.poll_interval)
-                self._wake.clear()
+                self._wake.wait(seen, self.poll_interval)
 
     # -- handlers ----------------------------------------------------------------------------
 
@@ -498,6 +546,8 @@ class Worker:
     # -- shutdown ----------------------------------------------------------------------------
 
     def _drain(self) -> None:
+        for t in self._leasers:  # no lease may land after the held set is read below
+            t.join()
         started = time.monotonic()
         while time.monotonic() < started + self.grace_period:  # a second signal zeroes it
             with self._held_lock:

@@ -570,6 +570,42 @@ def test_a_prefetched_job_whose_lease_was_lost_is_let_go(dsn: str, q: pgqueue.Qu
     assert runs == [(first, 0), (first, 1), (waiting, 1)]
 
 
+def test_two_lease_loops_share_the_capacity_and_a_drain_returns_every_unstarted_job(
+        dsn: str, q: pgqueue.Queue) -> None:
+    """A large capacity runs two lease loops: together they never hold more than concurrency +
+    prefetch, no job runs twice, and on stop every job not run is back to pending without a
+    spent attempt (no lease landed after the drain read what the worker held)."""
+    app = pgqueue.App()
+    started: list[int] = []
+    lock = threading.Lock()
+
+    @app.job("slow")
+    def slow(job: pgqueue.JobContext) -> None:
+        with lock:
+            started.append(job.job_id)
+        time.sleep(0.01)
+
+    ids = q.enqueue_many([pgqueue.NewJob(b"x", kind="slow") for _ in range(3000)])
+    capacity = 4 + 300
+    peaks: list[int] = []
+    with running(app, dsn, concurrency=4, prefetch=300, maintenance=False) as worker:
+        assert worker.lease_loops == 2
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            peaks.append(worker.held_count)
+            peaks.append(int(scalar(q, "SELECT count(*) FROM pgqueue.job WHERE state = 'leased'")))
+            time.sleep(0.01)
+    assert max(peaks) <= capacity
+    assert len(started) == len(set(started)) > 0
+    rows = {i: q.job(i) for i in ids}
+    run = {i for i, info in rows.items() if info is None}
+    assert run == set(started), "a job was acked that never started, or one started and stayed"
+    waiting = [info for info in rows.values() if info is not None]
+    assert waiting and all(w.state == "pending" and w.attempts == 0 for w in waiting), (
+        {(w.state, w.attempts) for w in waiting})
+    assert len(run) + len(waiting) == len(ids)
+
+
 def test_a_long_handler_keeps_its_lease_alive_by_renewals(dsn: str, q: pgqueue.Queue) -> None:
     """A live job running far past its visibility timeout is renewed, never reclaimed."""
     app = pgqueue.App()
