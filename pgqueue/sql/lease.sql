@@ -11,5 +11,5 @@ FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(work
 -- name: renew_leases
 -- Extend many leases and write their checkpoints in one UPDATE; returns those still current.
 SELECT job_id, lease_id, expires_at
-FROM pgqueue.renew(%(job_ids)s::bigint[], %(lease_ids)s::bigint[], %(visibility_ms)s::bigint[],
-                   %(checkpoints)s::jsonb[])
+FROM pgqueue.renew(%(job_ids)b::bigint[], %(lease_ids)b::bigint[], %(visibility_ms)b::bigint[],
+                   %(checkpoints)b::jsonb[])

@@ -29,7 +29,7 @@ SELECT pgqueue.configure_kind(%(stream)s::text, %(kind)s::text, %(quarantine_aft
 
 -- name: return_leases
 -- Give leases back without costing an attempt (graceful shutdown); returns the ids returned.
-SELECT id FROM pgqueue.return_leases(%(job_ids)s::bigint[], %(lease_ids)s::bigint[]) AS t(id)
+SELECT id FROM pgqueue.return_leases(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(id)
 
 -- name: mark_undecodable
 SELECT pgqueue.mark_undecodable(%(job_id)s::bigint, %(lease_id)s::bigint, %(reason)s::text,
