@@ -29,21 +29,12 @@ def lease(
     vt_ms = validate.to_ms(visibility_timeout, "visibility_timeout", positive=True)
     validate.integer(worker_node, "worker_node", low=-(2**31), high=2**31 - 1)
     validate.integer(worker_instance, "worker_instance", low=-(2**31), high=2**31 - 1)
-    rows = queries.fetch(conn, "lease_jobs", {
+    rows = queries.fetch_tuples(conn, "lease_jobs", {
         "stream": stream, "limit": limit, "visibility_ms": vt_ms,
         "worker_node": worker_node, "worker_instance": worker_instance,
     })
     vt = vt_ms / 1000.0
-    return [
-        Lease(
-            lease_id=r["lease_id"], job_id=r["id"], stream=r["stream"], kind=r["kind"],
-            payload=bytes(r["payload"]), priority=r["priority"], attempts=r["attempts"],
-            max_attempts=r["max_attempts"], enqueued_at=r["enqueued_at"],
-            expires_at=r["lease_expires_at"], checkpoint=Checkpoint.from_row(r),
-            visibility_timeout=vt,
-        )
-        for r in rows
-    ]
+    return [Lease.from_lease_row(r, vt) for r in rows]
 
 
 def renew_many(

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql as pg_sql
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from typing_extensions import LiteralString
 
 from pgqueue.errors import (
@@ -83,6 +83,18 @@ def fetch(conn: Conn, name: str, params: Params = None) -> list[dict[str, Any]]:
     sql: LiteralString = get(name).sql
     try:
         with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if cur.description is not None else []
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+def fetch_tuples(conn: Conn, name: str, params: Params = None) -> list[tuple[Any, ...]]:
+    """Run a named query and return its rows as tuples, in the query's column order: for the
+    hot paths, where building a dict per row was a fifth of the worker's Python time."""
+    sql: LiteralString = get(name).sql
+    try:
+        with conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(sql, params)
             return cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:

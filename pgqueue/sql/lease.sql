@@ -1,6 +1,7 @@
 -- name: lease_jobs
 -- Lease up to %(limit)s jobs of a stream by priority DESC then id (due scheduled jobs are
--- promoted to pending first); one new lease id each.
+-- promoted to pending first); one new lease id each. Read by position (Lease.from_lease_row):
+-- keep the column order.
 SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, enqueued_at,
        lease_expires_at, last_completed_step, cursor_step, cursor, checkpoint_updated_at,
        schema_version, step_set_hash,
