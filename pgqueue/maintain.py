@@ -46,7 +46,10 @@ def run_pass(conn: queries.Conn) -> PassResult:
     ticks = schedule.tick(conn)
     pruned = len(queries.fetch(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
     ops = int(queries.scalar(conn, "oplog_prune", {
-        "keep": OPLOG_KEEP_SECONDS, "stale_after": REPLICA_STALE_SECONDS, "limit": 10_000}) or 0)
+        "keep": OPLOG_KEEP_SECONDS, "stale_after": REPLICA_STALE_SECONDS, "limit": 10_000,
+        # no waiting for a logical replica's slot here: ops are kept a week anyway, and a wait
+        # would hold this pass (and its snapshot) back
+        "wait": 0}) or 0)
     if reclaimed:
         log.info("maintenance: reclaimed %d expired lease(s)", reclaimed)
     return PassResult(reclaimed=reclaimed, workers_pruned=pruned, schedules_fired=ticks.fired,

@@ -304,15 +304,16 @@ def verify(leader_dsn: str, replica_dsn: str, *, timeout: float = 60.0) -> Verif
 
 
 def prune(leader_dsn: str, *, keep: float = 7 * 86400.0, stale_after: float = 86400.0,
-          batch: int = 10_000) -> int:
-    """Delete ops older than `keep` seconds that every attached replica has confirmed, in
-    batches; replicas silent longer than `stale_after` are not waited on."""
+          batch: int = 10_000, wait: float = 1.0) -> int:
+    """Delete ops older than `keep` seconds that every attached replica has applied, in
+    batches; replicas silent longer than `stale_after` are not waited on. A logical replica's
+    position is proven as in `status` (waiting up to `wait` seconds for its slot)."""
     total = 0
     with connection.connect(leader_dsn) as conn:
         connection.check_schema(conn)
         while True:
             n = int(queries.scalar(conn, "oplog_prune", {
-                "keep": keep, "stale_after": stale_after, "limit": batch}) or 0)
+                "keep": keep, "stale_after": stale_after, "limit": batch, "wait": wait}) or 0)
             total += n
             if n < batch:
                 return total

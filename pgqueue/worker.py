@@ -36,7 +36,6 @@ from pgqueue import connection, lease, queries, settle, steps, validate
 from pgqueue.app import App, StepJob
 from pgqueue.errors import ConnectionFailed, LeaseLost, NotLeader, PgQueueError
 from pgqueue.maintain import Maintainer
-from pgqueue.models import Lease
 from pgqueue.steps import Held
 
 log = logging.getLogger("pgqueue.worker")
@@ -234,7 +233,7 @@ class Worker:
             ("acker", self._ack_loop)]
         targets += [(f"handler-{i}", self._handler_loop) for i in range(self.concurrency)]
         for i in range(1, self.lease_loops):
-            t = threading.Thread(target=self._lease_loop, args=(i,), name=f"pgqueue-leaser-{i}",
+            t = threading.Thread(target=self._leaser, args=(i,), name=f"pgqueue-leaser-{i}",
                                  daemon=True)
             t.start()
             self._leasers.append(t)
@@ -318,36 +317,49 @@ class Worker:
                 continue
             stream = self.streams[turn % len(self.streams)]
             turn += 1
-            def take(conn: queries.Conn, stream: str = stream, limit: int = want) -> list[Lease]:
-                return lease.lease(conn, stream, limit, self.visibility_timeout, self.node,
-                                   self.worker_id)
-
             try:
-                got = self._db(take)
+                got = self._take(stream, want)
                 delay = 0.1
             except PgQueueError as exc:
-                with self._held_lock:
-                    self._reserved -= want
                 log.warning("worker %s: lease failed (%s); retrying in %.1fs",
                             self.worker_id, exc, delay)
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
                 continue
-            fresh = []
+            if got < want and turn % len(self.streams) == 0:
+                # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.
+                self._wake.wait(seen, self.poll_interval)
+
+    def _take(self, stream: str, want: int) -> int:
+        """Lease up to `want` (reserved) jobs of `stream` and hand them to the handlers; the
+        reservation is given back whatever happens. Returns how many were leased."""
+        fresh: list[Held] = []
+        try:
+            got = self._db(lambda conn: lease.lease(conn, stream, want, self.visibility_timeout,
+                                                    self.node, self.worker_id))
             for leased in got:
                 handler = self.app.handlers.get(leased.kind or "")
                 vt = (handler.visibility_timeout if handler and handler.visibility_timeout
                       else self.visibility_timeout)
                 fresh.append(Held(leased, vt))
+        finally:
             with self._held_lock:
                 self._reserved -= want
                 for held in fresh:
                     self._held[held.lease.lease_id] = held
-            for held in fresh:
-                self._work.put(held)
-            if len(got) < want and turn % len(self.streams) == 0:
-                # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.
-                self._wake.wait(seen, self.poll_interval)
+        for held in fresh:
+            self._work.put(held)
+        return len(fresh)
+
+    def _leaser(self, turn: int) -> None:
+        """A second lease loop (its own thread): an unexpected error is logged and the loop
+        goes on, as the main loop's would end the worker instead."""
+        while not self._stopping.is_set():
+            try:
+                self._lease_loop(turn)
+            except Exception:
+                log.exception("worker %s: lease loop %d failed; restarting it", self.worker_id, turn)
+                self._stopping.wait(1.0)
 
     # -- handlers ----------------------------------------------------------------------------
 

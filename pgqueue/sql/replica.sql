@@ -53,7 +53,7 @@ FROM pgqueue.replica_status(%(stale_after)s * interval '1 second', %(wait)s * in
 
 -- name: oplog_prune
 SELECT pgqueue.prune_op_log(%(keep)s * interval '1 second', %(stale_after)s * interval '1 second',
-                            %(limit)s::int) AS pruned
+                            %(limit)s::int, %(wait)s * interval '1 second') AS pruned
 
 -- name: oplog_head
 -- The op-log sequence's last value (read before a follower's snapshot; not transactional).
