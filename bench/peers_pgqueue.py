@@ -21,9 +21,9 @@ PAYLOAD = b"{}"
 SETTINGS: list[dict[str, Any]] = [
     {"concurrency": 16},
     {"concurrency": 64},
-    {"concurrency": 16, "prefetch": 200},
     {"concurrency": 32, "prefetch": 500},   # capacity >= 256: two lease loops
     {"concurrency": 16, "prefetch": 2000},
+    {"concurrency": 8, "prefetch": 4000},
 ]
 LATENCY_SETTING: dict[str, Any] = {"concurrency": 16, "poll_interval": 5.0}
 
