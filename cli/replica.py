@@ -35,8 +35,11 @@ def attach(leader: str, replica_dsn: str, name: str) -> None:
     """Migrate the replica, set it to replica role and consume through logical replication
     (the leader needs wal_level=logical; otherwise use `replica follow`)."""
     result = replica.attach(leader, replica_dsn, name)
+    seeded = (f"seeded {result.seeded_ops} op(s)" if not result.seeded_rows else
+              f"seeded from the leader's state ({result.seeded_rows} row(s), "
+              f"{result.seeded_ops} op(s) kept in its log)")
     click.echo(f"replica {result.name} attached to {connection.describe(leader)} by logical "
-               f"replication; seeded {result.seeded_ops} op(s)")
+               f"replication; {seeded}")
 
 
 @replica_group.command()

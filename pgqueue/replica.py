@@ -14,6 +14,10 @@ Two ways to consume, one apply path (pgqueue.apply_op, as `pgqueue oplog replay`
   commit is never skipped; its position is stored in the replica in the same transaction as
   the ops it applied, and reported to the leader.
 
+A leader that pruned its op log cannot be replayed any more: a new, empty replica is then
+seeded from the leader's state (queue tables and the remaining ops, one snapshot), and ops that
+snapshot already holds are logged on the replica without being applied again.
+
 promote() turns a replica into the leader: demote the old leader when reachable and wait for
 everything it committed, stop consuming, move sequences past every applied id, flip the role
 and bump the epoch.
@@ -69,17 +73,64 @@ class AttachResult:
     name: str
     method: str
     seeded_ops: int
+    #: Rows of queue state copied from the leader (only when its op log had been pruned).
+    seeded_rows: int = 0
 
 
 def _check_not_pruned(lead: queries.Conn, name: str, applied: int) -> None:
-    """A replica can only be built from a complete op log: refuse when the leader pruned ops
-    this replica has not applied (a stale follower, or a new replica of a pruned leader)."""
+    """A follower catches up from the op log: refuse when the leader pruned ops this replica
+    has not applied (a stale follower; a new, empty replica is seeded from state instead)."""
     pruned = int(queries.scalar(lead, "pruned_through") or 0)
     if pruned > applied:
         raise PgQueueError(
             f"replica {name}: the leader pruned its op log up to seq {pruned}, and this replica "
-            f"has applied only up to {applied}; it cannot catch up from the log (build it from "
-            "a fresh copy of the leader, or keep replicas attached so pruning waits for them)")
+            f"has applied only up to {applied}; it cannot catch up from the log (rebuild it: "
+            "an empty replica database is seeded from the leader's state; keep replicas "
+            "attached so pruning waits for them)")
+
+
+SEED_PAGE = 5000
+
+
+def _seed_from_state(leader_dsn: str, replica_dsn: str, name: str) -> tuple[int, int]:
+    """Copy the leader's queue state and what is left of its op log, from one snapshot, into an
+    empty replica: for a leader that pruned its op log, whose state replaying the log can no
+    longer rebuild. The replica records the snapshot, so an op that arrives later but was
+    already committed in it is logged without being applied twice. (state rows, ops) copied."""
+    state_rows = ops = 0
+    with connection.connect(leader_dsn, autocommit=False) as lead, \
+            connection.connect(replica_dsn, autocommit=False) as rep:
+        lead.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        lead.read_only = True
+        bounds = queries.fetch_one(lead, "seed_bounds")  # opens the snapshot read below
+        assert bounds is not None
+        if not queries.scalar(rep, "replica_is_empty"):
+            raise PgQueueError(
+                f"replica {name}: the leader pruned its op log up to seq "
+                f"{bounds['pruned_through']}, so a replica is seeded from the leader's state, "
+                "which needs an empty replica; this one already holds jobs or ops")
+
+        def insert(table: str, rows: list[Any]) -> int:
+            return int(queries.scalar(rep, "seed_insert", {"table": table, "rows": Jsonb(rows)})
+                       or 0)
+
+        for small in queries.fetch(lead, "seed_small_tables"):
+            state_rows += insert(small["tbl"], small["rows"])
+        for table, query in (("job", "seed_job_page"), ("dead_letter", "seed_dead_letter_page")):
+            after = 0
+            while page := queries.fetch(lead, query, {"after": after, "limit": SEED_PAGE}):
+                state_rows += insert(table, [r["row"] for r in page])
+                after = page[-1]["key"]
+        after = 0
+        while page := queries.fetch(lead, "oplog_visible_batch", {"after": after, "limit": SEED_PAGE}):
+            ops += insert("op_log", [r["op"] for r in page])
+            after = page[-1]["seq"]
+        queries.fetch(rep, "seed_finish", bounds)
+        rep.commit()
+        lead.rollback()
+    log.info("replica %s seeded from the leader's state: %d rows, %d ops (op log pruned up to "
+             "seq %s)", name, state_rows, ops, bounds["pruned_through"])
+    return state_rows, ops
 
 
 def _prepare_replica(leader_dsn: str, replica_dsn: str, name: str) -> None:
@@ -110,7 +161,7 @@ def attach(leader_dsn: str, replica_dsn: str, name: str) -> AttachResult:
             raise PgQueueError(
                 f"the leader at {connection.describe(leader_dsn)} has wal_level={level}; logical "
                 "replication needs wal_level=logical (or use `pgqueue replica follow`)")
-        _check_not_pruned(conn, name, 0)
+        pruned = int(queries.scalar(conn, "pruned_through") or 0)
         if not queries.scalar(conn, "publication_exists", {"name": PUBLICATION}):
             queries.fetch(conn, "create_publication")
     _prepare_replica(leader_dsn, replica_dsn, name)
@@ -118,15 +169,26 @@ def attach(leader_dsn: str, replica_dsn: str, name: str) -> AttachResult:
         queries.fetch(conn, "enable_apply_trigger")
         if queries.fetch_one(conn, "subscription_of", {"name": sub}) is None:
             queries.create_subscription(conn, sub, leader_dsn, PUBLICATION)
-    seeded = oplog.replay(leader_dsn, replica_dsn)
+    # The subscription's slot exists from here on: every op committed later reaches the replica
+    # through it, and the seed below covers everything committed before.
+    state_rows = 0
+    if pruned:
+        state_rows, seeded_ops = _seed_from_state(leader_dsn, replica_dsn, name)
+    else:
+        seeded_ops = oplog.replay(leader_dsn, replica_dsn).applied
+        with connection.connect(leader_dsn) as conn:
+            if int(queries.scalar(conn, "pruned_through") or 0):
+                raise PgQueueError(
+                    f"replica {name}: the leader pruned its op log while the replica was being "
+                    "seeded from it; run attach again on an empty replica database")
     with connection.connect(replica_dsn) as conn:
         queries.alter_subscription(conn, sub, "enable")
     with connection.connect(leader_dsn) as conn:
         queries.fetch(conn, "replica_register", {
             "name": name, "method": "logical", "slot": sub,
             "dsn": connection.redact(replica_dsn)})
-    log.info("replica %s attached by logical replication (%d ops seeded)", name, seeded.applied)
-    return AttachResult(name=name, method="logical", seeded_ops=seeded.applied)
+    log.info("replica %s attached by logical replication (%d ops seeded)", name, seeded_ops)
+    return AttachResult(name=name, method="logical", seeded_ops=seeded_ops, seeded_rows=state_rows)
 
 
 # -- follow (polling reader) --------------------------------------------------------------------
@@ -152,13 +214,21 @@ class Follower:
         self._stop.set()
 
     def setup(self) -> None:
-        """Migrate the replica, set its role and register it on the leader."""
+        """Migrate the replica, set its role and register it on the leader (from then on the
+        leader prunes nothing this follower has not confirmed). An empty replica of a leader
+        whose op log was pruned is seeded from the leader's state first."""
         _prepare_replica(self.leader_dsn, self.replica_dsn, self.name)
         with connection.connect(self.leader_dsn) as conn:
             connection.check_schema(conn)
             queries.fetch(conn, "replica_register", {
                 "name": self.name, "method": "follow", "slot": None,
                 "dsn": connection.redact(self.replica_dsn)})
+            pruned = int(queries.scalar(conn, "pruned_through") or 0)
+        with connection.connect(self.replica_dsn) as rep:
+            fresh = (queries.scalar(rep, "replica_is_empty")
+                     and queries.fetch_one(rep, "follow_state_get", {"name": self.name}) is None)
+        if pruned and fresh:
+            _seed_from_state(self.leader_dsn, self.replica_dsn, self.name)
 
     def poll(self) -> int:
         """One pass: apply every committed op not yet applied; returns how many were new.
@@ -167,9 +237,11 @@ class Follower:
                 connection.connect(self.replica_dsn, autocommit=False) as rep:
             state = queries.fetch_one(rep, "follow_state_get", {"name": self.name}) or {
                 "low_seq": 0, "mark_seq": 0, "mark_xmax": None}
+            # ops up to the leader's prune point at a seed from its state are in that state
+            seeded_through = int(queries.scalar(rep, "seeded_through") or 0)
             rep.commit()
             head = int(queries.scalar(lead, "oplog_head") or 0)  # before the snapshot
-            _check_not_pruned(lead, self.name, int(state["low_seq"]))
+            _check_not_pruned(lead, self.name, max(int(state["low_seq"]), seeded_through))
             lead.autocommit = False
             lead.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             lead.read_only = True

@@ -205,6 +205,11 @@ CREATE TABLE pgqueue.node (
     name       text,         -- this database's name as a replica
     leader     text,         -- a replica's leader (DSN without password)
     pruned_through bigint NOT NULL DEFAULT 0,  -- the highest op seq ever pruned here
+    -- A replica seeded from the leader's state (its op log was pruned): the leader snapshot the
+    -- state was copied in, and the leader's pruned_through then. An op whose transaction that
+    -- snapshot saw committed is already in the copied state: it is logged, never applied again.
+    seed_snapshot  pg_snapshot,
+    seeded_through bigint NOT NULL DEFAULT 0,
     changed_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO pgqueue.node DEFAULT VALUES;
@@ -1488,6 +1493,33 @@ $$;
 -- already applied that seq (so delivering an op twice changes nothing). Ops must arrive in the
 -- source's commit order; per job that is seq order, because a transition holds the job's row
 -- lock when it appends its op.
+-- True when the op of transaction p_xid is already in a seeded replica's copied state.
+CREATE FUNCTION pgqueue.reflected(p_xid xid8) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgqueue
+AS $$ SELECT coalesce(pg_visible_in_snapshot(p_xid, n.seed_snapshot), false) FROM pgqueue.node n $$;
+
+-- Seed a replica's table from rows of the leader's (jsonb, as to_jsonb gives them). Only the
+-- queue-state tables and the op log; rows already present are an error (seed an empty replica).
+CREATE FUNCTION pgqueue.seed_rows(p_table text, p_rows jsonb) RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgqueue
+AS $$
+DECLARE
+    v_n int;
+BEGIN
+    IF p_table NOT IN ('job', 'dead_letter', 'stream_config', 'kind_config', 'step_set',
+                       'schedule', 'op_log') THEN
+        RAISE EXCEPTION 'seed_rows: % is not a queue-state table', quote_literal(p_table)
+            USING ERRCODE = '22023';
+    END IF;
+    EXECUTE format('INSERT INTO pgqueue.%I SELECT * FROM jsonb_populate_recordset(NULL::pgqueue.%I, $1)',
+                   p_table, p_table) USING p_rows;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
 CREATE FUNCTION pgqueue.ingest_op(
     p_seq bigint, p_stream text, p_op text, p_job_id bigint, p_lease_id bigint, p_body jsonb,
     p_xid xid8, p_at timestamptz, p_lsn pg_lsn
@@ -1502,7 +1534,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM pgqueue.apply_op(p_op, p_job_id, p_lease_id, p_body);
+    IF NOT pgqueue.reflected(p_xid) THEN
+        PERFORM pgqueue.apply_op(p_op, p_job_id, p_lease_id, p_body);
+    END IF;
     RETURN true;
 END
 $$;
@@ -1546,6 +1580,7 @@ BEGIN
     SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
         role = p_role, name = coalesce(p_name, name),
         leader = CASE WHEN p_role = 'leader' THEN NULL ELSE p_leader END,
+        seed_snapshot = CASE WHEN p_role = 'leader' THEN NULL ELSE seed_snapshot END,
         changed_at = now()
     RETURNING * INTO n;
     RETURN n;
@@ -1568,7 +1603,9 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pgqueue.op_log WHERE seq = NEW.seq) THEN
         RETURN NULL;
     END IF;
-    PERFORM pgqueue.apply_op(NEW.op, NEW.job_id, NEW.lease_id, NEW.body);
+    IF NOT pgqueue.reflected(NEW.xid) THEN
+        PERFORM pgqueue.apply_op(NEW.op, NEW.job_id, NEW.lease_id, NEW.body);
+    END IF;
     RETURN NEW;
 END
 $$;

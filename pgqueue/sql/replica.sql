@@ -118,3 +118,59 @@ FROM pgqueue.op_log t WHERE t.seq >= %(min_seq)s  -- the leader may have pruned 
 SELECT 'job' AS tbl, t.id, md5(t::text) AS digest FROM pgqueue.job t
 UNION ALL
 SELECT 'dead_letter', t.id, md5(t::text) FROM pgqueue.dead_letter t
+
+-- name: seed_bounds
+-- Opens the leader snapshot a replica is seeded from (run first in a REPEATABLE READ
+-- transaction): the snapshot itself, how far the op log was pruned, and the sequences' last
+-- values (read after the snapshot, so at least every id it holds).
+SELECT pg_current_snapshot()::text AS snapshot,
+       (SELECT pruned_through FROM pgqueue.node) AS pruned_through,
+       (SELECT last_value FROM pgqueue.job_id_seq) AS job_id,
+       (SELECT last_value FROM pgqueue.lease_id_seq) AS lease_id,
+       coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')), 0) AS seq
+
+-- name: seed_small_tables
+-- The small queue-state tables whole, one jsonb array each.
+SELECT 'stream_config' AS tbl, coalesce(jsonb_agg(to_jsonb(t)), '[]') AS rows FROM pgqueue.stream_config t
+UNION ALL
+SELECT 'kind_config', coalesce(jsonb_agg(to_jsonb(t)), '[]') FROM pgqueue.kind_config t
+UNION ALL
+SELECT 'step_set', coalesce(jsonb_agg(to_jsonb(t)), '[]') FROM pgqueue.step_set t
+UNION ALL
+SELECT 'schedule', coalesce(jsonb_agg(to_jsonb(t)), '[]') FROM pgqueue.schedule t
+
+-- name: seed_job_page
+-- The next jobs after id %(after)s, as jsonb rows.
+SELECT id AS key, to_jsonb(t) AS row FROM pgqueue.job t
+WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
+
+-- name: seed_dead_letter_page
+-- The next dead letters after id %(after)s, as jsonb rows.
+SELECT id AS key, to_jsonb(t) AS row FROM pgqueue.dead_letter t
+WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
+
+-- name: seed_insert
+-- Insert seeded rows into one of the replica's queue-state tables (or its op log, unapplied).
+SELECT pgqueue.seed_rows(%(table)s::text, %(rows)s::jsonb) AS n
+
+-- name: seed_finish
+-- Record the seed on the replica and move its sequences to the leader's.
+WITH node AS (
+    UPDATE pgqueue.node SET seed_snapshot = %(snapshot)s::pg_snapshot,
+                            seeded_through = %(pruned_through)s::bigint
+    RETURNING 1
+)
+SELECT setval('pgqueue.job_id_seq', greatest(%(job_id)s::bigint, 1)) AS job_id,
+       setval('pgqueue.lease_id_seq', greatest(%(lease_id)s::bigint, 1)) AS lease_id,
+       setval(pg_get_serial_sequence('pgqueue.op_log', 'seq'), greatest(%(seq)s::bigint, 1)) AS seq,
+       (SELECT count(*) FROM node) AS updated
+
+-- name: seeded_through
+-- How far the leader had pruned when this replica was seeded from its state (0: not seeded).
+SELECT seeded_through FROM pgqueue.node
+
+-- name: replica_is_empty
+-- A replica that holds nothing yet (no jobs, dead letters, schedules or ops).
+SELECT NOT EXISTS (SELECT 1 FROM pgqueue.job) AND NOT EXISTS (SELECT 1 FROM pgqueue.dead_letter)
+       AND NOT EXISTS (SELECT 1 FROM pgqueue.schedule) AND NOT EXISTS (SELECT 1 FROM pgqueue.op_log)
+       AS empty

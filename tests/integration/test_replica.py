@@ -554,6 +554,96 @@ def test_a_stale_follower_whose_ops_were_pruned_does_not_diverge_silently(
         f"{status_by_name(leader)['returning']}")
 
 
+@pytest.mark.parametrize("method", ["logical", "follow"])
+def test_a_new_replica_of_a_leader_that_pruned_its_op_log_is_seeded_from_its_state(
+        cluster: Cluster, method: str) -> None:
+    """A leader that pruned its op log (no replica attached, ops a week old) can no longer be
+    replayed into a replica: a new, empty replica is seeded from the leader's state in one
+    snapshot, follows from there, is identical, and continues ids without collision."""
+    leader, target = cluster.leader, cluster.replica_db(0)
+    with pgqueue.Queue(leader) as q:
+        q.configure_stream(retry_base=2.0)
+        q.upsert_schedule("nightly", "0 2 * * *", b"n", kind="report", timezone="Europe/Berlin")
+    enqueue_some(leader, 200)  # leases, acks, dead letters, checkpoints
+    assert replica.prune(leader, keep=0) > 0
+    assert op_count(leader) == 0
+    enqueue_some(leader, 60)  # ops the log still holds
+    open_tx = psycopg.connect(leader)
+    try:
+        if method == "logical":
+            result = replica.attach(leader, target, "seeded")
+            assert result.seeded_rows > 0 and result.seeded_ops == op_count(leader)
+        else:
+            with pgqueue.Queue(leader) as q:  # in progress while the state is copied
+                late = q.enqueue(b"late", conn=open_tx)
+            ft = cluster.follow(target, "seeded")
+            # its low-water mark cannot pass the open transaction's op: it polls, it waits
+            wait_for(lambda: ft.follower.polls >= 3 or ft.error, 30, "the follower to poll")
+            assert ft.error is None, ft.error
+            assert one(target, "SELECT count(*) FROM pgqueue.job WHERE id = %s", [late]) == 0
+            open_tx.commit()
+            wait_for(lambda: one(target, "SELECT count(*) FROM pgqueue.job WHERE id = %s",
+                                 [late]) == 1, 30, "the job committed after the seed")
+    finally:
+        open_tx.close()
+    enqueue_some(leader, 40)
+    wait_for(lambda: caught_up(leader, "seeded"), 30, "the replica to catch up")
+    assert_identical(leader, target)
+
+    biggest = max(one(leader, "SELECT coalesce(max(id), 0) FROM pgqueue.job"),
+                  one(leader, "SELECT coalesce(max(id), 0) FROM pgqueue.dead_letter"))
+    replica.promote(target, old_leader_dsn=leader)
+    with pgqueue.Queue(target) as q:
+        fresh = q.enqueue(b"after promotion")
+        leases = q.lease(1000)
+    assert fresh > biggest
+    lease_ids = [x.lease_id for x in leases]
+    assert min(lease_ids) > one(leader, "SELECT last_value FROM pgqueue.lease_id_seq") - 1
+
+
+def test_an_op_the_seed_snapshot_already_holds_is_logged_but_not_applied_again(
+        cluster: Cluster) -> None:
+    """An op that reaches a seeded replica although its transaction committed before the seed
+    snapshot (it was pruned after the logical slot sent it on its way) is already in the copied
+    state: it is logged, not applied a second time. A later transaction's op is applied."""
+    leader, target = cluster.leader, cluster.replica_db(0)
+    with connection.connect(leader) as conn:
+        before = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+    assert before is not None
+    ids = enqueue_some(leader, 10, settle=False)
+    assert replica.prune(leader, keep=0) > 0
+    replica.Follower(leader, target, "seeded").setup()
+    after = one(target, "SELECT (pg_snapshot_xmax(seed_snapshot)::text::bigint + 1000)::text "
+                        "FROM pgqueue.node")
+
+    def ack(seq: int, job_id: int, xid: str) -> int:
+        op = {"seq": seq, "stream": "default", "op": "Ack", "job_id": job_id, "lease_id": None,
+              "body": {}, "xid": xid, "at": "2026-01-01T00:00:00+00:00", "lsn": "0/0"}
+        with connection.connect(target) as conn:
+            got = conn.execute("SELECT pgqueue.ingest_ops(%s)", [Jsonb([op])]).fetchone()
+        assert got is not None
+        return int(got[0])
+
+    assert ack(10**9, ids[0], before[0]) == 1  # logged...
+    assert one(target, "SELECT count(*) FROM pgqueue.job WHERE id = %s", [ids[0]]) == 1  # ...only
+    assert ack(10**9 + 1, ids[1], after) == 1
+    assert one(target, "SELECT count(*) FROM pgqueue.job WHERE id = %s", [ids[1]]) == 0
+
+
+def test_seeding_from_state_refuses_a_replica_that_is_not_empty(cluster: Cluster) -> None:
+    leader, target = cluster.leader, cluster.replica_db(0)
+    enqueue_some(leader, 20)
+    assert replica.prune(leader, keep=0) > 0
+    pgqueue.migrate(target)
+    with pgqueue.Queue(target) as q:  # still a leader database of its own, with a job
+        q.enqueue(b"mine")
+    with connection.connect(target) as conn:
+        conn.execute("DELETE FROM pgqueue.op_log")  # no ops of its own: passes the role check
+    with pytest.raises(PgQueueError, match="needs an empty replica"):
+        replica.attach(leader, target, "busy")
+    assert one(target, "SELECT count(*) FROM pgqueue.job") == 1
+
+
 def test_verify_compares_queue_state_after_the_leader_pruned_its_op_log(cluster: Cluster) -> None:
     leader = cluster.leader
     target = cluster.replica_db(0)
