@@ -17,16 +17,12 @@ CREATE SEQUENCE pgqueue.lease_id_seq;
 -- Time helpers
 -- ---------------------------------------------------------------------------------------------
 
--- SQL helpers are declared with their body's true volatility (extract on timestamptz,
--- timestamptz + interval and jsonb_build_object are STABLE): a function declared more strictly
--- than its body is never inlined and costs a function call per row (measured: the Enqueue op
--- body of 1,000 jobs took 7.8 ms declared IMMUTABLE, 3.5 ms inlined).
 CREATE FUNCTION pgqueue.to_ms(ts timestamptz) RETURNS bigint
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT (extract(epoch FROM ts) * 1000)::bigint $$;
 
 CREATE FUNCTION pgqueue.from_ms(ms bigint) RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT 'epoch'::timestamptz + ms * interval '1 millisecond' $$;
 
 -- The transaction's time, truncated to ms. Tests may pin it with SET pgqueue.now = '...';
@@ -205,11 +201,6 @@ CREATE TABLE pgqueue.node (
     name       text,         -- this database's name as a replica
     leader     text,         -- a replica's leader (DSN without password)
     pruned_through bigint NOT NULL DEFAULT 0,  -- the highest op seq ever pruned here
-    -- A replica seeded from the leader's state (its op log was pruned): the leader snapshot the
-    -- state was copied in, and the leader's pruned_through then. An op whose transaction that
-    -- snapshot saw committed is already in the copied state: it is logged, never applied again.
-    seed_snapshot  pg_snapshot,
-    seeded_through bigint NOT NULL DEFAULT 0,
     changed_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO pgqueue.node DEFAULT VALUES;
@@ -253,7 +244,7 @@ AS $$ SELECT decode(t, 'base64') $$;
 
 -- The checkpoint as it travels in ops (cursor in base64).
 CREATE FUNCTION pgqueue.checkpoint_json(j pgqueue.job) RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE
 AS $$
     SELECT jsonb_build_object(
         'last_completed_step', j.last_completed_step,
@@ -267,7 +258,7 @@ $$;
 
 -- The body every failure-like op (Nack, Reclaim) carries: the job's resulting values.
 CREATE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamptz) RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE
 AS $$
     SELECT jsonb_build_object(
         'job_id', j.id,
@@ -343,7 +334,7 @@ $$;
 
 -- The Enqueue op's body: every field of the new job (payload and dedup key in base64).
 CREATE FUNCTION pgqueue.enqueue_body(j pgqueue.job) RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE
 AS $$
     SELECT jsonb_build_object(
         'job_id', j.id, 'stream', j.stream, 'kind', j.kind, 'payload', pgqueue.b64(j.payload),
@@ -391,36 +382,6 @@ BEGIN
         RAISE EXCEPTION 'enqueue: all arrays must have % elements', v_n USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
-        RETURN;
-    END IF;
-    IF cardinality(array_remove(p_dedup_keys, NULL)) = 0 THEN
-        -- No dedup keys (the common batch): no conflicts to arbitrate, so a plain INSERT in
-        -- input order (measured: 1,000 jobs 14.3 -> see the commit) and the ids as drawn.
-        v_ids := ARRAY(SELECT nextval('pgqueue.job_id_seq') FROM generate_series(1, v_n));
-        WITH ins AS (
-            INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
-                                     enqueued_at, attempts, max_attempts, schema_version)
-            SELECT v_ids[t.ord], p_stream, t.kind, t.payload, t.priority::smallint,
-                   CASE WHEN t.at > v_now THEN 'scheduled' ELSE 'pending' END,
-                   t.at, v_now, 0, t.max_attempts, t.schema_version
-            FROM (SELECT u.*, greatest(v_now, date_trunc('milliseconds', coalesce(
-                             u.not_before, v_now + coalesce(u.delay_ms, 0) * interval '1 millisecond'))) AS at
-                  FROM unnest(p_payloads, p_kinds, p_priorities, p_delays_ms, p_not_befores,
-                              p_max_attempts, p_schema_versions) WITH ORDINALITY
-                       AS u(payload, kind, priority, delay_ms, not_before, max_attempts,
-                            schema_version, ord)) t
-            ORDER BY t.ord
-            RETURNING *
-        ), logged AS (
-            INSERT INTO pgqueue.op_log (stream, op, job_id, body)
-            SELECT ins.stream, 'Enqueue', ins.id, pgqueue.enqueue_body(ins::pgqueue.job)
-            FROM ins ORDER BY ins.id
-        )
-        SELECT bool_or(ins.state = 'pending') INTO v_ready FROM ins;
-        IF v_ready THEN
-            PERFORM pg_notify('pgqueue_jobs', p_stream);
-        END IF;
-        RETURN QUERY SELECT unnest(v_ids);
         RETURN;
     END IF;
     v_result := array_fill(NULL::bigint, ARRAY[v_n]);
@@ -590,11 +551,6 @@ AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
     v_exp timestamptz := v_now + p_visibility_ms * interval '1 millisecond';
-    -- The same for every job of the call (job and lease ids are the op row's own columns), so
-    -- it is built once, not per row: the op-log share of a lease of 500 fell by ~40 %.
-    v_body jsonb := jsonb_build_object('worker_node', p_worker_node,
-                                       'worker_instance', p_worker_instance,
-                                       'expires_at_ms', pgqueue.to_ms(v_exp));
 BEGIN
     PERFORM pgqueue.require_leader();
     IF p_limit < 1 OR p_visibility_ms < 0 THEN
@@ -617,7 +573,9 @@ BEGIN
         RETURNING j.*
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-        SELECT l.stream, 'Lease', l.id, l.lease_id, v_body
+        SELECT l.stream, 'Lease', l.id, l.lease_id, jsonb_build_object(
+            'job_id', l.id, 'lease_id', l.lease_id, 'worker_node', l.worker_node,
+            'worker_instance', l.worker_instance, 'expires_at_ms', pgqueue.to_ms(l.lease_expires_at))
         FROM leased l ORDER BY l.id
     )
     SELECT * FROM leased ORDER BY priority DESC, id;
@@ -682,7 +640,7 @@ BEGIN
         RETURNING j.id, j.lease_id, j.stream
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-        SELECT g.stream, 'Ack', g.id, g.lease_id, '{}'::jsonb  -- job and lease: the row's columns
+        SELECT g.stream, 'Ack', g.id, g.lease_id, jsonb_build_object('job_id', g.id, 'lease_id', g.lease_id)
         FROM gone g ORDER BY g.id
     )
     SELECT g.id FROM gone g;
@@ -876,7 +834,7 @@ $$;
 
 -- The job's resulting state as generic ops carry it.
 CREATE FUNCTION pgqueue.job_state_json(j pgqueue.job) RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE
 AS $$
     SELECT jsonb_build_object(
         'job_id', j.id, 'state', j.state, 'attempts', j.attempts, 'max_attempts', j.max_attempts,
@@ -1286,7 +1244,7 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 
 CREATE FUNCTION pgqueue.schedule_json(c pgqueue.schedule) RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE
 AS $$
     SELECT jsonb_build_object(
         'stream', c.stream, 'name', c.name, 'cron', c.cron, 'timezone', c.timezone,
@@ -1493,33 +1451,6 @@ $$;
 -- already applied that seq (so delivering an op twice changes nothing). Ops must arrive in the
 -- source's commit order; per job that is seq order, because a transition holds the job's row
 -- lock when it appends its op.
--- True when the op of transaction p_xid is already in a seeded replica's copied state.
-CREATE FUNCTION pgqueue.reflected(p_xid xid8) RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pgqueue
-AS $$ SELECT coalesce(pg_visible_in_snapshot(p_xid, n.seed_snapshot), false) FROM pgqueue.node n $$;
-
--- Seed a replica's table from rows of the leader's (jsonb, as to_jsonb gives them). Only the
--- queue-state tables and the op log; rows already present are an error (seed an empty replica).
-CREATE FUNCTION pgqueue.seed_rows(p_table text, p_rows jsonb) RETURNS int
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
-AS $$
-DECLARE
-    v_n int;
-BEGIN
-    IF p_table NOT IN ('job', 'dead_letter', 'stream_config', 'kind_config', 'step_set',
-                       'schedule', 'op_log') THEN
-        RAISE EXCEPTION 'seed_rows: % is not a queue-state table', quote_literal(p_table)
-            USING ERRCODE = '22023';
-    END IF;
-    EXECUTE format('INSERT INTO pgqueue.%I SELECT * FROM jsonb_populate_recordset(NULL::pgqueue.%I, $1)',
-                   p_table, p_table) USING p_rows;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
-END
-$$;
-
 CREATE FUNCTION pgqueue.ingest_op(
     p_seq bigint, p_stream text, p_op text, p_job_id bigint, p_lease_id bigint, p_body jsonb,
     p_xid xid8, p_at timestamptz, p_lsn pg_lsn
@@ -1534,9 +1465,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF NOT pgqueue.reflected(p_xid) THEN
-        PERFORM pgqueue.apply_op(p_op, p_job_id, p_lease_id, p_body);
-    END IF;
+    PERFORM pgqueue.apply_op(p_op, p_job_id, p_lease_id, p_body);
     RETURN true;
 END
 $$;
@@ -1580,7 +1509,6 @@ BEGIN
     SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
         role = p_role, name = coalesce(p_name, name),
         leader = CASE WHEN p_role = 'leader' THEN NULL ELSE p_leader END,
-        seed_snapshot = CASE WHEN p_role = 'leader' THEN NULL ELSE seed_snapshot END,
         changed_at = now()
     RETURNING * INTO n;
     RETURN n;
@@ -1603,9 +1531,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pgqueue.op_log WHERE seq = NEW.seq) THEN
         RETURN NULL;
     END IF;
-    IF NOT pgqueue.reflected(NEW.xid) THEN
-        PERFORM pgqueue.apply_op(NEW.op, NEW.job_id, NEW.lease_id, NEW.body);
-    END IF;
+    PERFORM pgqueue.apply_op(NEW.op, NEW.job_id, NEW.lease_id, NEW.body);
     RETURN NEW;
 END
 $$;
@@ -1628,57 +1554,32 @@ LANGUAGE sql VOLATILE
 AS $$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $$;
 
 -- Where each registered replica stands, in ops and seconds behind this leader.
-CREATE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT interval '1 day',
-                                       p_wait interval DEFAULT interval '1 second')
+CREATE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT interval '1 day')
 RETURNS TABLE (name text, method text, applied_seq bigint, lag_ops bigint, lag_seconds float8,
                active boolean, seen_at timestamptz, stale boolean)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql STABLE
 AS $$
--- A logical replica's slot confirms WAL positions, not ops, and may confirm a position inside a
--- transaction that is still to be sent (a keepalive while the walsender waits for WAL), so an
--- op's insert LSN below the confirmed position does not prove the op applied. Two rules do:
---  * every transaction visible in a snapshot committed before the WAL insert position read
---    after it; once the slot confirms that position, all of them are applied (exact figures;
---    waits up to p_wait for the slot to get there);
---  * an op below the slot's restart_lsn belongs to a transaction that committed before the
---    confirmed position (the slot keeps the start of every later one), so it is applied.
--- Ops neither rule proves count as lag: the figures are exact or an upper bound, never low.
 DECLARE
     r pgqueue.replica;
-    v_snap pg_snapshot;
-    v_wal pg_lsn;
     v_confirmed pg_lsn;
-    v_restart pg_lsn;
     v_active boolean;
-    v_exact boolean;
-    v_deadline timestamptz := clock_timestamp() + p_wait;
 BEGIN
-    v_snap := pg_current_snapshot();
-    v_wal := pg_current_wal_insert_lsn();
     FOR r IN SELECT * FROM pgqueue.replica ORDER BY replica.name LOOP
         name := r.name;
         method := r.method;
         IF r.method = 'logical' THEN
-            LOOP
-                SELECT s.confirmed_flush_lsn, s.restart_lsn, s.active
-                INTO v_confirmed, v_restart, v_active
-                FROM pg_replication_slots s WHERE s.slot_name = r.slot_name;
-                v_exact := v_confirmed IS NOT NULL AND v_confirmed >= v_wal;
-                EXIT WHEN v_exact OR NOT coalesce(v_active, false) OR clock_timestamp() >= v_deadline;
-                PERFORM pg_sleep(0.005);
-            END LOOP;
+            SELECT s.confirmed_flush_lsn, s.active INTO v_confirmed, v_active
+            FROM pg_replication_slots s WHERE s.slot_name = r.slot_name;
             active := coalesce(v_active, false);
             seen_at := CASE WHEN active THEN now() ELSE r.seen_at END;
-            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8, min(o.seq) - 1
-            INTO lag_ops, lag_seconds, applied_seq
-            FROM pgqueue.op_log o
-            WHERE NOT ((v_exact AND pg_visible_in_snapshot(o.xid, v_snap))
-                       OR (v_restart IS NOT NULL AND o.lsn < v_restart));
-            IF applied_seq IS NULL THEN
-                -- everything kept is applied; when nothing is kept, whatever was pruned was
-                SELECT coalesce(max(o.seq), (SELECT pruned_through FROM pgqueue.node), 0)
-                INTO applied_seq FROM pgqueue.op_log o;
-            END IF;
+            -- ops below the slot's confirmed position are applied; when those were pruned, the
+            -- replica has at least everything before the oldest op kept
+            SELECT coalesce(max(o.seq),
+                            (SELECT min(k.seq) - 1 FROM pgqueue.op_log k),
+                            (SELECT pruned_through FROM pgqueue.node), 0) INTO applied_seq
+            FROM pgqueue.op_log o WHERE v_confirmed IS NOT NULL AND o.lsn < v_confirmed;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
+            FROM pgqueue.op_log o WHERE v_confirmed IS NULL OR o.lsn >= v_confirmed;
         ELSE
             active := r.seen_at > now() - interval '1 minute';
             seen_at := r.seen_at;
@@ -1693,26 +1594,30 @@ BEGIN
 END
 $$;
 
--- Delete ops older than p_keep that every replica not stale has applied (replica_status's
--- applied_seq, which for a logical replica waits up to p_wait to be exact), up to p_limit.
+-- Delete ops older than p_keep that every replica not stale has confirmed, up to p_limit.
 -- Stale replicas (gone longer than p_stale_after) are reported by replica_status, not waited
 -- on. Returns the number deleted.
 CREATE FUNCTION pgqueue.prune_op_log(p_keep interval, p_stale_after interval DEFAULT interval '1 day',
-                                     p_limit int DEFAULT 10000,
-                                     p_wait interval DEFAULT interval '1 second')
+                                     p_limit int DEFAULT 10000)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_seq bigint;
+    v_lsn pg_lsn;
     v_n int;
 BEGIN
     SELECT min(s.applied_seq) INTO v_seq
-    FROM pgqueue.replica_status(p_stale_after, p_wait) s WHERE NOT s.stale;
+    FROM pgqueue.replica_status(p_stale_after) s WHERE NOT s.stale;
+    SELECT min(rs.confirmed_flush_lsn) INTO v_lsn
+    FROM pgqueue.replica r JOIN pg_replication_slots rs ON rs.slot_name = r.slot_name
+    JOIN pgqueue.replica_status(p_stale_after) s ON s.name = r.name AND NOT s.stale
+    WHERE r.method = 'logical';
     WITH doomed AS (
         SELECT o.seq FROM pgqueue.op_log o
         WHERE o.at < now() - p_keep
           AND (v_seq IS NULL OR o.seq <= v_seq)
+          AND (v_lsn IS NULL OR o.lsn < v_lsn)
           AND o.xid < pg_snapshot_xmin(pg_current_snapshot())
         ORDER BY o.seq
         LIMIT p_limit

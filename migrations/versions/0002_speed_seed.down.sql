@@ -1,0 +1,380 @@
+-- Undo 0002: the 0001 definitions of every function 0002 replaced.
+DROP FUNCTION pgqueue.replica_status(interval, interval);
+DROP FUNCTION pgqueue.prune_op_log(interval, interval, int, interval);
+DROP FUNCTION pgqueue.seed_rows(text, jsonb);
+
+
+CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT (extract(epoch FROM ts) * 1000)::bigint $$;
+
+CREATE OR REPLACE FUNCTION pgqueue.from_ms(ms bigint) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 'epoch'::timestamptz + ms * interval '1 millisecond' $$;
+
+CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'last_completed_step', j.last_completed_step,
+        'cursor_step', j.cursor_step,
+        'cursor', pgqueue.b64(j.cursor),
+        'updated_at_ms', pgqueue.to_ms(j.checkpoint_updated_at),
+        'schema_version', j.schema_version,
+        'step_set_hash', j.step_set_hash,
+        'crashes_by_step', j.crashes_by_step)
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamptz) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'job_id', j.id,
+        'state', p_state,
+        'attempts', j.attempts,
+        'max_attempts', j.max_attempts,
+        'not_before_ms', pgqueue.to_ms(j.not_before),
+        'last_error', j.last_error,
+        'state_reason', j.state_reason,
+        'state_detail', j.state_detail,
+        'crashes_by_step', j.crashes_by_step,
+        'at_ms', pgqueue.to_ms(p_at))
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(j pgqueue.job) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'job_id', j.id, 'stream', j.stream, 'kind', j.kind, 'payload', pgqueue.b64(j.payload),
+        'priority', j.priority, 'state', j.state, 'enqueued_at_ms', pgqueue.to_ms(j.enqueued_at),
+        'not_before_ms', pgqueue.to_ms(j.not_before), 'dedup_key', pgqueue.b64(j.dedup_key),
+        'attempts', j.attempts, 'max_attempts', j.max_attempts,
+        'schema_version', j.schema_version, 'next_job_id', j.id + 1)
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'job_id', j.id, 'state', j.state, 'attempts', j.attempts, 'max_attempts', j.max_attempts,
+        'not_before_ms', pgqueue.to_ms(j.not_before), 'last_error', j.last_error,
+        'state_reason', j.state_reason, 'state_detail', j.state_detail,
+        'checkpoint', pgqueue.checkpoint_json(j))
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.schedule_json(c pgqueue.schedule) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'stream', c.stream, 'name', c.name, 'cron', c.cron, 'timezone', c.timezone,
+        'payload', pgqueue.b64(c.payload), 'kind', c.kind, 'priority', c.priority,
+        'max_attempts', c.max_attempts, 'catch_up', c.catch_up,
+        'misfire_grace_ms', c.misfire_grace_ms, 'paused', c.paused,
+        'next_run_at_ms', pgqueue.to_ms(c.next_run_at),
+        'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at),
+        'updated_at_ms', pgqueue.to_ms(c.updated_at))
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.enqueue(
+    p_stream text,
+    p_payloads bytea[],
+    p_kinds text[],
+    p_priorities int[],
+    p_delays_ms bigint[],
+    p_not_befores timestamptz[],
+    p_dedup_keys bytea[],
+    p_max_attempts int[],
+    p_schema_versions int[]
+) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now      timestamptz := pgqueue.now_ms();
+    v_n        int := coalesce(cardinality(p_payloads), 0);
+    v_ids      bigint[];
+    v_result   bigint[];
+    v_todo     int[];
+    v_inserted bigint[];
+    v_holder   bigint;
+    v_ready    boolean;
+    v_round    int := 0;
+    i          int;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    PERFORM pgqueue.check_stream(p_stream);
+    IF cardinality(p_kinds) <> v_n OR cardinality(p_priorities) <> v_n
+       OR cardinality(p_delays_ms) <> v_n OR cardinality(p_not_befores) <> v_n
+       OR cardinality(p_dedup_keys) <> v_n OR cardinality(p_max_attempts) <> v_n
+       OR cardinality(p_schema_versions) <> v_n THEN
+        RAISE EXCEPTION 'enqueue: all arrays must have % elements', v_n USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    v_result := array_fill(NULL::bigint, ARRAY[v_n]);
+    v_todo := ARRAY(SELECT generate_series(1, v_n));
+    LOOP
+        v_round := v_round + 1;
+        v_ids := ARRAY(SELECT nextval('pgqueue.job_id_seq') FROM generate_series(1, cardinality(v_todo)));
+        WITH input AS (
+            SELECT v_ids[k] AS id, t.ord,
+                   p_payloads[t.ord] AS payload, p_kinds[t.ord] AS kind,
+                   p_priorities[t.ord]::smallint AS priority,
+                   greatest(v_now, date_trunc('milliseconds', coalesce(
+                       p_not_befores[t.ord],
+                       v_now + coalesce(p_delays_ms[t.ord], 0) * interval '1 millisecond'))) AS not_before,
+                   p_dedup_keys[t.ord] AS dedup_key, p_max_attempts[t.ord] AS max_attempts,
+                   p_schema_versions[t.ord] AS schema_version
+            FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
+        ), ins AS (
+            INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+                                     enqueued_at, dedup_key, attempts, max_attempts, schema_version)
+            SELECT id, p_stream, kind, payload, priority,
+                   CASE WHEN not_before > v_now THEN 'scheduled' ELSE 'pending' END,
+                   not_before, v_now, dedup_key, 0, max_attempts, schema_version
+            -- Insert in dedup-key order so concurrent batches take key locks in one order
+            -- (no deadlock); within a key the earlier input wins.
+            FROM input ORDER BY dedup_key NULLS LAST, ord
+            ON CONFLICT (stream, dedup_key)
+                WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
+                DO NOTHING
+            RETURNING *
+        ), logged AS (
+            INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+            SELECT ins.stream, 'Enqueue', ins.id, pgqueue.enqueue_body(ins::pgqueue.job)
+            FROM ins ORDER BY ins.id
+            RETURNING job_id, (body ->> 'state') = 'pending' AS ready
+        )
+        SELECT array_agg(job_id), bool_or(ready) INTO v_inserted, v_ready FROM logged;
+        IF v_ready THEN
+            -- Wake idle workers of this stream; identical notifications coalesce per commit.
+            PERFORM pg_notify('pgqueue_jobs', p_stream);
+        END IF;
+
+        IF coalesce(cardinality(v_inserted), 0) = cardinality(v_todo) THEN
+            FOR i IN 1 .. cardinality(v_todo) LOOP
+                v_result[v_todo[i]] := v_ids[i];
+            END LOOP;
+            EXIT;
+        END IF;
+
+        -- Some inputs met a live holder of their dedup key: find it with a fresh snapshot.
+        DECLARE
+            v_next int[] := '{}';
+        BEGIN
+            FOR i IN 1 .. cardinality(v_todo) LOOP
+                IF v_ids[i] = ANY (v_inserted) THEN
+                    v_result[v_todo[i]] := v_ids[i];
+                ELSE
+                    SELECT id INTO v_holder FROM pgqueue.job
+                    WHERE stream = p_stream AND dedup_key = p_dedup_keys[v_todo[i]]
+                      AND state IN ('pending', 'scheduled', 'leased');
+                    IF FOUND THEN
+                        v_result[v_todo[i]] := v_holder;
+                    ELSE
+                        v_next := v_next || v_todo[i];  -- the holder finished meanwhile: retry
+                    END IF;
+                END IF;
+            END LOOP;
+            v_todo := v_next;
+        END;
+        EXIT WHEN cardinality(v_todo) = 0;
+        IF v_round >= 20 THEN
+            RAISE EXCEPTION 'enqueue: dedup key contention did not settle after % rounds', v_round
+                USING ERRCODE = '40001';
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT unnest(v_result);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.lease(
+    p_stream text, p_limit int, p_visibility_ms bigint, p_worker_node int, p_worker_instance int
+) RETURNS SETOF pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    v_exp timestamptz := v_now + p_visibility_ms * interval '1 millisecond';
+BEGIN
+    PERFORM pgqueue.require_leader();
+    IF p_limit < 1 OR p_visibility_ms < 0 THEN
+        RAISE EXCEPTION 'lease: limit must be >= 1 and visibility >= 0' USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgqueue.promote_due(p_stream);
+    RETURN QUERY
+    WITH pick AS MATERIALIZED (
+        SELECT id FROM pgqueue.job
+        WHERE stream = p_stream AND state = 'pending'
+        ORDER BY priority DESC, id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), leased AS (
+        UPDATE pgqueue.job j
+        SET state = 'leased', lease_id = nextval('pgqueue.lease_id_seq'),
+            worker_node = p_worker_node, worker_instance = p_worker_instance,
+            lease_expires_at = v_exp
+        FROM pick WHERE j.id = pick.id
+        RETURNING j.*
+    ), logged AS (
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        SELECT l.stream, 'Lease', l.id, l.lease_id, jsonb_build_object(
+            'job_id', l.id, 'lease_id', l.lease_id, 'worker_node', l.worker_node,
+            'worker_instance', l.worker_instance, 'expires_at_ms', pgqueue.to_ms(l.lease_expires_at))
+        FROM leased l ORDER BY l.id
+    )
+    SELECT * FROM leased ORDER BY priority DESC, id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM pgqueue.require_leader();
+    RETURN QUERY
+    WITH gone AS (
+        DELETE FROM pgqueue.job j
+        USING unnest(p_job_ids, p_lease_ids) AS t(job_id, lease_id)
+        WHERE j.id = t.job_id AND j.lease_id = t.lease_id AND j.state = 'leased'
+        RETURNING j.id, j.lease_id, j.stream
+    ), logged AS (
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        SELECT g.stream, 'Ack', g.id, g.lease_id, jsonb_build_object('job_id', g.id, 'lease_id', g.lease_id)
+        FROM gone g ORDER BY g.id
+    )
+    SELECT g.id FROM gone g;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.ingest_op(
+    p_seq bigint, p_stream text, p_op text, p_job_id bigint, p_lease_id bigint, p_body jsonb,
+    p_xid xid8, p_at timestamptz, p_lsn pg_lsn
+) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgqueue
+AS $$
+BEGIN
+    INSERT INTO pgqueue.op_log (seq, stream, op, job_id, lease_id, body, xid, at, lsn)
+    VALUES (p_seq, p_stream, p_op, p_job_id, p_lease_id, p_body, p_xid, p_at, p_lsn)
+    ON CONFLICT (seq) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pgqueue.apply_op(p_op, p_job_id, p_lease_id, p_body);
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue
+AS $$
+BEGIN
+    IF current_setting('session_replication_role') <> 'replica' THEN
+        RETURN NEW;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgqueue.op_log WHERE seq = NEW.seq) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pgqueue.apply_op(NEW.op, NEW.job_id, NEW.lease_id, NEW.body);
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NULL, p_leader text DEFAULT NULL)
+RETURNS pgqueue.node
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    n pgqueue.node;
+BEGIN
+    -- Wait for every transition in flight (they hold the role lock shared) before the role
+    -- changes, so none commits as a leader's write after a demotion.
+    PERFORM pg_advisory_xact_lock(hashtext('pgqueue.role'));
+    UPDATE pgqueue.node
+    SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
+        role = p_role, name = coalesce(p_name, name),
+        leader = CASE WHEN p_role = 'leader' THEN NULL ELSE p_leader END,
+        changed_at = now()
+    RETURNING * INTO n;
+    RETURN n;
+END
+$$;
+
+CREATE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT interval '1 day')
+RETURNS TABLE (name text, method text, applied_seq bigint, lag_ops bigint, lag_seconds float8,
+               active boolean, seen_at timestamptz, stale boolean)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    r pgqueue.replica;
+    v_confirmed pg_lsn;
+    v_active boolean;
+BEGIN
+    FOR r IN SELECT * FROM pgqueue.replica ORDER BY replica.name LOOP
+        name := r.name;
+        method := r.method;
+        IF r.method = 'logical' THEN
+            SELECT s.confirmed_flush_lsn, s.active INTO v_confirmed, v_active
+            FROM pg_replication_slots s WHERE s.slot_name = r.slot_name;
+            active := coalesce(v_active, false);
+            seen_at := CASE WHEN active THEN now() ELSE r.seen_at END;
+            -- ops below the slot's confirmed position are applied; when those were pruned, the
+            -- replica has at least everything before the oldest op kept
+            SELECT coalesce(max(o.seq),
+                            (SELECT min(k.seq) - 1 FROM pgqueue.op_log k),
+                            (SELECT pruned_through FROM pgqueue.node), 0) INTO applied_seq
+            FROM pgqueue.op_log o WHERE v_confirmed IS NOT NULL AND o.lsn < v_confirmed;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
+            FROM pgqueue.op_log o WHERE v_confirmed IS NULL OR o.lsn >= v_confirmed;
+        ELSE
+            active := r.seen_at > now() - interval '1 minute';
+            seen_at := r.seen_at;
+            applied_seq := r.confirmed_seq;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
+            FROM pgqueue.op_log o WHERE o.seq > r.confirmed_seq;
+        END IF;
+        lag_seconds := coalesce(lag_seconds, 0);
+        stale := NOT active AND seen_at < now() - p_stale_after;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION pgqueue.prune_op_log(p_keep interval, p_stale_after interval DEFAULT interval '1 day',
+                                     p_limit int DEFAULT 10000)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_seq bigint;
+    v_lsn pg_lsn;
+    v_n int;
+BEGIN
+    SELECT min(s.applied_seq) INTO v_seq
+    FROM pgqueue.replica_status(p_stale_after) s WHERE NOT s.stale;
+    SELECT min(rs.confirmed_flush_lsn) INTO v_lsn
+    FROM pgqueue.replica r JOIN pg_replication_slots rs ON rs.slot_name = r.slot_name
+    JOIN pgqueue.replica_status(p_stale_after) s ON s.name = r.name AND NOT s.stale
+    WHERE r.method = 'logical';
+    WITH doomed AS (
+        SELECT o.seq FROM pgqueue.op_log o
+        WHERE o.at < now() - p_keep
+          AND (v_seq IS NULL OR o.seq <= v_seq)
+          AND (v_lsn IS NULL OR o.lsn < v_lsn)
+          AND o.xid < pg_snapshot_xmin(pg_current_snapshot())
+        ORDER BY o.seq
+        LIMIT p_limit
+    )
+    , gone AS (DELETE FROM pgqueue.op_log o USING doomed WHERE o.seq = doomed.seq RETURNING o.seq)
+    SELECT count(*), max(seq) INTO v_n, v_seq FROM gone;
+    IF v_n > 0 THEN
+        UPDATE pgqueue.node SET pruned_through = greatest(pruned_through, v_seq);
+    END IF;
+    RETURN v_n;
+END
+$$;
+
+DROP FUNCTION pgqueue.reflected(xid8);
+ALTER TABLE pgqueue.node DROP COLUMN seed_snapshot, DROP COLUMN seeded_through;
