@@ -13,6 +13,7 @@ from __future__ import annotations
 from pgqueue.app import App, JobHandler, Step, StepJob
 from pgqueue.errors import (
     ConnectionFailed,
+    Contention,
     DedupConflict,
     InvalidState,
     JobNotFound,
@@ -45,6 +46,7 @@ __all__ = [
     "App",
     "Checkpoint",
     "ConnectionFailed",
+    "Contention",
     "DedupConflict",
     "InvalidState",
     "JobContext",

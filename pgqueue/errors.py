@@ -21,6 +21,11 @@ class ConnectionFailed(PgQueueError):
         self.retryable = retryable
 
 
+class Contention(PgQueueError):
+    """Postgres rolled the statement back to break a deadlock or a serialization conflict
+    (SQLSTATE 40P01 / 40001): nothing was written, and running it again is safe."""
+
+
 class SchemaError(PgQueueError):
     """The pgqueue schema is missing, older or newer than this library."""
 

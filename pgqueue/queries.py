@@ -27,6 +27,7 @@ from typing_extensions import LiteralString
 
 from pgqueue.errors import (
     ConnectionFailed,
+    Contention,
     DedupConflict,
     InvalidState,
     JobNotFound,
@@ -193,6 +194,8 @@ def translate(exc: psycopg.Error) -> Exception:
         return InvalidState(message)
     if state == "PQ401":
         return NotLeader(message)
+    if state in ("40P01", "40001"):
+        return Contention(message)
     if isinstance(exc, pg_errors.InvalidSchemaName | pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
         return SchemaMissing(
             f"the pgqueue schema is missing or out of date ({message}); run `pgqueue db upgrade`"

@@ -34,7 +34,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgqueue import connection, lease, queries, settle, steps, validate
 from pgqueue.app import App, StepJob
-from pgqueue.errors import ConnectionFailed, LeaseLost, NotLeader, PgQueueError
+from pgqueue.errors import ConnectionFailed, Contention, LeaseLost, NotLeader, PgQueueError
 from pgqueue.maintain import Maintainer
 from pgqueue.steps import Held
 
@@ -286,7 +286,7 @@ class Worker:
         while True:
             try:
                 return fn()
-            except (ConnectionFailed, PoolTimeout) as exc:
+            except (ConnectionFailed, PoolTimeout, Contention) as exc:
                 if until.is_set() or (deadline is not None and time.monotonic() > deadline):
                     log.warning("worker %s: giving up on %s: %s", self.worker_id, what, exc)
                     return None
@@ -407,7 +407,15 @@ class Worker:
                     break
                 batch.append(more)
             if batch:
-                self._ack_batch(batch)
+                try:
+                    self._ack_batch(batch)
+                except Exception:
+                    # never let the acker die: these leases expire and their jobs are
+                    # reclaimed (at-least-once), later acks go on
+                    log.exception("worker %s: ack of %d job(s) failed", self.worker_id, len(batch))
+                    for h in batch:
+                        h.lost.set()
+                    self._release(*batch)
             if stop:
                 return
 

@@ -376,5 +376,45 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION pgqueue.renew(
+    p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[]
+) RETURNS TABLE (job_id bigint, lease_id bigint, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+BEGIN
+    PERFORM pgqueue.require_leader();
+    RETURN QUERY
+    WITH input AS (
+        SELECT * FROM unnest(p_job_ids, p_lease_ids, p_visibility_ms, p_checkpoints)
+            AS t(job_id, lease_id, visibility_ms, cp)
+    ), renewed AS (
+        UPDATE pgqueue.job j
+        SET lease_expires_at = v_now + i.visibility_ms * interval '1 millisecond',
+            last_completed_step = CASE WHEN i.cp IS NULL THEN j.last_completed_step
+                                       ELSE i.cp ->> 'last_completed_step' END,
+            cursor_step = CASE WHEN i.cp IS NULL THEN j.cursor_step ELSE i.cp ->> 'cursor_step' END,
+            cursor = CASE WHEN i.cp IS NULL THEN j.cursor ELSE pgqueue.unb64(i.cp ->> 'cursor') END,
+            schema_version = CASE WHEN i.cp IS NULL THEN j.schema_version
+                                  ELSE (i.cp ->> 'schema_version')::int END,
+            step_set_hash = CASE WHEN i.cp IS NULL THEN j.step_set_hash
+                                 ELSE i.cp ->> 'step_set_hash' END,
+            checkpoint_updated_at = CASE WHEN i.cp IS NULL THEN j.checkpoint_updated_at ELSE v_now END
+        FROM input i
+        WHERE j.id = i.job_id AND j.lease_id = i.lease_id AND j.state = 'leased'
+        RETURNING j.*
+    ), logged AS (
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        SELECT r.stream, 'Renew', r.id, r.lease_id, jsonb_build_object(
+            'job_id', r.id, 'lease_id', r.lease_id,
+            'expires_at_ms', pgqueue.to_ms(r.lease_expires_at),
+            'checkpoint', pgqueue.checkpoint_json(r))
+        FROM renewed r ORDER BY r.id
+    )
+    SELECT r.id, r.lease_id, r.lease_expires_at FROM renewed r;
+END
+$$;
+
 DROP FUNCTION pgqueue.reflected(xid8);
 ALTER TABLE pgqueue.node DROP COLUMN seed_snapshot, DROP COLUMN seeded_through;

@@ -6,6 +6,8 @@
 --   body of 1,000 jobs took 7.8 ms declared IMMUTABLE, 3.5 ms inlined).
 -- * enqueue: a batch without dedup keys is a plain INSERT (no ON CONFLICT arbitration).
 -- * lease / ack: the op body is built once per call; job and lease ids are the op row's columns.
+-- * ack / renew: rows are locked in id order first (a batched ack and a renewal round over the
+--   same jobs deadlocked once in CI).
 -- * replica_status proves a logical replica's position (snapshot + WAL position the slot must
 --   confirm, or restart_lsn) instead of trusting insert LSNs; prune_op_log uses it.
 -- * seeding a replica from the leader's state when the leader pruned its op log:
@@ -283,10 +285,17 @@ AS $$
 BEGIN
     PERFORM pgqueue.require_leader();
     RETURN QUERY
-    WITH gone AS (
-        DELETE FROM pgqueue.job j
-        USING unnest(p_job_ids, p_lease_ids) AS t(job_id, lease_id)
-        WHERE j.id = t.job_id AND j.lease_id = t.lease_id AND j.state = 'leased'
+    -- Rows are locked in id order first, so two statements over overlapping jobs (a batched
+    -- ack and a renewal round of the same worker) wait for each other instead of deadlocking.
+    WITH locked AS MATERIALIZED (
+        SELECT j.id FROM pgqueue.job j
+        JOIN unnest(p_job_ids, p_lease_ids) AS t(job_id, lease_id)
+          ON j.id = t.job_id AND j.lease_id = t.lease_id
+        WHERE j.state = 'leased'
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ), gone AS (
+        DELETE FROM pgqueue.job j USING locked l WHERE j.id = l.id
         RETURNING j.id, j.lease_id, j.stream
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
@@ -294,6 +303,52 @@ BEGIN
         FROM gone g ORDER BY g.id
     )
     SELECT g.id FROM gone g;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.renew(
+    p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[]
+) RETURNS TABLE (job_id bigint, lease_id bigint, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+BEGIN
+    PERFORM pgqueue.require_leader();
+    RETURN QUERY
+    -- Rows are locked in id order first (see ack): no deadlock with a concurrent batched ack.
+    WITH input AS (
+        SELECT * FROM unnest(p_job_ids, p_lease_ids, p_visibility_ms, p_checkpoints)
+            AS t(job_id, lease_id, visibility_ms, cp)
+    ), locked AS MATERIALIZED (
+        SELECT j.id FROM pgqueue.job j JOIN input i ON j.id = i.job_id AND j.lease_id = i.lease_id
+        WHERE j.state = 'leased'
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ), renewed AS (
+        UPDATE pgqueue.job j
+        SET lease_expires_at = v_now + i.visibility_ms * interval '1 millisecond',
+            last_completed_step = CASE WHEN i.cp IS NULL THEN j.last_completed_step
+                                       ELSE i.cp ->> 'last_completed_step' END,
+            cursor_step = CASE WHEN i.cp IS NULL THEN j.cursor_step ELSE i.cp ->> 'cursor_step' END,
+            cursor = CASE WHEN i.cp IS NULL THEN j.cursor ELSE pgqueue.unb64(i.cp ->> 'cursor') END,
+            schema_version = CASE WHEN i.cp IS NULL THEN j.schema_version
+                                  ELSE (i.cp ->> 'schema_version')::int END,
+            step_set_hash = CASE WHEN i.cp IS NULL THEN j.step_set_hash
+                                 ELSE i.cp ->> 'step_set_hash' END,
+            checkpoint_updated_at = CASE WHEN i.cp IS NULL THEN j.checkpoint_updated_at ELSE v_now END
+        FROM input i, locked l
+        WHERE j.id = l.id AND j.id = i.job_id AND j.lease_id = i.lease_id AND j.state = 'leased'
+        RETURNING j.*
+    ), logged AS (
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        SELECT r.stream, 'Renew', r.id, r.lease_id, jsonb_build_object(
+            'job_id', r.id, 'lease_id', r.lease_id,
+            'expires_at_ms', pgqueue.to_ms(r.lease_expires_at),
+            'checkpoint', pgqueue.checkpoint_json(r))
+        FROM renewed r ORDER BY r.id
+    )
+    SELECT r.id, r.lease_id, r.lease_expires_at FROM renewed r;
 END
 $$;
 

@@ -323,3 +323,44 @@ def test_nack_rejects_bad_arguments_and_changes_nothing(q: pgqueue.Queue, dsn: s
         q.nack(held, retry_in="soon")
     assert state_snapshot(dsn) == snapshot
     assert op_counts(dsn) == ops
+
+
+def test_concurrent_batched_acks_and_renewals_over_the_same_jobs_never_deadlock(
+        q: pgqueue.Queue, dsn: str) -> None:
+    """A worker's acker and renewer both write many of the same leased jobs in one statement
+    each; the rows are locked in id order, so they wait for each other and never deadlock."""
+    import random
+    import threading
+
+    q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(3000)])
+    held = q.lease(3000, visibility_timeout=60)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def renewer() -> None:
+        with connection.connect(dsn) as conn:
+            while not stop.is_set():
+                batch = random.sample(held, 400)
+                try:
+                    lease.renew_many(conn, [(h, None, None) for h in batch])
+                except pgqueue.PgQueueError as exc:
+                    errors.append(exc)
+
+    thread = threading.Thread(target=renewer)
+    thread.start()
+    try:
+        pending = list(held)
+        random.shuffle(pending)
+        with connection.connect(dsn) as conn:
+            while pending:
+                batch, pending = pending[:150], pending[150:]
+                random.shuffle(batch)
+                try:
+                    settle.ack_many(conn, batch)
+                except pgqueue.PgQueueError as exc:
+                    errors.append(exc)
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == []
+    assert q.job(held[0].job_id) is None and q.job(held[-1].job_id) is None
