@@ -20,13 +20,8 @@ from rich.console import Console
 
 import pgqueue
 from pgqueue import connection
-from pgqueue.benchmark import fresh_database, print_figures, server
+from pgqueue.benchmark import fresh_database, percentile, print_figures, server
 from pgqueue.maintain import Maintainer
-
-
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
 
 
 def _drain(q: pgqueue.Queue, n: int) -> list[float]:
@@ -79,7 +74,7 @@ def delayed_phase(dsn: str, delayed: int, console: Console) -> list[tuple[str, s
             rate = ready / (time.perf_counter() - t0)
             rows.append((f"lease+ack of 100, {label}: jobs/s", f"{rate:,.0f}"))
             rows.append((f"lease call p50 / p99 ms, {label}",
-                         f"{statistics.median(lat) * 1000:.2f} / {_pct(lat, 0.99):.2f}"))
+                         f"{statistics.median(lat) * 1000:.2f} / {percentile(lat, 99) * 1000:.2f}"))
             return rate
 
         base = measure("no delayed jobs")
@@ -111,7 +106,7 @@ def through_phase(dsn: str, total: int, console: Console) -> list[tuple[str, str
                 done += window
                 table_mb, index_mb, dead = _sizes(dsn)
                 samples.append((done, table_mb, index_mb, dead, statistics.median(lat) * 1000,
-                                _pct(lat, 0.99)))
+                                percentile(lat, 99) * 1000))
                 status.update(f"pushing jobs through: {done:,} / {total:,}")
         elapsed = time.perf_counter() - t_start
     maintainer.stop()

@@ -28,12 +28,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from psycopg.conninfo import make_conninfo
 from rich.console import Console
 from rich.table import Table
 
 import pgqueue
-from pgqueue import connection, queries, replica
+from pgqueue import connection, replica
+from pgqueue.benchmark import fresh_database, percentile
 from pgqueue.embedded import EmbeddedServer
 
 SETTINGS = {"track_commit_timestamp": "on"}
@@ -47,15 +47,6 @@ FOLLOW_APPLIED = ("SELECT seq, extract(epoch FROM pg_xact_commit_timestamp(xmin)
                   "FROM pgqueue.op_log WHERE seq BETWEEN %s AND %s")
 
 
-def fresh_database(server_dsn: str, name: str, *, migrated: bool) -> str:
-    with connection.connect(server_dsn) as conn:
-        queries.drop_database(conn, name)
-        queries.create_database(conn, name)
-    dsn = make_conninfo(server_dsn, dbname=name)
-    if migrated:
-        pgqueue.migrate(dsn)
-    return dsn
-
 
 def scalar(dsn: str, sql: str, params: tuple[object, ...] = ()) -> int:
     with connection.connect(dsn) as conn:
@@ -68,12 +59,6 @@ def times(dsn: str, sql: str, lo: int, hi: int) -> dict[int, float]:
         return {int(s): float(t) for s, t in conn.execute(sql.encode(), (lo, hi)).fetchall()
                 if t is not None}
 
-
-def percentile(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))]
 
 
 class Load:
@@ -189,9 +174,9 @@ def main() -> None:
     follow_thread: threading.Thread | None = None
     try:
         leader_server, replica_server = (s.start() for s in servers)
-        leader = fresh_database(leader_server, "bench_leader", migrated=True)
-        logical_db = fresh_database(replica_server, "bench_logical", migrated=True)
-        follow_db = fresh_database(replica_server, "bench_follow", migrated=True)
+        leader = fresh_database(leader_server, "bench_leader")
+        logical_db = fresh_database(replica_server, "bench_logical")
+        follow_db = fresh_database(replica_server, "bench_follow")
         for dsn in (logical_db, follow_db):
             with connection.connect(dsn) as conn:
                 conn.execute("ALTER TABLE pgqueue.op_log ADD COLUMN arrived_at timestamptz "

@@ -124,6 +124,19 @@ def fresh_database(server_dsn: str, name: str, *, migrate: bool = True) -> str:
     return dsn
 
 
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The pct-th percentile (0-100) by linear interpolation between closest ranks; NaN when
+    there are no values. (bench/peers_runner.py keeps its own copy: it runs where pgqueue is
+    not installed.)"""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * pct / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
 def print_figures(console: Console, title: str, rows: Sequence[tuple[str, str]]) -> None:
     """A two-column table of measures and values."""
     table = Table(title=title)

@@ -1,9 +1,12 @@
-"""Helpers the integration tests share: a pinned clock, forced reclaims, op and state counts."""
+"""Helpers the tests share: polling for a condition, a pinned clock, forced reclaims, op and
+state counts."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from pgqueue import connection, reclaim
 from pgqueue.queries import Conn
@@ -11,6 +14,20 @@ from pgqueue.queries import Conn
 UTC = dt.timezone.utc
 T0 = dt.datetime(2030, 1, 1, tzinfo=UTC)
 FAR = dt.datetime(2100, 1, 1, tzinfo=UTC)
+
+T = TypeVar("T")
+
+
+def wait_for(cond: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
+    """Poll `cond` until it returns something truthy; fail naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
 
 
 def set_now(conn: Conn, when: dt.datetime) -> None:

@@ -18,7 +18,8 @@ from pgqueue import connection, replica
 pytest.register_assert_rewrite("tests.integration.replicas_fixtures")
 pytest_plugins = ["tests.integration.replicas_fixtures"]
 
-from tests.integration.replicas_fixtures import Cluster, one, op_count, wait_for  # noqa: E402
+from tests.dbhelp import wait_for  # noqa: E402
+from tests.integration.replicas_fixtures import Cluster, one, op_count  # noqa: E402
 
 if TYPE_CHECKING:
     # mypy reads the source tree, where the package is the `cli` folder; the installed name

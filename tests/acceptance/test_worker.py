@@ -28,6 +28,7 @@ import pytest
 
 import pgqueue
 from tests.acceptance import worker_app
+from tests.dbhelp import wait_for
 from tests.pgbed import Bed
 
 T = TypeVar("T")
@@ -53,16 +54,6 @@ def launch_worker(dsn: str, flags: Sequence[str], *, env: Mapping[str, str],
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def wait_for(cond: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll `cond` until it returns something truthy; fail naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 class Workers:

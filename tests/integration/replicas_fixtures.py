@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,16 +42,6 @@ SERVER_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_write
 _names = itertools.count(1)
 
 
-def wait_for(cond: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll `cond` until it returns something truthy; fail naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def one(dsn: str, sql: str, params: Sequence[Any] | None = None) -> Any:

@@ -30,6 +30,7 @@ from pgqueue.errors import ConnectionFailed, NotLeader, PgQueueError
 pytest.register_assert_rewrite("tests.integration.replicas_fixtures")
 pytest_plugins = ["tests.integration.replicas_fixtures"]
 
+from tests.dbhelp import wait_for  # noqa: E402
 from tests.integration.replicas_fixtures import (  # noqa: E402
     Cluster,
     Server,
@@ -38,7 +39,6 @@ from tests.integration.replicas_fixtures import (  # noqa: E402
     op_count,
     rows,
     state_differences,
-    wait_for,
 )
 
 FAR = dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)

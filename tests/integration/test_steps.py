@@ -19,7 +19,8 @@ from pgqueue import steps
 from pgqueue.app import StepJob
 from pgqueue.models import Checkpoint, Lease
 from pgqueue.steps import Held, StepContext
-from tests.integration.test_worker import gone, job, ops, running, simulate_crash, wait_for
+from tests.dbhelp import wait_for
+from tests.integration.test_worker import gone, job, ops, running, simulate_crash
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any, TypeVar
 
@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 
 import pgqueue
 from pgqueue import connection
-from tests.dbhelp import force_reclaim
+from tests.dbhelp import force_reclaim, wait_for
 
 T = TypeVar("T")
 
@@ -32,16 +32,6 @@ T = TypeVar("T")
 # -- helpers (tests/integration/test_steps.py uses them too) ----------------------------------
 
 
-def wait_for(cond: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
-    """Poll `cond` until it returns something truthy; fail naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 @contextmanager
