@@ -15,46 +15,21 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 import pgqueue
 from pgqueue import queries, schema
 from pgqueue.embedded import EmbeddedServer
+from tests.acceptance.clihelp import as_json, ok, run
 from tests.pgbed import Bed
-
-if TYPE_CHECKING:
-    # mypy reads the source tree, where the package is the `cli` folder; the installed name
-    # (mapped by pyproject's package-dir) is pgqueue_cli, which mypy cannot resolve.
-    from cli import main
-else:
-    from pgqueue_cli import main
 
 UNREACHABLE = "host=127.0.0.1 port=1 dbname=x password=secret"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run(dsn: str | None, *args: str, input: bytes | str | None = None,
-        env: dict[str, str | None] | None = None) -> Result:
-    """Invoke the CLI in-process; an exception that escapes the CLI fails the test."""
-    argv = ["--dsn", dsn, *args] if dsn is not None else list(args)
-    result = CliRunner().invoke(main, argv, input=input, env={"PGQUEUE_DSN": None, **(env or {})},
-                                catch_exceptions=False)
-    return result
 
-
-def ok(dsn: str | None, *args: str, input: bytes | str | None = None) -> Result:
-    """Invoke and require exit 0."""
-    result = run(dsn, *args, input=input)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result
-
-
-def as_json(dsn: str, *args: str) -> Any:
-    """Invoke with --json and parse stdout."""
-    return json.loads(ok(dsn, *args, "--json").stdout)
 
 
 def assert_one_line_error(result: Result, code: int, *needles: str) -> None:
@@ -430,8 +405,7 @@ def test_unparseable_dsn_is_a_usage_error(dsn: str) -> None:
 
 
 def test_dsn_from_the_environment(dsn: str) -> None:
-    result = CliRunner().invoke(main, ["enqueue", "env", "from env"], env={"PGQUEUE_DSN": dsn},
-                                catch_exceptions=False)
+    result = run(None, "enqueue", "env", "from env", env={"PGQUEUE_DSN": dsn})
     assert result.exit_code == 0, result.output
     assert "no DSN given" not in result.stderr
     assert as_json(dsn, "jobs", "show", result.stdout.strip())["stream"] == "env"

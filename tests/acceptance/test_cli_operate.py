@@ -5,34 +5,19 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg.types.json import Jsonb
 
 import pgqueue
 from pgqueue import connection, queries
 from pgqueue.steps import Held, _run_steps
-
-if TYPE_CHECKING:
-    from cli import main
-else:
-    from pgqueue_cli import main
-
-from click.testing import CliRunner, Result
+from tests.acceptance.clihelp import ok, run
 
 STEPS = [{"name": "download", "version": 1}, {"name": "transform", "version": 1},
          {"name": "upload", "version": 1}]
 
 
-def run(dsn: str, *args: str) -> Result:
-    return CliRunner().invoke(main, ["--dsn", dsn, *args], env={"PGQUEUE_DSN": None},
-                              catch_exceptions=False)
-
-
-def ok(dsn: str, *args: str) -> Result:
-    result = run(dsn, *args)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result
 
 
 def refused(dsn: str, *args: str, needle: str) -> None:

@@ -9,38 +9,18 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
-from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 import pgqueue
 from pgqueue import connection, schedule
-
-if TYPE_CHECKING:
-    # mypy reads the source tree, where the package is the `cli` folder; the installed name
-    # (mapped by pyproject's package-dir) is pgqueue_cli.
-    from cli import main
-else:
-    from pgqueue_cli import main
+from tests.acceptance.clihelp import as_json, ok, run
 
 UTC = dt.timezone.utc
 
 
-def run(dsn: str, *args: str) -> Result:
-    """Invoke the CLI in-process; an exception that escapes the CLI fails the test."""
-    return CliRunner().invoke(main, ["--dsn", dsn, *args], env={"PGQUEUE_DSN": None},
-                              catch_exceptions=False)
 
-
-def ok(dsn: str, *args: str) -> Result:
-    result = run(dsn, *args)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result
-
-
-def as_json(dsn: str, *args: str) -> Any:
-    return json.loads(ok(dsn, *args, "--json").stdout)
 
 
 def assert_error(result: Result, code: int, *needles: str) -> None:
