@@ -17,7 +17,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # mypy reads the repository; the runner imports adapters from bench/ itself
+    from bench.peers_wait import until_false
+else:
+    from peers_wait import until_false
 
 QUEUE = "bench"
 
@@ -124,13 +129,7 @@ async def _wait_finished(chancy: Any, deadline: float) -> None:
     """Wait until no job of the bench queue is pending, running or retrying."""
     query = (f"SELECT EXISTS (SELECT 1 FROM {chancy.prefix}jobs WHERE queue = %s "
              "AND state NOT IN ('succeeded', 'failed'))")
-    async with chancy.pool.connection() as conn:
-        while time.perf_counter() < deadline:
-            cur = await conn.execute(query, (QUEUE,))
-            row = await cur.fetchone()
-            if not row[0]:
-                return
-            await asyncio.sleep(0.002)
+    await until_false(chancy.pool, query, (QUEUE,), deadline)
 
 
 def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tuple[int, float]:

@@ -14,7 +14,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # mypy reads the repository; the runner imports adapters from bench/ itself
+    from bench.peers_wait import until_false
+else:
+    from peers_wait import until_false
 
 QUEUE = "bench"
 
@@ -87,13 +92,7 @@ async def _wait_finished(app: Any, deadline: float) -> None:
     """Wait until no job of the bench queue is todo or doing."""
     query = ("SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE queue_name = %s "
              "AND status IN ('todo', 'doing'))")
-    async with app.connector.pool.connection() as conn:
-        while time.perf_counter() < deadline:
-            cur = await conn.execute(query, (QUEUE,))
-            row = await cur.fetchone()
-            if not row[0]:
-                return
-            await asyncio.sleep(0.002)
+    await until_false(app.connector.pool, query, (QUEUE,), deadline)
 
 
 async def _stop(worker_task: asyncio.Task[Any]) -> None:
