@@ -97,7 +97,7 @@ def fetch(conn: Conn, name: str, params: Params = None) -> list[dict[str, Any]]:
 
 def fetch_tuples(conn: Conn, name: str, params: Params = None) -> list[tuple[Any, ...]]:
     """Run a named query and return its rows as tuples, in the query's column order: for the
-    hot paths, where building a dict per row cost more than decoding it."""
+    hot paths (a lease of 500 rows: no dict per row)."""
     return _run(conn, name, params, tuple_row)
 
 

@@ -4,7 +4,7 @@ One process runs:
 - the lease loop (main thread): leases in batches up to its free capacity, wakes on
   LISTEN/NOTIFY when a job is enqueued and polls as the fallback. With a capacity
   (concurrency + prefetch) of 256 or more a second lease loop shares it, so one lease is on the
-  server while the other's batch is handed out (40,000 no-op jobs, concurrency 32, prefetch
+  server while the other's batch is handed out (60,000 no-op jobs, concurrency 32, prefetch
   500: 27-29k -> 37-38k jobs/s; no gain measured below that capacity);
 - `concurrency` handler threads;
 - a renewer thread: every renewal interval it renews every held lease in one statement,
