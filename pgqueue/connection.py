@@ -16,7 +16,7 @@ from pgqueue import queries
 from pgqueue.errors import ConnectionFailed, NotLeader, SchemaMissing, SchemaTooNew
 
 #: The alembic revision this library's SQL was written against (revision ids are integers).
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 
 
 def describe(dsn: str) -> str:

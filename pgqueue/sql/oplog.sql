@@ -1,7 +1,7 @@
 -- name: oplog_tail
--- The newest ops, optionally of one stream and/or job.
-SELECT seq, stream, op, job_id, lease_id, body, xid::text AS xid, at
-FROM pgqueue.op_log
+-- The newest ops, optionally of one stream and/or job (an Enqueue's whole body: op_body).
+SELECT seq, stream, op, job_id, lease_id, pgqueue.op_body(o) AS body, xid::text AS xid, at
+FROM pgqueue.op_log o
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(job_id)s::bigint IS NULL OR job_id = %(job_id)s::bigint)
 ORDER BY seq DESC

@@ -353,7 +353,7 @@ def test_db_upgrade_current_downgrade_on_an_empty_database(empty_dsn: str) -> No
 def test_db_downgrade_answers_yes_at_the_prompt(empty_dsn: str) -> None:
     ok(empty_dsn, "db", "upgrade")
     ok(empty_dsn, "db", "downgrade", "-1", input="y\n")
-    assert schema.current(empty_dsn) == "0001"  # one revision down from head (0002)
+    assert schema.current(empty_dsn) == "0002"  # one revision down from head (0003)
     ok(empty_dsn, "db", "downgrade", "base", input="y\n")
     assert schema.current(empty_dsn) is None
 

@@ -427,8 +427,8 @@ def test_single_and_batch_enqueue_write_the_same_row_and_op(q: pgqueue.Queue, ds
             "SELECT to_jsonb(j) - 'id' - 'not_before' - 'enqueued_at' - 'dedup_key' "
             "FROM pgqueue.job j WHERE id = ANY(%s) ORDER BY id", ([one, many],)).fetchall()
         bodies = conn.execute(
-            "SELECT body - 'job_id' - 'next_job_id' - 'not_before_ms' - 'enqueued_at_ms' "
-            "- 'dedup_key' FROM pgqueue.op_log WHERE op = 'Enqueue' AND job_id = ANY(%s) "
-            "ORDER BY job_id", ([one, many],)).fetchall()
+            "SELECT pgqueue.op_body(o) - 'job_id' - 'next_job_id' - 'not_before_ms' "
+            "- 'enqueued_at_ms' - 'dedup_key' FROM pgqueue.op_log o "
+            "WHERE op = 'Enqueue' AND job_id = ANY(%s) ORDER BY job_id", ([one, many],)).fetchall()
     assert rows[0] == rows[1] and rows[0][0]["state"] == "scheduled"
     assert bodies[0] == bodies[1] and len(bodies) == 2

@@ -861,7 +861,8 @@ def test_every_enqueue_op_carries_the_designed_fields(dsn: str) -> None:
     busy_workload(dsn)
     with connection.connect(dsn) as conn:
         rows = conn.execute(
-            "SELECT job_id, body, stream FROM pgqueue.op_log WHERE op = 'Enqueue'"
+            "SELECT job_id, pgqueue.op_body(o), stream FROM pgqueue.op_log o"
+            " WHERE op = 'Enqueue'"
             " ORDER BY seq").fetchall()
         assert len(rows) == 5
         for job_id, body, stream in rows:

@@ -171,8 +171,7 @@ def test_ops_delivered_twice_through_ingest_change_nothing(cluster: Cluster) -> 
         # Out of order, one at a time: the Enqueue of an acked job must not bring it back.
         for op in reversed(ops):
             row = conn.execute(
-                "SELECT pgqueue.ingest_op(o.seq, o.stream, o.op, o.job_id, o.lease_id, o.body, "
-                "o.xid, o.at, o.lsn) FROM jsonb_populate_record(NULL::pgqueue.op_log, %s) o",
+                "SELECT pgqueue.ingest_op(o) FROM jsonb_populate_record(NULL::pgqueue.op_log, %s) o",
                 [Jsonb(op)]).fetchone()
             assert row == (False,)
     assert first == (len(ops),)

@@ -62,7 +62,7 @@ class Fired:
 def fired(conn: Conn, stream: str | None = None) -> list[Fired]:
     """Every tick job ever enqueued (in log order), decoded from the Enqueue ops' dedup keys."""
     rows = conn.execute(
-        "SELECT seq, stream, job_id, body ->> 'dedup_key' FROM pgqueue.op_log "
+        "SELECT seq, stream, job_id, pgqueue.op_body(o) ->> 'dedup_key' FROM pgqueue.op_log o "
         "WHERE op = 'Enqueue' AND (%(stream)s::text IS NULL OR stream = %(stream)s) ORDER BY seq",
         {"stream": stream}).fetchall()
     out: list[Fired] = []
