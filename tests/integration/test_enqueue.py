@@ -333,6 +333,52 @@ def test_empty_batch_returns_nothing_and_writes_nothing(q: pgqueue.Queue, dsn: s
     assert op_counts(dsn) == {}
 
 
+def test_a_batch_mixing_optional_fields_keeps_each_jobs_own(q: pgqueue.Queue) -> None:
+    """The library sends a NULL array for an optional column no job of the batch sets; a
+    column one job sets travels whole, and the others keep NULL there."""
+    ids = q.enqueue_many([
+        pgqueue.NewJob(b"plain"),
+        pgqueue.NewJob(b"later", kind="k", delay=60, dedup_key=b"d", schema_version=2),
+        pgqueue.NewJob(b"plain too"),
+    ])
+    plain, later, plain_too = (q.job(job_id) for job_id in ids)
+    assert plain is not None and later is not None and plain_too is not None
+    assert (plain.kind, plain.state, plain_too.kind, plain_too.state) == (
+        None, "pending", None, "pending")
+    assert (later.kind, later.state) == ("k", "scheduled")
+    assert q.enqueue_many([pgqueue.NewJob(b"again", dedup_key=b"d")]) == [later.job_id]
+
+
+SQL_ENQUEUE = ("SELECT pgqueue.enqueue('s', ARRAY['\\x01', '\\x02']::bytea[], %s::text[], %s::int[], "
+               "%s::bigint[], %s::timestamptz[], %s::bytea[], %s::int[], %s::int[])")
+
+
+@pytest.mark.parametrize("dedup_keys", [None, [b"a", None]])
+def test_sql_enqueue_takes_null_for_an_optional_column(dsn: str, dedup_keys: Any) -> None:
+    with connection.connect(dsn) as conn:
+        ids = [r[0] for r in conn.execute(
+            SQL_ENQUEUE, [None, [3, 4], None, None, dedup_keys, [1, 2], None])]
+        rows = conn.execute(
+            "SELECT kind, priority, state, dedup_key, max_attempts, schema_version "
+            "FROM pgqueue.job WHERE id = ANY(%s) ORDER BY id", [ids]).fetchall()
+    assert len(ids) == 2
+    keys = dedup_keys or [None, None]
+    assert rows == [(None, 3, "pending", keys[0], 1, None), (None, 4, "pending", keys[1], 2, None)]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([None, None, None, None, None, [1, 2], None], "priorities and max_attempts must be arrays"),
+    ([None, [1, 2], None, None, None, None, None], "priorities and max_attempts must be arrays"),
+    ([["k"], [1, 2], None, None, None, [1, 2], None], "all arrays must have 2 elements"),
+    ([None, [1, 2], [5], None, None, [1, 2], None], "all arrays must have 2 elements"),
+])
+def test_sql_enqueue_refuses_missing_or_short_arrays(dsn: str, args: list[Any], message: str) -> None:
+    with connection.connect(dsn) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
+            conn.execute(SQL_ENQUEUE, args)
+    assert job_count(dsn) == 0
+
+
 # -- streams ------------------------------------------------------------------------------------
 
 
