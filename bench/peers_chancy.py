@@ -176,8 +176,10 @@ def latency_worker(dsn: str, n: int, ready: Callable[[], None],
     return asyncio.run(run())
 
 
-def produce(dsn: str, n: int, interval: float) -> None:
-    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time."""
+def produce(dsn: str, n: int, interval: float) -> list[float]:
+    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time;
+    returns each enqueue call's own duration (seconds)."""
+    calls: list[float] = []
     async def run() -> None:
         async with _chancy(dsn) as chancy:
             due = time.perf_counter()
@@ -185,7 +187,10 @@ def produce(dsn: str, n: int, interval: float) -> None:
                 pause = due - time.perf_counter()
                 if pause > 0:
                     await asyncio.sleep(pause)
+                t0 = time.perf_counter()
                 await chancy.push(_job(lat, t=time.time(), i=i))
+                calls.append(time.perf_counter() - t0)
                 due += interval
 
     asyncio.run(run())
+    return calls

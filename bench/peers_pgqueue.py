@@ -109,13 +109,19 @@ def latency_worker(dsn: str, n: int, ready: Callable[[], None],
     return list(records)
 
 
-def produce(dsn: str, n: int, interval: float) -> None:
-    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time."""
+def produce(dsn: str, n: int, interval: float) -> list[float]:
+    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time;
+    returns each enqueue call's own duration (seconds)."""
+    calls: list[float] = []
     with pgqueue.Queue(dsn, stream=STREAM) as q:
         due = time.perf_counter()
         for i in range(n):
             pause = due - time.perf_counter()
             if pause > 0:
                 time.sleep(pause)
+            t0 = time.perf_counter()
             q.enqueue({"t": time.time(), "i": i}, kind="lat")
+            calls.append(time.perf_counter() - t0)
             due += interval
+    return calls
+

@@ -201,8 +201,10 @@ def latency_worker(dsn: str, n: int, ready: Callable[[], None],
     return asyncio.run(run())
 
 
-def produce(dsn: str, n: int, interval: float) -> None:
-    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time."""
+def produce(dsn: str, n: int, interval: float) -> list[float]:
+    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time;
+    returns each enqueue call's own duration (seconds)."""
+    calls: list[float] = []
     async def run() -> None:
         queries, conn = await _queries(dsn)
         try:
@@ -211,9 +213,12 @@ def produce(dsn: str, n: int, interval: float) -> None:
                 pause = due - time.perf_counter()
                 if pause > 0:
                     await asyncio.sleep(pause)
+                t0 = time.perf_counter()
                 await queries.enqueue("lat", json.dumps({"t": time.time(), "i": i}).encode())
+                calls.append(time.perf_counter() - t0)
                 due += interval
         finally:
             await conn.close()
 
     asyncio.run(run())
+    return calls

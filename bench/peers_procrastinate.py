@@ -168,8 +168,10 @@ def latency_worker(dsn: str, n: int, ready: Callable[[], None],
     return asyncio.run(run())
 
 
-def produce(dsn: str, n: int, interval: float) -> None:
-    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time."""
+def produce(dsn: str, n: int, interval: float) -> list[float]:
+    """Enqueue n latency jobs, one every `interval` seconds, each carrying its enqueue time;
+    returns each enqueue call's own duration (seconds)."""
+    calls: list[float] = []
     async def run() -> None:
         app = _app(dsn)
 
@@ -183,8 +185,11 @@ def produce(dsn: str, n: int, interval: float) -> None:
                 pause = due - time.perf_counter()
                 if pause > 0:
                     await asyncio.sleep(pause)
+                t0 = time.perf_counter()
                 await task.defer_async(t=time.time(), i=i)
+                calls.append(time.perf_counter() - t0)
                 due += interval
 
     asyncio.run(run())
+    return calls
 

@@ -13,7 +13,8 @@ Phases:
   handler start: processing throughput), or --max-seconds pass (then the count is partial);
 - latency: start an idle worker in a child process (phase latency-worker), enqueue
   --warmup + --jobs jobs one every --interval seconds, each carrying its wall-clock enqueue time
-  taken just before the enqueue call; the handler notes its own start time;
+  taken just before the enqueue call; the handler notes its own start time. The producer also
+  times each enqueue call itself (its round trip and commit are part of every latency);
 - single: enqueue --jobs jobs one call (and one transaction) at a time (timed).
 With --setup the system's schema is installed first.
 """
@@ -100,7 +101,7 @@ def phase_latency(mod: ModuleType, args: argparse.Namespace) -> dict[str, Any]:
         if line.strip() != "READY":
             raise RuntimeError(f"the latency worker did not start (said {line.strip()!r})")
         time.sleep(1.0)  # let it settle into its idle wait (LISTEN in place)
-        mod.produce(args.dsn, total, args.interval)
+        calls = [c * 1000.0 for c in mod.produce(args.dsn, total, args.interval)][args.warmup:]
         out, _ = proc.communicate(timeout=worker_budget + 30.0)
     finally:
         if proc.poll() is None:
@@ -114,6 +115,9 @@ def phase_latency(mod: ModuleType, args: argparse.Namespace) -> dict[str, Any]:
         "latency_p50_ms": percentile(latencies, 50),
         "latency_p99_ms": percentile(latencies, 99),
         "latency_max_ms": max(latencies) if latencies else float("nan"),
+        # the producer's own enqueue call (round trip and commit): part of every latency
+        "enqueue_call_p50_ms": percentile(calls, 50),
+        "enqueue_call_p99_ms": percentile(calls, 99),
         "latency_samples": len(latencies),
         "latency_expected": args.jobs,
         "partial": len(latencies) < args.jobs,

@@ -17,11 +17,11 @@ def ack_many(conn: queries.Conn, leases: Sequence[Lease]) -> set[int]:
     for held in leases:
         if not isinstance(held, Lease):
             raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
-    rows = queries.fetch(conn, "ack_jobs", {
+    rows = queries.fetch_tuples(conn, "ack_jobs", {
         "job_ids": [held.job_id for held in leases],
         "lease_ids": [held.lease_id for held in leases],
     })
-    return {r["id"] for r in rows}
+    return {r[0] for r in rows}
 
 
 def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | None,
