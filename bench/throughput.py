@@ -126,6 +126,14 @@ def main() -> None:
                 enqueue_script(enq, "ready", pgqueue.NewJob(b"{}"))))
             delayed_tps = pgbench(enq, "-n", "-T", str(args.seconds), "-f", str(
                 enqueue_script(enq, "delayed", pgqueue.NewJob(b"{}", delay=3600))))
+            # The job row alone, by hand: no function, no op, no NOTIFY. What storing a job in
+            # this table costs the server before anything pgqueue adds to it.
+            row_only = Path(tempfile.mkdtemp()) / "job_row.sql"
+            row_only.write_text(
+                "INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,"
+                " enqueued_at, attempts, max_attempts) VALUES (nextval('pgqueue.job_id_seq'),"
+                " 'row', 'noop', '\\x7b7d', 0, 'pending', now(), now(), 0, 25);\n")
+            row_tps = pgbench(enq, "-n", "-T", str(args.seconds), "-f", str(row_only))
         rows = [(f"pgqueue {f.name} ({f.unit})", f"{f.value:,.0f}") for f in figures]
         rows += [(f"pgqueue renewals with checkpoints, {args.leases:,} per call (renewals/s)",
                   f"{renew_rate:,.0f}"),
@@ -133,10 +141,15 @@ def main() -> None:
         rows += [("pgbench -S, 1 client (tps)", f"{select_tps:,.0f}"),
                  ("pgbench one INSERT per transaction, 1 client (tps)", f"{insert_tps:,.0f}"),
                  ("pgbench Queue.enqueue's statement, a ready job (tps)", f"{ready_tps:,.0f}"),
-                 ("pgbench the same, a delayed job: no NOTIFY (tps)", f"{delayed_tps:,.0f}")]
+                 ("pgbench the same, a delayed job: no NOTIFY (tps)", f"{delayed_tps:,.0f}"),
+                 ("pgbench one INSERT of a pgqueue.job row by hand (tps)", f"{row_tps:,.0f}")]
         if insert_tps:
-            rows.append(("pgqueue enqueue one per call / single-insert commit rate",
-                         f"{figures[0].value / insert_tps * 100:.0f} %"))
+            rows += [("pgqueue enqueue one per call / single-insert commit rate",
+                      f"{figures[0].value / insert_tps * 100:.0f} %"),
+                     ("pgbench: enqueue statement / single INSERT",
+                      f"{ready_tps / insert_tps * 100:.0f} %"),
+                     ("pgbench: a job row by hand / single INSERT",
+                      f"{row_tps / insert_tps * 100:.0f} %")]
         print_figures(console, "pgqueue throughput, one client" + (" (fsync on)" if embedded else ""),
                       rows)
 
