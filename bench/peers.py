@@ -23,6 +23,9 @@ close together in time (the order of systems rotates between runs):
   Chancy.push_many), then processing of those jobs by one worker process at the system's best
   setting: jobs / seconds from the first handler start until every job is finished in the
   database (pgqueue: worker.processed, which counts written acks).
+Every timed phase (and tuning trial) starts right after a CHECKPOINT, so that none pays the
+full-page writes of a checkpoint that came due by chance in the middle of it (skipped where the
+role lacks pg_checkpoint). The producer also times its own enqueue calls in the latency phase.
 The processing setting of each system is chosen first: --tune-rounds interleaved rounds try
 each candidate setting of its adapter (SETTINGS in bench/peers_<system>.py) on --tune-jobs jobs
 (at most --tune-seconds of processing each), and the best median wins.
@@ -159,9 +162,26 @@ def server_facts(server_dsn: str) -> dict[str, str]:
 # -- running one phase -----------------------------------------------------------------------
 
 
+def checkpoint(server_dsn: str) -> None:
+    """CHECKPOINT before a timed phase, so that no checkpoint comes due in the middle of it: the
+    one after it would make the phase pay full-page writes for the pages it had just written
+    (e.g. every job page between enqueue and processing), and when it came was chance. Every
+    system gets the same. Needs pg_checkpoint (the embedded server's postgres has it); without
+    it, skipped."""
+    try:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        pass
+
+
 def run_phase(state: SystemState, phase: str, dsn: str, timeout: float, *,
-              setup: bool = False, **options: Any) -> dict[str, Any]:
-    """Run one phase of one system in a subprocess; its JSON result, or PhaseError."""
+              setup: bool = False, server_dsn: str | None = None,
+              **options: Any) -> dict[str, Any]:
+    """Run one phase of one system in a subprocess; its JSON result, or PhaseError. With
+    server_dsn, a timed phase: the server checkpoints first."""
+    if server_dsn is not None:
+        checkpoint(server_dsn)
     cmd = [state.python, str(RUNNER), state.name, phase, "--dsn", dsn]
     if setup:
         cmd.append("--setup")
@@ -216,7 +236,7 @@ def tune_trial(state: SystemState, index: int, server_dsn: str, jobs: int, secon
     try:
         dsn = fresh_database(server_dsn, name)
         result = run_phase(state, "process", dsn, seconds + 180.0, setup=True, jobs=jobs,
-                           setting=index, max_seconds=seconds)
+                           setting=index, max_seconds=seconds, server_dsn=server_dsn)
         rate = float(result["process_per_s"])
         state.tuning[index].append(rate)
         partial = " (time cap: rate of the jobs done)" if result["partial"] else ""
@@ -277,7 +297,7 @@ def one_run(states: list[SystemState], server_dsn: str, args: argparse.Namespace
             try:
                 result = run_phase(state, "latency", dsns[state.name],
                                    args.latency_jobs * 0.01 + 180.0, setup=True,
-                                   jobs=args.latency_jobs)
+                                   jobs=args.latency_jobs, server_dsn=server_dsn)
             except PhaseError as exc:
                 failed(state, run, exc, console)
                 del dsns[state.name]
@@ -295,7 +315,7 @@ def one_run(states: list[SystemState], server_dsn: str, args: argparse.Namespace
                 continue
             try:
                 single = run_phase(state, "single", dsns[state.name], 300.0,
-                                   setup=False, jobs=args.single_jobs)
+                                   setup=False, jobs=args.single_jobs, server_dsn=server_dsn)
             except PhaseError as exc:
                 failed(state, run, exc, console)
                 continue
@@ -312,7 +332,7 @@ def one_run(states: list[SystemState], server_dsn: str, args: argparse.Namespace
             dsn = fresh_database(server_dsn, name)
             result = run_phase(state, "process", dsn, args.max_seconds + 300.0, setup=True,
                                jobs=args.jobs, batch=args.batch, setting=state.best,
-                               max_seconds=args.max_seconds)
+                               max_seconds=args.max_seconds, server_dsn=server_dsn)
             record(state, result, ["batch_enqueue_per_s", "process_per_s"])
             if result["partial"]:
                 state.notes.append(

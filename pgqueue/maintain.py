@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from pgqueue import connection, queries, reclaim, schedule
+from pgqueue import connection, queries, reclaim, replica, schedule
 from pgqueue.errors import PgQueueError
 
 log = logging.getLogger("pgqueue.maintain")
@@ -24,6 +24,9 @@ WORKER_TTL_SECONDS = 600.0
 #: every attached replica has confirmed them.
 OPLOG_KEEP_SECONDS = 7 * 86400.0
 REPLICA_STALE_SECONDS = 86400.0
+#: Ops pruned per statement, and statements per maintenance pass at most (200,000 ops a pass).
+OPLOG_PRUNE_BATCH = 10_000
+OPLOG_PRUNE_BATCHES = 20
 #: Vacuum the job table when this many dead row versions (or a fifth of the live ones) piled
 #: up: autovacuum wakes once a minute, too late for a queue table (see NOTES: 248 MB vs 43 MB).
 VACUUM_DEAD_ROWS = 5000
@@ -45,11 +48,11 @@ def run_pass(conn: queries.Conn) -> PassResult:
     reclaimed = reclaim.reclaim_expired(conn)
     ticks = schedule.tick(conn)
     pruned = len(queries.fetch(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
-    ops = int(queries.scalar(conn, "oplog_prune", {
-        "keep": OPLOG_KEEP_SECONDS, "stale_after": REPLICA_STALE_SECONDS, "limit": 10_000,
-        # no waiting for a logical replica's slot here: ops are kept a week anyway, and a wait
-        # would hold this pass (and its snapshot) back
-        "wait": 0}) or 0)
+    # no waiting for a logical replica's slot here: ops are kept a week anyway, and a wait
+    # would hold this pass (and its snapshot) back; a busy queue writes ops faster than one
+    # batch a second would remove them, hence several batches
+    ops = replica.prune_batches(conn, keep=OPLOG_KEEP_SECONDS, stale_after=REPLICA_STALE_SECONDS,
+                                batch=OPLOG_PRUNE_BATCH, wait=0, max_batches=OPLOG_PRUNE_BATCHES)
     if reclaimed:
         log.info("maintenance: reclaimed %d expired lease(s)", reclaimed)
     return PassResult(reclaimed=reclaimed, workers_pruned=pruned, schedules_fired=ticks.fired,

@@ -380,15 +380,24 @@ def prune(leader_dsn: str, *, keep: float = 7 * 86400.0, stale_after: float = 86
     """Delete ops older than `keep` seconds that every attached replica has applied, in
     batches; replicas silent longer than `stale_after` are not waited on. A logical replica's
     position is proven as in `status` (waiting up to `wait` seconds for its slot)."""
-    total = 0
     with connection.connect(leader_dsn) as conn:
         connection.check_schema(conn)
-        while True:
-            n = int(queries.scalar(conn, "oplog_prune", {
-                "keep": keep, "stale_after": stale_after, "limit": batch, "wait": wait}) or 0)
-            total += n
-            if n < batch:
-                return total
+        return prune_batches(conn, keep=keep, stale_after=stale_after, batch=batch, wait=wait)
+
+
+def prune_batches(conn: queries.Conn, *, keep: float, stale_after: float, batch: int,
+                  wait: float, max_batches: int | None = None) -> int:
+    """Prune in batches of `batch` ops (each its own statement) until one comes back short,
+    or after `max_batches`. Each reads only the prefix of the log it deletes."""
+    total, done = 0, 0
+    while max_batches is None or done < max_batches:
+        n = int(queries.scalar(conn, "oplog_prune", {
+            "keep": keep, "stale_after": stale_after, "limit": batch, "wait": wait}) or 0)
+        total += n
+        done += 1
+        if n < batch:
+            break
+    return total
 
 
 # -- promote -----------------------------------------------------------------------------------------

@@ -269,3 +269,103 @@ BEGIN
     RETURN v_new;
 END
 $$;
+
+DROP FUNCTION pgqueue.prune_op_log(interval, interval, int, interval);
+DROP FUNCTION pgqueue.replica_status(interval, interval, bigint);
+
+-- Where each registered replica stands, in ops and seconds behind this leader.
+CREATE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT interval '1 day',
+                                       p_wait interval DEFAULT interval '1 second')
+RETURNS TABLE (name text, method text, applied_seq bigint, lag_ops bigint, lag_seconds float8,
+               active boolean, seen_at timestamptz, stale boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+-- A logical replica's slot confirms WAL positions, not ops, and may confirm a position inside a
+-- transaction that is still to be sent (a keepalive while the walsender waits for WAL), so an
+-- op's insert LSN below the confirmed position does not prove the op applied. Two rules do:
+--  * every transaction visible in a snapshot committed before the WAL insert position read
+--    after it; once the slot confirms that position, all of them are applied (exact figures;
+--    waits up to p_wait for the slot to get there);
+--  * an op below the slot's restart_lsn belongs to a transaction that committed before the
+--    confirmed position (the slot keeps the start of every later one), so it is applied.
+-- Ops neither rule proves count as lag: the figures are exact or an upper bound, never low.
+DECLARE
+    r pgqueue.replica;
+    v_snap pg_snapshot;
+    v_wal pg_lsn;
+    v_confirmed pg_lsn;
+    v_restart pg_lsn;
+    v_active boolean;
+    v_exact boolean;
+    v_deadline timestamptz := clock_timestamp() + p_wait;
+BEGIN
+    v_snap := pg_current_snapshot();
+    v_wal := pg_current_wal_insert_lsn();
+    FOR r IN SELECT * FROM pgqueue.replica ORDER BY replica.name LOOP
+        name := r.name;
+        method := r.method;
+        IF r.method = 'logical' THEN
+            LOOP
+                SELECT s.confirmed_flush_lsn, s.restart_lsn, s.active
+                INTO v_confirmed, v_restart, v_active
+                FROM pg_replication_slots s WHERE s.slot_name = r.slot_name;
+                v_exact := v_confirmed IS NOT NULL AND v_confirmed >= v_wal;
+                EXIT WHEN v_exact OR NOT coalesce(v_active, false) OR clock_timestamp() >= v_deadline;
+                PERFORM pg_sleep(0.005);
+            END LOOP;
+            active := coalesce(v_active, false);
+            seen_at := CASE WHEN active THEN now() ELSE r.seen_at END;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8, min(o.seq) - 1
+            INTO lag_ops, lag_seconds, applied_seq
+            FROM pgqueue.op_log o
+            WHERE NOT ((v_exact AND pg_visible_in_snapshot(o.xid, v_snap))
+                       OR (v_restart IS NOT NULL AND o.lsn < v_restart));
+            IF applied_seq IS NULL THEN
+                -- everything kept is applied; when nothing is kept, whatever was pruned was
+                SELECT coalesce(max(o.seq), (SELECT pruned_through FROM pgqueue.node), 0)
+                INTO applied_seq FROM pgqueue.op_log o;
+            END IF;
+        ELSE
+            active := r.seen_at > now() - interval '1 minute';
+            seen_at := r.seen_at;
+            applied_seq := r.confirmed_seq;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
+            FROM pgqueue.op_log o WHERE o.seq > r.confirmed_seq;
+        END IF;
+        lag_seconds := coalesce(lag_seconds, 0);
+        stale := NOT active AND seen_at < now() - p_stale_after;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- Delete ops older than p_keep that every replica not stale has applied (replica_status's
+-- applied_seq, which for a logical replica waits up to p_wait to be exact), up to p_limit.
+CREATE FUNCTION pgqueue.prune_op_log(p_keep interval, p_stale_after interval DEFAULT interval '1 day',
+                                     p_limit int DEFAULT 10000,
+                                     p_wait interval DEFAULT interval '1 second')
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_seq bigint;
+    v_n int;
+BEGIN
+    SELECT min(s.applied_seq) INTO v_seq
+    FROM pgqueue.replica_status(p_stale_after, p_wait) s WHERE NOT s.stale;
+    WITH doomed AS (
+        SELECT o.seq FROM pgqueue.op_log o
+        WHERE o.at < now() - p_keep
+          AND (v_seq IS NULL OR o.seq <= v_seq)
+          AND o.xid < pg_snapshot_xmin(pg_current_snapshot())
+        ORDER BY o.seq
+        LIMIT p_limit
+    )
+    , gone AS (DELETE FROM pgqueue.op_log o USING doomed WHERE o.seq = doomed.seq RETURNING o.seq)
+    SELECT count(*), max(seq) INTO v_n, v_seq FROM gone;
+    IF v_n > 0 THEN
+        UPDATE pgqueue.node SET pruned_through = greatest(pruned_through, v_seq);
+    END IF;
+    RETURN v_n;
+END
+$$;

@@ -1,4 +1,5 @@
--- 0003: the Enqueue op's job fields are typed columns of the op row.
+-- 0003: the Enqueue op's job fields are typed columns of the op row; pruning the op log reads
+-- only the prefix it deletes (see the end of this file).
 --
 -- Building a 13-key jsonb body per enqueued job was the largest single cost of a batched
 -- enqueue (measured, 1,000 jobs in one statement: job + op rows with the body 9.3 ms, with the
@@ -314,5 +315,128 @@ BEGIN
         END IF;
     END LOOP;
     RETURN v_new;
+END
+$$;
+
+
+-- ---------------------------------------------------------------------------------------------
+-- Pruning reads only the prefix it deletes
+-- ---------------------------------------------------------------------------------------------
+
+DROP FUNCTION pgqueue.prune_op_log(interval, interval, int, interval);
+DROP FUNCTION pgqueue.replica_status(interval, interval);
+
+-- Where each registered replica stands, in ops and seconds behind this leader. With p_upto,
+-- only the ops up to that seq are examined (an index range, not the whole log): applied_seq is
+-- then how far into that prefix the replica is proven to have applied, and the lag figures
+-- count only the prefix. pgqueue.prune_op_log uses it for the prefix it may delete.
+CREATE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT interval '1 day',
+                                       p_wait interval DEFAULT interval '1 second',
+                                       p_upto bigint DEFAULT NULL)
+RETURNS TABLE (name text, method text, applied_seq bigint, lag_ops bigint, lag_seconds float8,
+               active boolean, seen_at timestamptz, stale boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+-- A logical replica's slot confirms WAL positions, not ops, and may confirm a position inside a
+-- transaction that is still to be sent (a keepalive while the walsender waits for WAL), so an
+-- op's insert LSN below the confirmed position does not prove the op applied. Two rules do:
+--  * every transaction visible in a snapshot committed before the WAL insert position read
+--    after it; once the slot confirms that position, all of them are applied (exact figures;
+--    waits up to p_wait for the slot to get there);
+--  * an op below the slot's restart_lsn belongs to a transaction that committed before the
+--    confirmed position (the slot keeps the start of every later one), so it is applied.
+-- Ops neither rule proves count as lag: the figures are exact or an upper bound, never low.
+DECLARE
+    r pgqueue.replica;
+    v_snap pg_snapshot;
+    v_wal pg_lsn;
+    v_confirmed pg_lsn;
+    v_restart pg_lsn;
+    v_active boolean;
+    v_exact boolean;
+    v_deadline timestamptz := clock_timestamp() + p_wait;
+BEGIN
+    v_snap := pg_current_snapshot();
+    v_wal := pg_current_wal_insert_lsn();
+    FOR r IN SELECT * FROM pgqueue.replica ORDER BY replica.name LOOP
+        name := r.name;
+        method := r.method;
+        IF r.method = 'logical' THEN
+            LOOP
+                SELECT s.confirmed_flush_lsn, s.restart_lsn, s.active
+                INTO v_confirmed, v_restart, v_active
+                FROM pg_replication_slots s WHERE s.slot_name = r.slot_name;
+                v_exact := v_confirmed IS NOT NULL AND v_confirmed >= v_wal;
+                EXIT WHEN v_exact OR NOT coalesce(v_active, false) OR clock_timestamp() >= v_deadline;
+                PERFORM pg_sleep(0.005);
+            END LOOP;
+            active := coalesce(v_active, false);
+            seen_at := CASE WHEN active THEN now() ELSE r.seen_at END;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8, min(o.seq) - 1
+            INTO lag_ops, lag_seconds, applied_seq
+            FROM pgqueue.op_log o
+            WHERE o.seq <= coalesce(p_upto, 9223372036854775807)
+              AND NOT ((v_exact AND pg_visible_in_snapshot(o.xid, v_snap))
+                       OR (v_restart IS NOT NULL AND o.lsn < v_restart));
+            IF applied_seq IS NULL THEN
+                -- everything examined is applied; when nothing is kept, whatever was pruned was
+                SELECT coalesce(p_upto, max(o.seq), (SELECT pruned_through FROM pgqueue.node), 0)
+                INTO applied_seq FROM pgqueue.op_log o;
+            END IF;
+        ELSE
+            active := r.seen_at > now() - interval '1 minute';
+            seen_at := r.seen_at;
+            applied_seq := r.confirmed_seq;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
+            FROM pgqueue.op_log o
+            WHERE o.seq > r.confirmed_seq AND o.seq <= coalesce(p_upto, 9223372036854775807);
+        END IF;
+        lag_seconds := coalesce(lag_seconds, 0);
+        stale := NOT active AND seen_at < now() - p_stale_after;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- Delete the oldest ops: the prefix of the log, in seq order, whose ops are older than p_keep,
+-- were written by a transaction that has finished, and are applied by every replica that is
+-- not stale (replica_status's rules, which for a logical replica wait up to p_wait to be
+-- exact); at most p_limit. Only that prefix and the op after it are read: a maintenance pass
+-- with nothing old to prune costs one index probe (0002 scanned the whole log on every pass:
+-- 47 ms at 450,000 ops, every second, growing with the week of ops it keeps). An old op
+-- behind a younger one (a long transaction's) waits until that one is old too, so
+-- pruned_through is exact: every op up to it is gone.
+CREATE FUNCTION pgqueue.prune_op_log(p_keep interval,
+                                                p_stale_after interval DEFAULT interval '1 day',
+                                                p_limit int DEFAULT 10000,
+                                                p_wait interval DEFAULT interval '1 second')
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_cutoff timestamptz := now() - p_keep;
+    v_xmin xid8 := pg_snapshot_xmin(pg_current_snapshot());
+    v_last bigint;
+    v_applied bigint;
+    v_n int;
+BEGIN
+    PERFORM 1 FROM (SELECT o.at, o.xid FROM pgqueue.op_log o ORDER BY o.seq LIMIT 1) f
+    WHERE f.at < v_cutoff AND f.xid < v_xmin;
+    IF NOT FOUND THEN
+        RETURN 0;  -- the oldest op is young (or unfinished): nothing to prune
+    END IF;
+    SELECT max(p.seq) INTO v_last
+    FROM (SELECT o.seq, bool_and(o.at < v_cutoff AND o.xid < v_xmin) OVER (ORDER BY o.seq) AS old
+          FROM (SELECT seq, at, xid FROM pgqueue.op_log ORDER BY seq LIMIT p_limit) o) p
+    WHERE p.old;
+    SELECT min(s.applied_seq) INTO v_applied
+    FROM pgqueue.replica_status(p_stale_after, p_wait, v_last) s WHERE NOT s.stale;
+    v_last := least(v_last, v_applied);  -- least ignores NULL: no replica, no bound
+    DELETE FROM pgqueue.op_log o WHERE o.seq <= v_last;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    IF v_n > 0 THEN
+        UPDATE pgqueue.node SET pruned_through = greatest(pruned_through, v_last);
+    END IF;
+    RETURN v_n;
 END
 $$;

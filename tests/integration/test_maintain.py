@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 import pgqueue
-from pgqueue import connection, enqueue, lease, maintain, queries, settle
+from pgqueue import connection, enqueue, lease, maintain, queries, replica, settle
 
 
 def _churn(conn: queries.Conn, n: int) -> None:
@@ -61,3 +61,52 @@ def test_only_one_maintainer_is_elected(dsn: str) -> None:
     finally:
         one._drop_connection()
         two._drop_connection()
+
+
+def op_log_reads(conn: queries.Conn) -> tuple[int, int]:
+    """(rows read by sequential scans, rows fetched through indexes) of pgqueue.op_log so far,
+    this connection's own included."""
+    conn.execute("SELECT pg_stat_force_next_flush()")  # flushed as that statement commits
+    row = conn.execute("SELECT coalesce(seq_tup_read, 0), coalesce(idx_tup_fetch, 0)"
+                       " FROM pg_stat_user_tables"
+                       " WHERE schemaname = 'pgqueue' AND relname = 'op_log'").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def prune(conn: queries.Conn, keep: float) -> int:
+    return replica.prune_batches(conn, keep=keep, stale_after=86400.0, batch=10_000, wait=0)
+
+
+def test_a_pass_with_nothing_old_to_prune_reads_one_op_not_the_log(dsn: str) -> None:
+    with connection.connect(dsn) as conn:
+        enqueue.enqueue_many(conn, "s", [pgqueue.NewJob(b"x") for _ in range(2000)])
+        settle.ack_many(conn, lease.lease(conn, "s", 1000, 60.0, 0, 0))
+        seq_before, idx_before = op_log_reads(conn)
+        assert maintain.run_pass(conn).ops_pruned == 0  # a week is kept
+        seq_after, idx_after = op_log_reads(conn)
+        assert seq_after == seq_before, "a sequential scan read the op log"
+        assert idx_after - idx_before <= 1, f"{idx_after - idx_before} ops read through an index"
+        assert prune(conn, keep=0) == 4000  # and the same call does prune when ops are old
+        assert conn.execute("SELECT count(*) FROM pgqueue.op_log").fetchone() == (0,)
+
+
+def test_prune_removes_only_the_old_prefix_of_the_log(dsn: str) -> None:
+    """An old op behind a younger one (a long transaction's) waits until that one is old too,
+    so pruned_through is exact: every op up to it is gone, none after it."""
+    with connection.connect(dsn) as conn:
+        enqueue.enqueue_many(conn, "s", [pgqueue.NewJob(b"x") for _ in range(100)])
+        first = conn.execute("SELECT min(seq) FROM pgqueue.op_log").fetchone()
+        assert first is not None
+        young = first[0] + 50
+        conn.execute("UPDATE pgqueue.op_log SET at = at - interval '8 days' WHERE seq <> %s",
+                     [young])
+        assert prune(conn, keep=7 * 86400.0) == 50
+        left = conn.execute("SELECT min(seq), count(*) FROM pgqueue.op_log").fetchone()
+        assert left == (young, 50)
+        node = conn.execute("SELECT pruned_through FROM pgqueue.node").fetchone()
+        assert node == (young - 1,)
+        conn.execute("UPDATE pgqueue.op_log SET at = at - interval '8 days' WHERE seq = %s",
+                     [young])
+        assert prune(conn, keep=7 * 86400.0) == 50
+        assert conn.execute("SELECT pruned_through FROM pgqueue.node").fetchone() == (young + 49,)
