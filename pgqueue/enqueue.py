@@ -45,7 +45,7 @@ def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
                 else validate.integer(job.schema_version, "schema_version", low=0,
                                       high=2**31 - 1))
         except (TypeError, ValueError) as exc:
-            if len(jobs) == 1:
+            if len(jobs) == 1 or type(exc) not in (TypeError, ValueError):
                 raise
             where = f"jobs[{i}]."
             message = str(exc).replace("delay and not_before", f"delay and {where}not_before")

@@ -1,6 +1,7 @@
 """The records pgqueue hands to callers: new jobs, leases, job snapshots, checkpoints.
 
-Frozen dataclasses (and a named tuple for NewJob), so none can be mistaken for live state.
+Frozen dataclasses, so a lease or snapshot cannot be mistaken for live state (NewJob, an
+input record, is a plain slotted dataclass).
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import base64
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 #: The one vocabulary of job states, the same in SQL, Python, CLI output and docs.
 JobState = Literal["pending", "scheduled", "leased", "dead", "quarantined", "undecodable"]
@@ -78,12 +79,13 @@ class Checkpoint:
         }
 
 
-class NewJob(NamedTuple):
+@dataclass(slots=True)
+class NewJob:
     """One job for `Queue.enqueue_many`; the fields mean what `Queue.enqueue`'s arguments do.
 
-    Immutable (a named tuple: `job._replace(priority=5)` for a changed copy). Not a frozen
-    dataclass, whose constructor took 0.73 us against 0.3 us here: a batch of 1,000 NewJobs
-    cost 0.4 ms more to build than to encode."""
+    A plain (not frozen) slotted dataclass: a frozen one's constructor sets every field through
+    object.__setattr__, 0.70 ms per 1,000 NewJobs against 0.18 ms here, which was 5 % of a
+    batched enqueue. Changing a NewJob after it was enqueued changes nothing."""
 
     payload: Any
     kind: str | None = None

@@ -35,7 +35,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgqueue import connection, oplog, queries, schema
+from pgqueue import connection, oplog, queries, schema, validate
 from pgqueue.errors import ConnectionFailed, PgQueueError
 
 log = logging.getLogger("pgqueue.replica")
@@ -389,6 +389,7 @@ def prune_batches(conn: queries.Conn, *, keep: float, stale_after: float, batch:
                   wait: float, max_batches: int | None = None) -> int:
     """Prune in batches of `batch` ops (each its own statement) until one comes back short,
     or after `max_batches`. Each reads only the prefix of the log it deletes."""
+    validate.integer(batch, "batch", low=1)
     total, done = 0, 0
     while max_batches is None or done < max_batches:
         n = int(queries.scalar(conn, "oplog_prune", {

@@ -62,6 +62,15 @@ def aware_datetime(value: Any, arg: str) -> dt.datetime:
     return value
 
 
+def utf8(value: str, arg: str) -> bytes:
+    """A str as UTF-8; a str that has no UTF-8 form (a lone surrogate) is refused by name."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{arg} must be encodable as UTF-8: {exc.reason} at position "
+                         f"{exc.start}") from None
+
+
 def payload(value: Any, arg: str = "payload") -> bytes:
     """The payload as stored: bytes as is, str as UTF-8, anything else as JSON text."""
     if isinstance(value, bytes):
@@ -69,13 +78,14 @@ def payload(value: Any, arg: str = "payload") -> bytes:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
-        return value.encode("utf-8")
+        return utf8(value, arg)
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"{arg} must be bytes, str or JSON-serialisable, got {type(value).__name__}: {exc}"
         ) from None
+    return utf8(text, arg)
 
 
 def dedup_key(value: Any, arg: str = "dedup_key") -> bytes | None:
@@ -83,7 +93,7 @@ def dedup_key(value: Any, arg: str = "dedup_key") -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
-        value = value.encode("utf-8")
+        value = utf8(value, arg)
     elif isinstance(value, bytearray | memoryview):
         value = bytes(value)
     elif not isinstance(value, bytes):
@@ -101,4 +111,5 @@ def kind(value: Any, arg: str = "kind") -> str | None:
         raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
     if not value:
         raise ValueError(f"{arg} must not be empty (use None for no kind)")
+    utf8(value, arg)
     return value

@@ -80,6 +80,11 @@ DECLARE
 BEGIN
     PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
+    IF EXISTS (SELECT 1 FROM unnest(p_not_befores) AS t(nb) WHERE NOT isfinite(nb)) THEN
+        -- 'infinity' would be stored as a job that never comes due, and its op (not_before in
+        -- milliseconds) could not be written out for a replica or a replay
+        RAISE EXCEPTION 'enqueue: not_before must be a finite timestamp' USING ERRCODE = '22023';
+    END IF;
     -- An optional column (kinds, delays, not_befores, dedup keys, schema versions) may come as
     -- a NULL array, meaning NULL for every job: a batch without them sends nothing for them
     -- (four arrays of 1,000 NULLs cost the client ~0.4 ms to encode).
@@ -223,6 +228,9 @@ DECLARE
 BEGIN
     PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
+    IF NOT isfinite(p_not_before) THEN  -- see pgqueue.enqueue
+        RAISE EXCEPTION 'enqueue: not_before must be a finite timestamp' USING ERRCODE = '22023';
+    END IF;
     v_at := greatest(v_now, date_trunc('milliseconds', coalesce(
         p_not_before, v_now + coalesce(p_delay_ms, 0) * interval '1 millisecond')));
     FOR round IN 1 .. 20 LOOP
@@ -404,8 +412,9 @@ $$;
 -- exact); at most p_limit. Only that prefix and the op after it are read: a maintenance pass
 -- with nothing old to prune costs one index probe (0002 scanned the whole log on every pass:
 -- 47 ms at 450,000 ops, every second, growing with the week of ops it keeps). An old op
--- behind a younger one (a long transaction's) waits until that one is old too, so
--- pruned_through is exact: every op up to it is gone.
+-- behind a younger one (a long transaction's) waits until that one is old too, so every op up
+-- to pruned_through is gone (but for an op of a transaction that was still open when it was
+-- pruned past, which takes a transaction older than p_keep; 0002 had the same gap).
 CREATE FUNCTION pgqueue.prune_op_log(p_keep interval,
                                                 p_stale_after interval DEFAULT interval '1 day',
                                                 p_limit int DEFAULT 10000,
@@ -420,6 +429,9 @@ DECLARE
     v_applied bigint;
     v_n int;
 BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'prune_op_log: limit must be >= 1, got %', p_limit USING ERRCODE = '22023';
+    END IF;
     PERFORM 1 FROM (SELECT o.at, o.xid FROM pgqueue.op_log o ORDER BY o.seq LIMIT 1) f
     WHERE f.at < v_cutoff AND f.xid < v_xmin;
     IF NOT FOUND THEN
@@ -429,6 +441,11 @@ BEGIN
     FROM (SELECT o.seq, bool_and(o.at < v_cutoff AND o.xid < v_xmin) OVER (ORDER BY o.seq) AS old
           FROM (SELECT seq, at, xid FROM pgqueue.op_log ORDER BY seq LIMIT p_limit) o) p
     WHERE p.old;
+    IF v_last IS NULL THEN
+        -- another prune took the old ops between the two reads (each statement has its own
+        -- snapshot): nothing left to do, and a NULL here must never reach the DELETE's bound
+        RETURN 0;
+    END IF;
     SELECT min(s.applied_seq) INTO v_applied
     FROM pgqueue.replica_status(p_stale_after, p_wait, v_last) s WHERE NOT s.stale;
     v_last := least(v_last, v_applied);  -- least ignores NULL: no replica, no bound

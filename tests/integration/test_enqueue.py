@@ -478,3 +478,17 @@ def test_single_and_batch_enqueue_write_the_same_row_and_op(q: pgqueue.Queue, ds
             "WHERE op = 'Enqueue' AND job_id = ANY(%s) ORDER BY job_id", ([one, many],)).fetchall()
     assert rows[0] == rows[1] and rows[0][0]["state"] == "scheduled"
     assert bodies[0] == bodies[1] and len(bodies) == 2
+
+
+@pytest.mark.parametrize("when", ["infinity", "-infinity"])
+def test_sql_enqueue_refuses_a_not_before_that_is_not_finite(dsn: str, when: str) -> None:
+    """'infinity' would be a job that never comes due, whose op could not be written out for a
+    replica (not_before in milliseconds); both enqueue functions refuse it, writing nothing."""
+    with connection.connect(dsn) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="finite"):
+            conn.execute(SQL_ENQUEUE, [None, [1, 2], None, [None, when], None, [1, 2], None])
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="finite"):
+            conn.execute("SELECT pgqueue.enqueue_one('s', '\\x01'::bytea, NULL, 0, NULL, "
+                         "%s::timestamptz, NULL, 25, NULL)", [when])
+    assert job_count(dsn) == 0
+    assert op_counts(dsn) == {}

@@ -1,7 +1,10 @@
-"""Maintenance passes: reclaim, vacuum of the hot table, election, idempotence."""
+"""Maintenance passes: reclaim, vacuum of the hot table, op-log pruning, election, idempotence."""
 from __future__ import annotations
 
 import time
+
+import psycopg
+import pytest
 
 import pgqueue
 from pgqueue import connection, enqueue, lease, maintain, queries, replica, settle
@@ -110,3 +113,15 @@ def test_prune_removes_only_the_old_prefix_of_the_log(dsn: str) -> None:
                      [young])
         assert prune(conn, keep=7 * 86400.0) == 50
         assert conn.execute("SELECT pruned_through FROM pgqueue.node").fetchone() == (young + 49,)
+
+
+def test_prune_refuses_a_limit_below_one(dsn: str) -> None:
+    with connection.connect(dsn) as conn:
+        enqueue.enqueue_many(conn, "s", [pgqueue.NewJob(b"x") for _ in range(3)])
+        for limit in (0, -1):
+            with pytest.raises(ValueError, match="batch must be"):
+                replica.prune_batches(conn, keep=0, stale_after=86400.0, batch=limit, wait=0)
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match="limit must be >= 1"):
+                conn.execute("SELECT pgqueue.prune_op_log(interval '0', interval '1 day', %s, "
+                             "interval '0')", [limit])
+        assert conn.execute("SELECT count(*) FROM pgqueue.op_log").fetchone() == (3,)

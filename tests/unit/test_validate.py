@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pgqueue import validate
+from pgqueue import enqueue, validate
+from pgqueue.models import NewJob
 
 UTC = dt.timezone.utc
 
@@ -230,3 +231,29 @@ def test_kind() -> None:
         validate.kind("")
     with pytest.raises(TypeError, match="kind"):
         validate.kind(5)
+
+
+# -- text without a UTF-8 form, and naming the job of a batch -----------------------------------
+
+
+@pytest.mark.parametrize(("check", "arg"), [(validate.payload, "payload"),
+                                            (validate.dedup_key, "dedup_key"),
+                                            (validate.kind, "kind")])
+def test_a_lone_surrogate_is_refused_by_name(check: Any, arg: str) -> None:
+    with pytest.raises(ValueError, match=rf"{arg} must be encodable as UTF-8"):
+        check("ok \ud800", arg)
+
+
+@pytest.mark.parametrize(("job", "kind", "message"), [
+    (NewJob(b"x", priority=300), ValueError, r"^jobs\[1\]\.priority must be 0 to 255"),
+    (NewJob(object()), TypeError, r"^jobs\[1\]\.payload must be bytes"),
+    (NewJob("\udc00"), ValueError, r"^jobs\[1\]\.payload must be encodable as UTF-8"),
+    (NewJob(b"x", delay=1, not_before=dt.datetime.now(UTC)), ValueError,
+     r"^jobs\[1\]\.delay and jobs\[1\]\.not_before: give one or the other"),
+])
+def test_a_batch_names_the_job_of_a_bad_field(job: NewJob, kind: type[Exception],
+                                              message: str) -> None:
+    with pytest.raises(kind, match=message):
+        enqueue._columns([NewJob(b"fine"), job])
+    with pytest.raises(kind, match=message.replace(r"jobs\[1\]\.", "")):
+        enqueue._columns([job])  # alone: the field's plain name
