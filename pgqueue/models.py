@@ -8,18 +8,12 @@ from __future__ import annotations
 import base64
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 #: The one vocabulary of job states, the same in SQL, Python, CLI output and docs.
 JobState = Literal["pending", "scheduled", "leased", "dead", "quarantined", "undecodable"]
 JOB_STATES: tuple[str, ...] = ("pending", "scheduled", "leased", "dead", "quarantined", "undecodable")
-
-
-_EMPTY_CHECKPOINT: dict[str, Any] = {
-    "last_completed_step": None, "cursor_step": None, "cursor": None, "updated_at_ms": None,
-    "schema_version": None, "step_set_hash": None,
-}
 
 
 @dataclass(frozen=True)
@@ -56,7 +50,7 @@ class Checkpoint:
             # a job that never ran a step (most leases): filled directly, as Lease does, since
             # the frozen __init__ costs ~1 us per lease on the worker's lease path
             empty = object.__new__(cls)
-            empty.__dict__.update(_EMPTY_CHECKPOINT, crashes_by_step={})
+            empty.__dict__.update(dict.fromkeys(_CHECKPOINT_FIELDS), crashes_by_step={})
             return empty
         return cls(
             last_completed_step=last_completed_step,
@@ -77,6 +71,10 @@ class Checkpoint:
             "schema_version": self.schema_version,
             "step_set_hash": self.step_set_hash,
         }
+
+
+#: Checkpoint's field names (crashes_by_step, a dict, is filled per instance).
+_CHECKPOINT_FIELDS = tuple(f.name for f in fields(Checkpoint) if f.name != "crashes_by_step")
 
 
 @dataclass(slots=True)

@@ -111,5 +111,6 @@ def kind(value: Any, arg: str = "kind") -> str | None:
         raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
     if not value:
         raise ValueError(f"{arg} must not be empty (use None for no kind)")
-    utf8(value, arg)
+    if not value.isascii():
+        utf8(value, arg)  # only checked: the driver encodes it
     return value
