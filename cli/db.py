@@ -1,7 +1,7 @@
-"""`pgqueue db`: the schema through alembic (upgrade, downgrade, current) and the install SQL.
+"""`pgqueue db`: the schema (upgrade, downgrade, current) and its install SQL.
 
-`db sql` prints the revisions' plain SQL without connecting, so a DBA can read (or run) exactly
-what `db upgrade` would.
+`db sql` prints the current schema's plain SQL without connecting, so a DBA can read exactly
+what `db upgrade` installs into an empty database.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from pgqueue import connection, schema
+from pgqueue import connection, queries, schema
 
 from .common import EXIT_USAGE, dsn, fail, print_json
 
@@ -97,26 +97,38 @@ def current(as_json: bool) -> None:
         click.echo(f"current: {found}; head: {head}; run `pgqueue db upgrade`")
 
 
-def revision_files(*, down: bool = False) -> list[Path]:
-    """The revisions' SQL files in apply order: up files by name, or down files reversed."""
+def revision_files() -> list[Path]:
+    """The revisions' downgrade deltas, newest first."""
     versions = schema.migrations_dir() / "versions"
-    if down:
-        return sorted(versions.glob("*.down.sql"), reverse=True)
-    return sorted(p for p in versions.glob("*.sql") if not p.name.endswith(".down.sql"))
+    return sorted(versions.glob("*.down.sql"), reverse=True)
 
 
 @db.command("sql")
-@click.option("--down", is_flag=True, help="Print the downgrade SQL (newest first) instead.")
-def sql_(down: bool) -> None:
-    """Print the install SQL of every revision, in order, without connecting.
+@click.option("--stage", default=None, help="Only this stage's objects (e.g. lease).")
+@click.option("--down", is_flag=True,
+              help="Print the revisions' downgrade deltas (newest first) instead.")
+def sql_(stage: str | None, down: bool) -> None:
+    """Print the install SQL of the current schema, without connecting.
 
-    Run through psql it builds the same schema as `db upgrade`, except alembic's version
-    table: a database installed this way is not known to alembic, so prefer `db upgrade`.
+    Every stage's tables, then every stage's functions and views, as `db upgrade` installs
+    them into an empty database (it also stamps alembic's version table, so prefer it to
+    running this through psql). The same objects stand in pgqueue/sql/<stage>.sql.
     """
-    files = revision_files(down=down)
-    if not files:
-        fail(f"no revision SQL files in {schema.migrations_dir() / 'versions'}")
-    for path in files:
-        click.echo(f"-- pgqueue revision file {path.name}")
-        click.echo(path.read_text(encoding="utf-8").rstrip("\n"))
-        click.echo("")
+    if down:
+        files = revision_files()
+        if not files:
+            fail(f"no downgrade files in {schema.migrations_dir() / 'versions'}")
+        for path in files:
+            click.echo(f"-- pgqueue revision file {path.name}")
+            click.echo(path.read_text(encoding="utf-8").rstrip("\n"))
+            click.echo("")
+        return
+    if stage is None:
+        click.echo(queries.install_sql().rstrip("\n"))
+        return
+    parts = {p.stage: p for p in queries.schema_parts()}
+    if stage not in parts:
+        fail(f"no schema stage named {stage!r}; stages: {', '.join(parts)}", EXIT_USAGE)
+    part = parts[stage]
+    click.echo(f"-- {stage}.sql: tables\n{part.tables}-- {stage}.sql: functions\n"
+               f"{part.functions}".rstrip("\n"))

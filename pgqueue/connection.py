@@ -16,7 +16,12 @@ from pgqueue import queries
 from pgqueue.errors import ConnectionFailed, NotLeader, SchemaMissing, SchemaTooNew
 
 #: The alembic revision this library's SQL was written against (revision ids are integers).
-SCHEMA_REVISION = "0003"
+#: A database at a newer revision is accepted when every revision past this one was marked
+#: backward-compatible (pgqueue.schema_history.compatible_from says so).
+SCHEMA_REVISION = "0004"
+#: The name this library is installed by (the import name and the command are `pgqueue`; the
+#: distribution name `pgqueue` on PyPI belongs to an unrelated project).
+DISTRIBUTION = "pgqueue-py"
 
 
 def describe(dsn: str) -> str:
@@ -53,22 +58,28 @@ def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> queries.Conn
 
 
 def check_schema(conn: queries.Conn) -> None:
-    """Refuse a database without the schema, or with one older or newer than this library."""
+    """Refuse a database without the schema, with one older than this library needs, or with
+    a newer one that is not backward-compatible with it (a rolling upgrade runs the previous
+    release on a compatible newer schema)."""
     revision = queries.scalar(conn, "schema_revision")
     if revision is None:
         raise SchemaMissing(
             "the database has no pgqueue schema; run `pgqueue db upgrade` (or pgqueue.migrate(dsn))"
         )
-    if int(revision) > int(SCHEMA_REVISION):
-        raise SchemaTooNew(
-            f"the database's pgqueue schema is revision {revision}, newer than this library's "
-            f"{SCHEMA_REVISION}; upgrade the pgqueue package"
-        )
     if int(revision) < int(SCHEMA_REVISION):
         raise SchemaMissing(
-            f"the database's pgqueue schema is revision {revision}, older than this library's "
-            f"{SCHEMA_REVISION}; run `pgqueue db upgrade`"
+            f"the database's pgqueue schema is revision {revision}, older than the "
+            f"{SCHEMA_REVISION} this library needs; run `pgqueue db upgrade`"
         )
+    if int(revision) > int(SCHEMA_REVISION):
+        since = queries.scalar(conn, "schema_compatible_from")
+        if since is None or int(since) > int(SCHEMA_REVISION):
+            raise SchemaTooNew(
+                f"the database's pgqueue schema is revision {revision}, newer than this "
+                f"library's {SCHEMA_REVISION} and not compatible with it (it runs code of "
+                f"revision {since or revision} on); upgrade the {DISTRIBUTION} package "
+                f"(pip install -U {DISTRIBUTION})"
+            )
 
 
 def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue") -> ConnectionPool[Any]:

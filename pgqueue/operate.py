@@ -42,3 +42,16 @@ def accept_step_set(conn: queries.Conn, job_id: int) -> None:
 def cancel(conn: queries.Conn, job_id: int) -> None:
     """Remove a job that is not leased, live or dead, for good."""
     queries.fetch(conn, "cancel_job", {"job_id": _job_id(job_id)})
+
+
+def configure_stream(conn: queries.Conn, stream: str, *, retry_base: float | None = None,
+                     retry_cap: float | None = None, quarantine_after: int | None = None) -> None:
+    """Set a stream's retry backoff (seconds) and crash quarantine threshold."""
+    validate.stream(stream)
+    queries.fetch(conn, "configure_stream", {
+        "stream": stream,
+        "retry_base_ms": None if retry_base is None else validate.to_ms(retry_base, "retry_base"),
+        "retry_cap_ms": None if retry_cap is None else validate.to_ms(retry_cap, "retry_cap"),
+        "quarantine_after": None if quarantine_after is None
+        else validate.integer(quarantine_after, "quarantine_after", low=1),
+    })

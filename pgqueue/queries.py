@@ -1,12 +1,17 @@
-"""The one module that executes SQL.
+"""The one module that executes SQL, and the reader of pgqueue/sql/<stage>.sql.
 
-Runtime SQL lives in pgqueue/sql/<stage>.sql as named blocks:
+Each stage file holds, in this order, the current schema objects of that lifecycle stage and
+the runtime queries that call them:
 
-    -- name: lease_jobs
+    -- schema: tables ------    tables, indexes, sequences (state: changed by revision deltas)
+    CREATE TABLE ...
+    -- schema: functions ---    functions and views (code: CREATE OR REPLACE, reloaded whole)
+    CREATE OR REPLACE FUNCTION pgqueue.lease(...) ...
+    -- name: lease_jobs         the named runtime queries
     -- Lease up to %(limit)s jobs of a stream.
     SELECT ...
 
-Names are unique across files. Every execution goes through `fetch`/`execute` here, which
+Query names are unique across files. Every execution goes through `fetch`/`execute` here, which
 also turn driver errors into pgqueue's errors, so no other module imports psycopg's cursor API
 (and `pgqueue sql show NAME` can print any statement for psql).
 """
@@ -37,6 +42,12 @@ from pgqueue.errors import (
 )
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_TABLES = re.compile(r"^-- schema: tables\b.*$", re.MULTILINE)
+_FUNCTIONS = re.compile(r"^-- schema: functions\b.*$", re.MULTILINE)
+#: The order a fresh database installs the stages in: every stage's tables first, then every
+#: stage's functions (SQL-language bodies are checked at creation, so helpers come first).
+SCHEMA_STAGES = ("core", "schema", "oplog", "replica", "steps", "schedule", "worker", "enqueue", "lease",
+                 "settle", "reclaim", "deadletter", "operate", "maintain")
 _HOLDER = re.compile(r"holder=(\d+)")
 #: SQLSTATEs meaning the server went away (shutdown, crash, terminated backend).
 _CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})
@@ -70,6 +81,59 @@ def catalog() -> dict[str, Query]:
                 raise RuntimeError(f"query {name!r} is defined twice ({found[name].stage}, {stage})")
             found[name] = Query(name=name, stage=stage, sql=body.strip().rstrip(";"))
     return found
+
+
+@dataclass(frozen=True)
+class SchemaPart:
+    """The current schema objects of one stage file: its tables and its functions."""
+
+    stage: str
+    tables: str
+    functions: str
+
+
+def _stage_text(stage: str) -> str:
+    return resources.files("pgqueue.sql").joinpath(f"{stage}.sql").read_text(encoding="utf-8")
+
+
+@cache
+def schema_parts() -> tuple[SchemaPart, ...]:
+    """The schema sections of every stage file, in install order (SCHEMA_STAGES)."""
+    parts = []
+    for stage in SCHEMA_STAGES:
+        text = _stage_text(stage)
+        first_query = _NAME.search(text)
+        ddl = text[: first_query.start()] if first_query else text
+        tables_at, functions_at = _TABLES.search(ddl), _FUNCTIONS.search(ddl)
+        tables = ddl[tables_at.end(): functions_at.start() if functions_at else len(ddl)] \
+            if tables_at else ""
+        functions = ddl[functions_at.end():] if functions_at else ""
+        if not tables.strip() and not functions.strip():
+            raise RuntimeError(f"pgqueue/sql/{stage}.sql has no '-- schema:' section")
+        parts.append(SchemaPart(stage, tables.strip("\n") + "\n", functions.strip("\n") + "\n"))
+    return tuple(parts)
+
+
+def install_sql() -> str:
+    """The whole current schema as one script: every stage's tables, then every function."""
+    tables = [f"-- {p.stage}.sql: tables\n{p.tables}" for p in schema_parts() if p.tables.strip()]
+    code = [f"-- {p.stage}.sql: functions\n{p.functions}" for p in schema_parts()
+            if p.functions.strip()]
+    return "\n".join(tables + code)
+
+
+def code_sql() -> str:
+    """The current functions and views of every stage (what a revision's code reload runs)."""
+    return "\n".join(f"-- {p.stage}.sql: functions\n{p.functions}" for p in schema_parts()
+                     if p.functions.strip())
+
+
+def run_script(conn: Conn, script: str) -> None:
+    """Execute a script of several statements (schema files: plpgsql bodies, no parameters)."""
+    try:
+        conn.execute(script.encode("utf-8"))
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
 
 
 def get(name: str) -> Query:

@@ -19,8 +19,8 @@ from pgqueue import (
     connection,
     deadletter,
     enqueue,
-    inspect,
     lease,
+    observe,
     operate,
     oplog,
     queries,
@@ -229,28 +229,28 @@ class Queue:
     def job(self, job_id: int) -> JobInfo | None:
         """A job of any stream in any set; None when acked or unknown."""
         with self.connection() as conn:
-            return inspect.job(conn, job_id)
+            return observe.job(conn, job_id)
 
     @_follow_leader
     def jobs(self, *, state: str | None = None, all_streams: bool = False,
              limit: int = 100) -> list[JobInfo]:
         """Jobs of this stream (or every stream), newest first, optionally in one state."""
         with self.connection() as conn:
-            return inspect.jobs(conn, stream=None if all_streams else self.stream, state=state,
+            return observe.jobs(conn, stream=None if all_streams else self.stream, state=state,
                                 limit=limit)
 
     @_follow_leader
     def stats(self) -> list[StreamStats]:
         """Job counts by stream and state, across the database."""
         with self.connection() as conn:
-            return inspect.stats(conn)
+            return observe.stats(conn)
 
     @_follow_leader
     def configure_stream(self, *, retry_base: float | None = None, retry_cap: float | None = None,
                          quarantine_after: int | None = None) -> None:
         """Set this stream's retry backoff (seconds) and crash quarantine threshold."""
         with self.connection() as conn:
-            inspect.configure_stream(conn, self.stream, retry_base=retry_base,
+            operate.configure_stream(conn, self.stream, retry_base=retry_base,
                                      retry_cap=retry_cap, quarantine_after=quarantine_after)
 
     @_follow_leader

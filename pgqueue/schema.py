@@ -1,7 +1,10 @@
-"""Schema migrations through alembic, for programs (`pgqueue.migrate`) and the CLI.
+"""The schema: a fresh install from the current files, and alembic revisions for the rest.
 
-The revisions ship inside the wheel (package `pgqueue_migrations`, the repository's
-`migrations/` folder); each runs a plain .sql file.
+A database without the pgqueue schema is installed from pgqueue/sql/<stage>.sql (every stage's
+tables, then its functions) and stamped at head, in one transaction. A database that has the
+schema moves between revisions through alembic; the revisions ship inside the wheel (package
+`pgqueue_migrations`, the repository's `migrations/` folder), each a small delta of plain SQL
+for the tables plus the code of the revision it lands on (see migrations/revision.py).
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import create_engine, pool
 
-from pgqueue import connection
+from pgqueue import connection, queries
 from pgqueue.errors import SchemaTooNew
 
 
@@ -30,30 +33,48 @@ def migrations_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "migrations"
 
 
+def _config(location: Path | None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(location or migrations_dir()))
+    return cfg
+
+
 @contextmanager
-def _alembic(dsn: str) -> Iterator[Config]:
+def _alembic(dsn: str, location: Path | None = None) -> Iterator[tuple[Config, Any]]:
+    """An alembic config on one transaction of `dsn` (committed when the block ends), and the
+    psycopg connection underneath it."""
     def creator() -> Any:
         return connection.connect(dsn, autocommit=False)
 
     engine = create_engine("postgresql+psycopg://", creator=creator, poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
-            cfg = Config()
-            cfg.set_main_option("script_location", str(migrations_dir()))
+            cfg = _config(location)
             cfg.attributes["connection"] = conn
-            yield cfg
+            yield cfg, conn.connection.driver_connection
             conn.commit()
     finally:
         engine.dispose()
 
 
-def head() -> str:
-    """The newest revision this library ships."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(migrations_dir()))
-    rev = ScriptDirectory.from_config(cfg).get_current_head()
+def head(location: Path | None = None) -> str:
+    """The newest revision this library ships (or that the migrations at `location` hold)."""
+    rev = ScriptDirectory.from_config(_config(location)).get_current_head()
     assert rev is not None
     return rev
+
+
+def compatible_from(revision: str, location: Path | None = None) -> str:
+    """The oldest revision whose code runs on `revision`: walk down the backward-compatible
+    revisions (the value each revision records in pgqueue.schema_history)."""
+    script = ScriptDirectory.from_config(_config(location))
+    while True:
+        found = script.get_revision(revision)
+        assert found is not None
+        spec = getattr(found.module, "REVISION", None)
+        if spec is None or not spec.compatible or found.down_revision is None:
+            return revision
+        revision = str(found.down_revision)
 
 
 def current(dsn: str) -> str | None:
@@ -72,24 +93,48 @@ def current(dsn: str) -> str | None:
         engine.dispose()
 
 
-def upgrade(dsn: str, revision: str = "head") -> None:
-    """Migrate the database up to `revision` (default: this library's newest)."""
+def install(dsn: str) -> None:
+    """Install the current schema into a database that has none, stamped at head (one
+    transaction: a failure leaves nothing behind)."""
+    with _alembic(dsn) as (cfg, conn):
+        queries.run_script(conn, queries.install_sql())
+        command.stamp(cfg, "head")
+        queries.fetch(conn, "schema_history_put",
+                      {"revision": head(), "since": compatible_from(head())})
+
+
+def upgrade(dsn: str, revision: str = "head", *, location: Path | None = None) -> None:
+    """Migrate the database up to `revision` (default: this library's newest). A database
+    without the schema that is to reach head is installed from the current files instead
+    (`location`: another migrations folder, for tests of revisions this library lacks)."""
     found = current(dsn)
-    if found is not None and found.isdigit() and int(found) > int(head()):
+    newest = head(location)
+    if found is not None and found.isdigit() and newest.isdigit() and int(found) > int(newest):
         raise SchemaTooNew(
             f"the database's pgqueue schema is revision {found}, newer than this library's "
-            f"{head()}; upgrade the pgqueue package"
+            f"{newest}; upgrade the {connection.DISTRIBUTION} package "
+            f"(pip install -U {connection.DISTRIBUTION})"
         )
-    with _alembic(dsn) as cfg:
+    if found is None and location is None and revision in ("head", newest):
+        install(dsn)
+        return
+    with _alembic(dsn, location) as (cfg, _):
         try:
             command.upgrade(cfg, revision)
         except CommandError as exc:
             raise ValueError(f"revision: {exc}") from None
 
 
-def downgrade(dsn: str, revision: str) -> None:
+def upgrade_by_revisions(dsn: str, revision: str = "head") -> None:
+    """Migrate up through every revision, even on an empty database (what an existing
+    database goes through; the catalog test compares it with a fresh install)."""
+    with _alembic(dsn) as (cfg, _):
+        command.upgrade(cfg, revision)
+
+
+def downgrade(dsn: str, revision: str, *, location: Path | None = None) -> None:
     """Migrate the database down to `revision` ("base" removes every pgqueue object)."""
-    with _alembic(dsn) as cfg:
+    with _alembic(dsn, location) as (cfg, _):
         try:
             command.downgrade(cfg, revision)
         except CommandError as exc:
@@ -99,3 +144,32 @@ def downgrade(dsn: str, revision: str) -> None:
 def migrate(dsn: str) -> None:
     """Bring the database's pgqueue schema up to date (idempotent)."""
     upgrade(dsn, "head")
+
+
+def catalog(dsn: str) -> dict[str, str]:
+    """Every object of the database's pgqueue schema, by name, with its full definition
+    (columns with types, defaults and nullability; constraints; indexes with predicates;
+    functions with signatures, volatility, settings and bodies; triggers and their enable mode;
+    views; sequences; publications; grants; comments): two databases hold the same schema
+    exactly when their catalogs are equal."""
+    with connection.connect(dsn) as conn:
+        return {row["object"]: row["definition"] or "" for row in
+                queries.fetch(conn, "schema_catalog")}
+
+
+def catalog_diff(a: dict[str, str], b: dict[str, str], *, names: tuple[str, str] = ("a", "b")
+                 ) -> list[str]:
+    """What differs between two catalogs, one readable entry per object (empty when equal)."""
+    import difflib
+
+    problems = []
+    for key in sorted(a.keys() | b.keys()):
+        if key not in b:
+            problems.append(f"{key}: only in {names[0]}")
+        elif key not in a:
+            problems.append(f"{key}: only in {names[1]}")
+        elif a[key] != b[key]:
+            diff = difflib.unified_diff(a[key].splitlines(), b[key].splitlines(), names[0],
+                                        names[1], lineterm="", n=1)
+            problems.append(f"{key}: differs\n" + "\n".join(diff))
+    return problems

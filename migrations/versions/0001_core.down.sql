@@ -1,4 +1,5 @@
 -- Undo 0001: drop every pgqueue object except alembic's version table (alembic owns it).
+DROP VIEW IF EXISTS pgqueue.jobs;
 DO $$
 DECLARE
     r record;
@@ -9,7 +10,6 @@ BEGIN
     END LOOP;
 END
 $$;
-DROP VIEW IF EXISTS pgqueue.jobs;
 DROP TABLE IF EXISTS pgqueue.op_log, pgqueue.dead_letter, pgqueue.job, pgqueue.stream_config,
     pgqueue.step_set, pgqueue.kind_config, pgqueue.worker, pgqueue.schedule, pgqueue.node,
     pgqueue.replica, pgqueue.follow_state CASCADE;

@@ -1,22 +1,25 @@
-"""The queue core: jobs, leases, checkpoints, dead letters, op log, transitions.
+"""The queue core: jobs, dead letters, settings, schedules, the op log, node and replicas.
 
 Revision ID: 0001
-Revises:
-Create Date: 2026-11-30
+Revises: None
 """
 from __future__ import annotations
 
-from pgqueue_migrations.sqlfile import run_sql_file
+from pathlib import Path
+
+from pgqueue_migrations.revision import Revision
 
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
 
+REVISION = Revision(revision, down_revision, "core", Path(__file__).parent, compatible=False)
+
 
 def upgrade() -> None:
-    run_sql_file("0001_core.sql")
+    REVISION.upgrade()
 
 
 def downgrade() -> None:
-    run_sql_file("0001_core.down.sql")
+    REVISION.downgrade()

@@ -1,23 +1,25 @@
-"""The Enqueue op's job fields as typed columns of the op row (no per-job jsonb body);
-pgqueue.op_body gives the whole body back.
+"""The Enqueue op's job fields as typed op_log columns; pgqueue.op_body gives the whole body.
 
 Revision ID: 0003
 Revises: 0002
-Create Date: 2026-11-30
 """
 from __future__ import annotations
 
-from pgqueue_migrations.sqlfile import run_sql_file
+from pathlib import Path
+
+from pgqueue_migrations.revision import Revision
 
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
 
+REVISION = Revision(revision, down_revision, "enqueue_columns", Path(__file__).parent, compatible=False)
+
 
 def upgrade() -> None:
-    run_sql_file("0003_enqueue_columns.sql")
+    REVISION.upgrade()
 
 
 def downgrade() -> None:
-    run_sql_file("0003_enqueue_columns.down.sql")
+    REVISION.downgrade()

@@ -1,3 +1,54 @@
+-- deadletter: Dead letters: requeue one to pending.
+
+-- schema: functions -------------------------------------------------------------------------
+
+-- Return a dead letter to pending with attempts reset (checkpoint kept, so steps resume).
+-- Raises PQ404 when the id is not a dead letter, PQ409 when a live job holds its dedup key.
+CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now  timestamptz := pgqueue.now_ms();
+    d      pgqueue.dead_letter;
+    v_holder bigint;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    SELECT * INTO d FROM pgqueue.dead_letter WHERE id = p_job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % is not a dead letter', p_job_id USING ERRCODE = 'PQ404';
+    END IF;
+    IF d.dedup_key IS NOT NULL THEN
+        SELECT id INTO v_holder FROM pgqueue.job
+        WHERE stream = d.stream AND dedup_key = d.dedup_key
+          AND state IN ('pending', 'scheduled', 'leased');
+        IF FOUND THEN
+            RAISE EXCEPTION 'cannot requeue dead letter %: live job % holds its dedup key', p_job_id, v_holder
+                USING ERRCODE = 'PQ409', DETAIL = format('holder=%s', v_holder);
+        END IF;
+    END IF;
+    DELETE FROM pgqueue.dead_letter WHERE id = p_job_id;
+    BEGIN
+        INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+            enqueued_at, dedup_key, attempts, max_attempts, last_error, last_completed_step,
+            cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash,
+            crashes_by_step)
+        VALUES (d.id, d.stream, d.kind, d.payload, d.priority, 'pending', v_now, d.enqueued_at,
+            d.dedup_key, 0, d.max_attempts, d.last_error, d.last_completed_step, d.cursor_step,
+            d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash,
+            d.crashes_by_step);
+    EXCEPTION WHEN unique_violation THEN
+        -- a concurrent enqueue took the key after the check above
+        RAISE EXCEPTION 'cannot requeue dead letter %: a live job now holds its dedup key', p_job_id
+            USING ERRCODE = 'PQ409';
+    END;
+    INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+    VALUES (d.stream, 'RequeueDeadLetter', d.id, jsonb_build_object(
+        'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
+END
+$$;
+
+-- queries -----------------------------------------------------------------------------------
+
 -- name: dead_letters
 -- The dead letters of a stream, most recently died first.
 SELECT * FROM pgqueue.jobs WHERE state = 'dead' AND stream = %(stream)s

@@ -1,3 +1,233 @@
+-- enqueue: Enqueue: - -> pending / scheduled, one op per inserted job.
+
+-- schema: functions -------------------------------------------------------------------------
+
+-- Enqueue: returns one id per input, in input order. A job whose dedup_key is held by a live
+-- job of the stream is not inserted; its slot returns the holder's id. Each statement of this
+-- function takes a fresh snapshot (READ COMMITTED), so a holder committed by a concurrent
+-- enqueuer is found by the lookup that follows the conflict, in the same round trip.
+CREATE OR REPLACE FUNCTION pgqueue.enqueue(
+    p_stream text,
+    p_payloads bytea[],
+    p_kinds text[],
+    p_priorities int[],
+    p_delays_ms bigint[],
+    p_not_befores timestamptz[],
+    p_dedup_keys bytea[],
+    p_max_attempts int[],
+    p_schema_versions int[]
+) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now      timestamptz := pgqueue.now_ms();
+    v_n        int := coalesce(cardinality(p_payloads), 0);
+    v_ids      bigint[];
+    v_result   bigint[];
+    v_todo     int[];
+    v_inserted bigint[];
+    v_holder   bigint;
+    v_ready    boolean;
+    v_round    int := 0;
+    -- What every Enqueue op of this call shares; the job's own fields are the op row's columns.
+    v_body     jsonb := jsonb_build_object('enqueued_at_ms', pgqueue.to_ms(v_now), 'attempts', 0);
+    i          int;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    PERFORM pgqueue.check_stream(p_stream);
+    IF EXISTS (SELECT 1 FROM unnest(p_not_befores) AS t(nb) WHERE NOT isfinite(nb)) THEN
+        -- 'infinity' would be stored as a job that never comes due, and its op (not_before in
+        -- milliseconds) could not be written out for a replica or a replay
+        RAISE EXCEPTION 'enqueue: not_before must be a finite timestamp' USING ERRCODE = '22023';
+    END IF;
+    -- An optional column (kinds, delays, not_befores, dedup keys, schema versions) may come as
+    -- a NULL array, meaning NULL for every job: a batch without them sends nothing for them
+    -- (four arrays of 1,000 NULLs cost the client ~0.4 ms to encode).
+    IF v_n > 0 AND (p_priorities IS NULL OR p_max_attempts IS NULL) THEN
+        RAISE EXCEPTION 'enqueue: priorities and max_attempts must be arrays, not NULL'
+            USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(cardinality(p_kinds), v_n) <> v_n OR cardinality(p_priorities) <> v_n
+       OR coalesce(cardinality(p_delays_ms), v_n) <> v_n
+       OR coalesce(cardinality(p_not_befores), v_n) <> v_n
+       OR coalesce(cardinality(p_dedup_keys), v_n) <> v_n OR cardinality(p_max_attempts) <> v_n
+       OR coalesce(cardinality(p_schema_versions), v_n) <> v_n THEN
+        RAISE EXCEPTION 'enqueue: all arrays must have % elements', v_n USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    IF coalesce(cardinality(array_remove(p_dedup_keys, NULL)), 0) = 0 THEN
+        -- No dedup keys (the common batch): no conflicts to arbitrate, so a plain INSERT in
+        -- input order and the ids as drawn.
+        v_ids := ARRAY(SELECT nextval('pgqueue.job_id_seq') FROM generate_series(1, v_n));
+        WITH ins AS (
+            INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+                                     enqueued_at, attempts, max_attempts, schema_version)
+            SELECT v_ids[t.ord], p_stream, t.kind, t.payload, t.priority::smallint,
+                   CASE WHEN t.at > v_now THEN 'scheduled' ELSE 'pending' END,
+                   t.at, v_now, 0, t.max_attempts, t.schema_version
+            FROM (SELECT u.*, greatest(v_now, date_trunc('milliseconds', coalesce(
+                             u.not_before, v_now + coalesce(u.delay_ms, 0) * interval '1 millisecond'))) AS at
+                  FROM unnest(p_payloads, p_kinds, p_priorities, p_delays_ms, p_not_befores,
+                              p_max_attempts, p_schema_versions) WITH ORDINALITY
+                       AS u(payload, kind, priority, delay_ms, not_before, max_attempts,
+                            schema_version, ord)) t
+            ORDER BY t.ord
+            RETURNING id, stream, kind, payload, priority, state, not_before, dedup_key,
+                      max_attempts, schema_version  -- what the op needs, not the whole row
+        ), logged AS (
+            INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
+                                        not_before, dedup_key, max_attempts, schema_version)
+            SELECT ins.stream, 'Enqueue', ins.id, v_body, ins.kind, ins.payload, ins.priority,
+                   ins.not_before, ins.dedup_key, ins.max_attempts, ins.schema_version
+            FROM ins  -- already in id order (inserted in input order, ids drawn ascending);
+        )             -- sorting the returned rows again cost 0.5 ms per 1,000 jobs
+        SELECT bool_or(ins.state = 'pending') INTO v_ready FROM ins;
+        IF v_ready THEN
+            PERFORM pg_notify('pgqueue_jobs', p_stream);
+        END IF;
+        RETURN QUERY SELECT unnest(v_ids);
+        RETURN;
+    END IF;
+    v_result := array_fill(NULL::bigint, ARRAY[v_n]);
+    v_todo := ARRAY(SELECT generate_series(1, v_n));
+    LOOP
+        v_round := v_round + 1;
+        v_ids := ARRAY(SELECT nextval('pgqueue.job_id_seq') FROM generate_series(1, cardinality(v_todo)));
+        WITH input AS (
+            SELECT v_ids[k] AS id, t.ord,
+                   p_payloads[t.ord] AS payload, p_kinds[t.ord] AS kind,
+                   p_priorities[t.ord]::smallint AS priority,
+                   greatest(v_now, date_trunc('milliseconds', coalesce(
+                       p_not_befores[t.ord],
+                       v_now + coalesce(p_delays_ms[t.ord], 0) * interval '1 millisecond'))) AS not_before,
+                   p_dedup_keys[t.ord] AS dedup_key, p_max_attempts[t.ord] AS max_attempts,
+                   p_schema_versions[t.ord] AS schema_version
+            FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
+        ), ins AS (
+            INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+                                     enqueued_at, dedup_key, attempts, max_attempts, schema_version)
+            SELECT id, p_stream, kind, payload, priority,
+                   CASE WHEN not_before > v_now THEN 'scheduled' ELSE 'pending' END,
+                   not_before, v_now, dedup_key, 0, max_attempts, schema_version
+            -- Insert in dedup-key order so concurrent batches take key locks in one order
+            -- (no deadlock); within a key the earlier input wins.
+            FROM input ORDER BY dedup_key NULLS LAST, ord
+            ON CONFLICT (stream, dedup_key)
+                WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
+                DO NOTHING
+            RETURNING *
+        ), logged AS (
+            INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
+                                        not_before, dedup_key, max_attempts, schema_version)
+            SELECT ins.stream, 'Enqueue', ins.id, v_body, ins.kind, ins.payload, ins.priority,
+                   ins.not_before, ins.dedup_key, ins.max_attempts, ins.schema_version
+            FROM ins ORDER BY ins.id
+            RETURNING job_id, not_before <= v_now AS ready
+        )
+        SELECT array_agg(job_id), bool_or(ready) INTO v_inserted, v_ready FROM logged;
+        IF v_ready THEN
+            -- Wake idle workers of this stream; identical notifications coalesce per commit.
+            PERFORM pg_notify('pgqueue_jobs', p_stream);
+        END IF;
+
+        IF coalesce(cardinality(v_inserted), 0) = cardinality(v_todo) THEN
+            FOR i IN 1 .. cardinality(v_todo) LOOP
+                v_result[v_todo[i]] := v_ids[i];
+            END LOOP;
+            EXIT;
+        END IF;
+
+        -- Some inputs met a live holder of their dedup key: find it with a fresh snapshot.
+        DECLARE
+            v_next int[] := '{}';
+        BEGIN
+            FOR i IN 1 .. cardinality(v_todo) LOOP
+                IF v_ids[i] = ANY (v_inserted) THEN
+                    v_result[v_todo[i]] := v_ids[i];
+                ELSE
+                    SELECT id INTO v_holder FROM pgqueue.job
+                    WHERE stream = p_stream AND dedup_key = p_dedup_keys[v_todo[i]]
+                      AND state IN ('pending', 'scheduled', 'leased');
+                    IF FOUND THEN
+                        v_result[v_todo[i]] := v_holder;
+                    ELSE
+                        v_next := v_next || v_todo[i];  -- the holder finished meanwhile: retry
+                    END IF;
+                END IF;
+            END LOOP;
+            v_todo := v_next;
+        END;
+        EXIT WHEN cardinality(v_todo) = 0;
+        IF v_round >= 20 THEN
+            RAISE EXCEPTION 'enqueue: dedup key contention did not settle after % rounds', v_round
+                USING ERRCODE = '40001';
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT unnest(v_result);
+END
+$$;
+
+-- Enqueue one job: the same semantics as pgqueue.enqueue for a batch of one, without the
+-- arrays (one job per call is bounded by its round trip and commit; this keeps the function's
+-- own share small).
+CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
+    p_stream text, p_payload bytea, p_kind text, p_priority int, p_delay_ms bigint,
+    p_not_before timestamptz, p_dedup_key bytea, p_max_attempts int, p_schema_version int
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    v_at  timestamptz;
+    j     pgqueue.job;
+    v_holder bigint;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    PERFORM pgqueue.check_stream(p_stream);
+    IF NOT isfinite(p_not_before) THEN  -- see pgqueue.enqueue
+        RAISE EXCEPTION 'enqueue: not_before must be a finite timestamp' USING ERRCODE = '22023';
+    END IF;
+    v_at := greatest(v_now, date_trunc('milliseconds', coalesce(
+        p_not_before, v_now + coalesce(p_delay_ms, 0) * interval '1 millisecond')));
+    FOR round IN 1 .. 20 LOOP
+        INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+                                 enqueued_at, dedup_key, attempts, max_attempts, schema_version)
+        VALUES (nextval('pgqueue.job_id_seq'), p_stream, p_kind, p_payload, p_priority::smallint,
+                CASE WHEN v_at > v_now THEN 'scheduled' ELSE 'pending' END, v_at, v_now,
+                p_dedup_key, 0, p_max_attempts, p_schema_version)
+        ON CONFLICT (stream, dedup_key)
+            WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
+            DO NOTHING
+        RETURNING * INTO j;
+        IF FOUND THEN
+            INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
+                                        not_before, dedup_key, max_attempts, schema_version)
+            VALUES (j.stream, 'Enqueue', j.id,
+                    jsonb_build_object('enqueued_at_ms', pgqueue.to_ms(v_now), 'attempts', 0),
+                    j.kind, j.payload, j.priority, j.not_before, j.dedup_key, j.max_attempts,
+                    j.schema_version);
+            IF j.state = 'pending' THEN
+                PERFORM pg_notify('pgqueue_jobs', p_stream);
+            END IF;
+            RETURN j.id;
+        END IF;
+        -- a live job holds the key: return it (fresh snapshot), or retry if it just finished
+        SELECT id INTO v_holder FROM pgqueue.job
+        WHERE stream = p_stream AND dedup_key = p_dedup_key
+          AND state IN ('pending', 'scheduled', 'leased');
+        IF FOUND THEN
+            RETURN v_holder;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'enqueue: dedup key contention did not settle after 20 rounds'
+        USING ERRCODE = '40001';
+END
+$$;
+
+-- queries -----------------------------------------------------------------------------------
+
 -- name: enqueue_jobs
 -- Enqueue a batch into one stream (one round trip, one op per inserted job). Returns one id
 -- per input in input order; an input whose dedup key a live job holds returns the holder's id.

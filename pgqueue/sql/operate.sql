@@ -1,3 +1,212 @@
+-- operate: Operator verbs on one job, and stream and kind settings; each an op.
+
+-- schema: functions -------------------------------------------------------------------------
+
+-- Operator: a quarantined or undecodable job runs again (optionally forgetting its crashes).
+CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false)
+RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', ARRAY['quarantined', 'undecodable']);
+BEGIN
+    PERFORM pgqueue.require_leader();
+    IF p_reset_crashes THEN
+        j.crashes_by_step := '{}';
+    END IF;
+    RETURN pgqueue.save_as_pending(j, 'Release', false);
+END
+$$;
+
+-- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
+CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'rewind',
+                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
+    v_names text[] := pgqueue.step_names(j.step_set_hash);
+    v_pos int;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    IF v_names IS NULL THEN
+        RAISE EXCEPTION 'cannot rewind job %: it has no recorded step list (it never ran as a step job)',
+            p_job_id USING ERRCODE = 'PQ422';
+    END IF;
+    v_pos := array_position(v_names, p_to_step);
+    IF v_pos IS NULL THEN
+        RAISE EXCEPTION 'cannot rewind job % to step %: its steps are %', p_job_id,
+            quote_literal(p_to_step), array_to_string(v_names, ', ') USING ERRCODE = 'PQ422';
+    END IF;
+    j.last_completed_step := CASE WHEN v_pos > 1 THEN v_names[v_pos - 1] END;
+    j.cursor_step := NULL;
+    j.cursor := NULL;
+    RETURN pgqueue.save_as_pending(j, 'Rewind', true);
+END
+$$;
+
+-- Operator: drop the checkpoint and run the job from step one (only when asked).
+CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'restart',
+                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
+BEGIN
+    PERFORM pgqueue.require_leader();
+    j.last_completed_step := NULL;
+    j.cursor_step := NULL;
+    j.cursor := NULL;
+    j.step_set_hash := NULL;
+    j.crashes_by_step := '{}';
+    RETURN pgqueue.save_as_pending(j, 'Restart', true);
+END
+$$;
+
+-- Operator: count the step in progress as completed without running it, and go on.
+CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'skip a step of',
+                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
+    v_names text[] := pgqueue.step_names(j.step_set_hash);
+    v_next int;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    IF v_names IS NULL THEN
+        RAISE EXCEPTION 'cannot skip a step of job %: it has no recorded step list', p_job_id
+            USING ERRCODE = 'PQ422';
+    END IF;
+    v_next := coalesce(array_position(v_names, j.last_completed_step), 0) + 1;
+    IF v_next > cardinality(v_names) THEN
+        RAISE EXCEPTION 'cannot skip a step of job %: all its steps are completed', p_job_id
+            USING ERRCODE = 'PQ422';
+    END IF;
+    j.last_completed_step := v_names[v_next];
+    j.cursor_step := NULL;
+    j.cursor := NULL;
+    RETURN pgqueue.save_as_pending(j, 'SkipStep', true,
+                                   jsonb_build_object('skipped', v_names[v_next]));
+END
+$$;
+
+-- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
+-- its last completed step, matched by name in the new list.
+CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint) RETURNS pgqueue.job
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'accept the step set of', ARRAY['undecodable']);
+    v_hash text;
+    v_names text[];
+BEGIN
+    PERFORM pgqueue.require_leader();
+    IF j.state_reason IS DISTINCT FROM 'step_set_changed' THEN
+        RAISE EXCEPTION 'cannot accept the step set of job %: it is undecodable for %, not step_set_changed',
+            p_job_id, coalesce(j.state_reason, 'no recorded reason') USING ERRCODE = 'PQ422';
+    END IF;
+    v_hash := j.state_detail ->> 'new_hash';
+    v_names := pgqueue.step_names(v_hash);
+    IF v_names IS NULL THEN
+        RAISE EXCEPTION 'cannot accept the step set of job %: new step set % is not registered',
+            p_job_id, coalesce(v_hash, '?') USING ERRCODE = 'PQ422';
+    END IF;
+    IF j.last_completed_step IS NOT NULL AND array_position(v_names, j.last_completed_step) IS NULL THEN
+        RAISE EXCEPTION 'cannot accept the step set of job %: its last completed step % is not in the new list (%); use rewind or restart',
+            p_job_id, quote_literal(j.last_completed_step), array_to_string(v_names, ', ')
+            USING ERRCODE = 'PQ422';
+    END IF;
+    IF j.cursor_step IS NOT NULL AND array_position(v_names, j.cursor_step) IS NULL THEN
+        j.cursor_step := NULL;
+        j.cursor := NULL;
+    END IF;
+    j.step_set_hash := v_hash;
+    RETURN pgqueue.save_as_pending(j, 'AcceptStepSet', false);
+END
+$$;
+
+-- Operator: remove a job that is not leased (live or dead) for good.
+CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_stream text;
+    v_state text;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    SELECT stream, state INTO v_stream, v_state FROM pgqueue.job WHERE id = p_job_id FOR UPDATE;
+    IF FOUND THEN
+        IF v_state = 'leased' THEN
+            RAISE EXCEPTION 'cannot cancel job %: it is leased by a worker; wait for it to settle or for its lease to expire',
+                p_job_id USING ERRCODE = 'PQ422';
+        END IF;
+        DELETE FROM pgqueue.job WHERE id = p_job_id;
+    ELSE
+        DELETE FROM pgqueue.dead_letter WHERE id = p_job_id RETURNING stream, 'dead' INTO v_stream, v_state;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no job %', p_job_id USING ERRCODE = 'PQ404';
+        END IF;
+    END IF;
+    INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+    VALUES (v_stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', v_state));
+END
+$$;
+
+-- Per-stream settings, logged like any other state change.
+CREATE OR REPLACE FUNCTION pgqueue.configure_stream(
+    p_stream text, p_retry_base_ms bigint DEFAULT NULL, p_retry_cap_ms bigint DEFAULT NULL,
+    p_quarantine_after int DEFAULT NULL
+) RETURNS pgqueue.stream_config
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    c pgqueue.stream_config;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    PERFORM pgqueue.check_stream(p_stream);
+    INSERT INTO pgqueue.stream_config AS s (stream, retry_base_ms, retry_cap_ms, quarantine_after)
+    VALUES (p_stream, coalesce(p_retry_base_ms, 1000), coalesce(p_retry_cap_ms, 3600000),
+            coalesce(p_quarantine_after, 3))
+    ON CONFLICT (stream) DO UPDATE SET
+        retry_base_ms = coalesce(p_retry_base_ms, s.retry_base_ms),
+        retry_cap_ms = coalesce(p_retry_cap_ms, s.retry_cap_ms),
+        quarantine_after = coalesce(p_quarantine_after, s.quarantine_after)
+    RETURNING * INTO c;
+    INSERT INTO pgqueue.op_log (stream, op, body)
+    VALUES (p_stream, 'ConfigureStream', to_jsonb(c));
+    RETURN c;
+END
+$$;
+
+-- Set (or with NULL, remove) a kind's quarantine threshold in a stream; logs only changes.
+CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after int)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM pgqueue.require_leader();
+    PERFORM pgqueue.check_stream(p_stream);
+    IF p_quarantine_after IS NULL THEN
+        DELETE FROM pgqueue.kind_config WHERE stream = p_stream AND kind = p_kind;
+    ELSE
+        INSERT INTO pgqueue.kind_config AS k (stream, kind, quarantine_after)
+        VALUES (p_stream, p_kind, p_quarantine_after)
+        ON CONFLICT (stream, kind) DO UPDATE SET quarantine_after = excluded.quarantine_after
+        WHERE k.quarantine_after IS DISTINCT FROM excluded.quarantine_after;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO pgqueue.op_log (stream, op, body)
+    VALUES (p_stream, 'ConfigureKind', jsonb_build_object('stream', p_stream, 'kind', p_kind,
+            'quarantine_after', p_quarantine_after));
+    RETURN true;
+END
+$$;
+
+-- queries -----------------------------------------------------------------------------------
+
 -- name: release_job
 SELECT id FROM pgqueue.release(%(job_id)s::bigint, %(reset_crashes)s::boolean)
 
@@ -15,3 +224,8 @@ SELECT id FROM pgqueue.accept_step_set(%(job_id)s::bigint)
 
 -- name: cancel_job
 SELECT pgqueue.cancel(%(job_id)s::bigint)
+
+-- name: configure_stream
+-- Per-stream retry backoff and quarantine threshold (NULL keeps the current value).
+SELECT * FROM pgqueue.configure_stream(%(stream)s::text, %(retry_base_ms)s::bigint, %(retry_cap_ms)s::bigint,
+                                       %(quarantine_after)s::int)

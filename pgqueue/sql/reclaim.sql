@@ -1,3 +1,72 @@
+-- reclaim: Reclaim: expired leases go back to pending, dead_letter or quarantine.
+
+-- schema: functions -------------------------------------------------------------------------
+
+-- Reclaim expired leases of every stream, up to p_limit per call. Each counts one failure and
+-- one crash against the step in progress (key '' when none). Quarantine wins over dead when
+-- both limits are reached at once. The expiry is re-checked under the row lock, so a renewal
+-- that commits first wins. Returns the number reclaimed.
+CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now   timestamptz := pgqueue.now_ms();
+    v_count int := 0;
+    j       pgqueue.job;
+    v_step  text;
+    v_crashes int;
+    v_limit int;
+    v_state text;
+    v_lease bigint;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    FOR j IN
+        SELECT * FROM pgqueue.job
+        WHERE state = 'leased' AND lease_expires_at < v_now
+        ORDER BY id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        v_lease := j.lease_id;
+        v_step := coalesce(j.cursor_step, '');
+        v_crashes := coalesce((j.crashes_by_step ->> v_step)::int, 0) + 1;
+        j.crashes_by_step := j.crashes_by_step || jsonb_build_object(v_step, v_crashes);
+        j.attempts := j.attempts + 1;
+        j.last_error := format('lease %s expired (worker %s/%s)', v_lease, j.worker_node, j.worker_instance);
+        SELECT coalesce((SELECT kc.quarantine_after FROM pgqueue.kind_config kc
+                         WHERE kc.stream = j.stream AND kc.kind = j.kind),
+                        (SELECT sc.quarantine_after FROM pgqueue.stream_config sc
+                         WHERE sc.stream = j.stream),
+                        3) INTO v_limit;
+        IF v_crashes >= v_limit THEN
+            v_state := 'quarantined';
+            j.state_reason := 'crashed';
+            j.state_detail := jsonb_build_object('step', v_step, 'crashes', v_crashes,
+                                                 'threshold', v_limit);
+        ELSIF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
+            v_state := 'dead';
+        ELSE
+            v_state := 'pending';
+        END IF;
+        IF v_state = 'dead' THEN
+            PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step);
+        ELSE
+            UPDATE pgqueue.job
+            SET state = v_state, attempts = j.attempts, last_error = j.last_error,
+                state_reason = j.state_reason, state_detail = j.state_detail,
+                crashes_by_step = j.crashes_by_step, lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
+            WHERE id = j.id;
+        END IF;
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        VALUES (j.stream, 'Reclaim', j.id, v_lease, pgqueue.outcome_json(j, v_state, v_now));
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
+-- queries -----------------------------------------------------------------------------------
+
 -- name: reclaim_expired
 -- Return up to %(limit)s expired leases (of every stream) to pending, dead or quarantined.
 SELECT pgqueue.reclaim_expired(%(limit)s::int) AS reclaimed

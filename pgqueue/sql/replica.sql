@@ -1,3 +1,211 @@
+-- replica: A database's role (leader or replica), the replica registry, seeding and status.
+
+-- schema: tables ----------------------------------------------------------------------------
+-- This database's role. A replica refuses queue writes (pgqueue.require_leader) but applies
+-- its leader's ops. Local to each database: never in the op log.
+CREATE TABLE pgqueue.node (
+    id         boolean PRIMARY KEY DEFAULT true CHECK (id),
+    role       text NOT NULL DEFAULT 'leader' CHECK (role IN ('leader', 'replica')),
+    epoch      int NOT NULL DEFAULT 1,
+    name       text,         -- this database's name as a replica
+    leader     text,         -- a replica's leader (DSN without password)
+    pruned_through bigint NOT NULL DEFAULT 0,  -- the highest op seq ever pruned here
+    changed_at timestamptz NOT NULL DEFAULT now(),
+    -- A replica seeded from the leader's state (its op log was pruned): the leader snapshot the
+    -- state was copied in, and the leader's pruned_through then. An op whose transaction that
+    -- snapshot saw committed is already in the copied state: it is logged, never applied again.
+    seed_snapshot  pg_snapshot,
+    seeded_through bigint NOT NULL DEFAULT 0
+);
+INSERT INTO pgqueue.node DEFAULT VALUES;
+
+-- The leader's registry of replicas (local; never in the op log).
+CREATE TABLE pgqueue.replica (
+    name          text PRIMARY KEY,
+    method        text NOT NULL CHECK (method IN ('logical', 'follow')),
+    slot_name     text,                      -- logical: the subscription's slot here
+    dsn           text,                      -- the replica's DSN without password
+    attached_at   timestamptz NOT NULL DEFAULT now(),
+    confirmed_seq bigint NOT NULL DEFAULT 0, -- follow: every op at or below is applied there
+    seen_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- A follower's progress, kept in the replica in the same transaction as the ops it applied:
+-- every op at or below low_seq is applied (or will never commit); mark_seq/mark_xmax are the
+-- op-log sequence and the next xid seen at the previous poll (see pgqueue/replica.py).
+CREATE TABLE pgqueue.follow_state (
+    name       text PRIMARY KEY,
+    low_seq    bigint NOT NULL DEFAULT 0,
+    mark_seq   bigint NOT NULL DEFAULT 0,
+    mark_xmax  xid8,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- schema: functions -------------------------------------------------------------------------
+
+-- Set this database's role. Promotion to leader bumps the epoch.
+CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NULL, p_leader text DEFAULT NULL)
+RETURNS pgqueue.node
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    n pgqueue.node;
+BEGIN
+    -- Wait for every transition in flight (they hold the role lock shared) before the role
+    -- changes, so none commits as a leader's write after a demotion.
+    PERFORM pg_advisory_xact_lock(hashtext('pgqueue.role'));
+    UPDATE pgqueue.node
+    SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
+        role = p_role, name = coalesce(p_name, name),
+        leader = CASE WHEN p_role = 'leader' THEN NULL ELSE p_leader END,
+        seed_snapshot = CASE WHEN p_role = 'leader' THEN NULL ELSE seed_snapshot END,
+        changed_at = now()
+    RETURNING * INTO n;
+    RETURN n;
+END
+$$;
+
+-- True when the op of transaction p_xid is already in a seeded replica's copied state.
+CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgqueue
+AS $$ SELECT coalesce(pg_visible_in_snapshot(p_xid, n.seed_snapshot), false) FROM pgqueue.node n $$;
+
+-- Seed a replica's table from rows of the leader's (jsonb, as to_jsonb gives them). Only the
+-- queue-state tables and the op log; rows already present are an error (seed an empty replica).
+CREATE OR REPLACE FUNCTION pgqueue.seed_rows(p_table text, p_rows jsonb) RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgqueue
+AS $$
+DECLARE
+    v_n int;
+BEGIN
+    IF p_table NOT IN ('job', 'dead_letter', 'stream_config', 'kind_config', 'step_set',
+                       'schedule', 'op_log') THEN
+        RAISE EXCEPTION 'seed_rows: % is not a queue-state table', quote_literal(p_table)
+            USING ERRCODE = '22023';
+    END IF;
+    EXECUTE format('INSERT INTO pgqueue.%I SELECT * FROM jsonb_populate_recordset(NULL::pgqueue.%I, $1)',
+                   p_table, p_table) USING p_rows;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+-- On a replica fed by logical replication: apply each op the subscription inserts into op_log,
+-- unless its seq is already applied (ops arrive in commit order, not seq order, so never skip
+-- by "seq <= last"). Only the apply worker runs with session_replication_role = replica, so
+-- inserts by the follow reader or by hand are left to ingest_op. search_path is pinned: the
+-- apply worker runs with an empty one.
+CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgqueue
+AS $$
+BEGIN
+    IF current_setting('session_replication_role') <> 'replica' THEN
+        RETURN NEW;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgqueue.op_log WHERE seq = NEW.seq) THEN
+        RETURN NULL;
+    END IF;
+    IF NOT pgqueue.reflected(NEW.xid) THEN
+        PERFORM pgqueue.apply_op(NEW.op, NEW.job_id, NEW.lease_id, pgqueue.op_body(NEW));
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- The trigger exists only on replicas (attach creates it, promote drops it), so the leader's
+-- hot path never pays for it.
+CREATE OR REPLACE FUNCTION pgqueue.enable_apply_trigger() RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log;
+    CREATE TRIGGER op_log_apply BEFORE INSERT ON pgqueue.op_log
+        FOR EACH ROW EXECUTE FUNCTION pgqueue.op_log_apply_trigger();
+    ALTER TABLE pgqueue.op_log ENABLE ALWAYS TRIGGER op_log_apply;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.disable_apply_trigger() RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $$;
+
+-- Where each registered replica stands, in ops and seconds behind this leader. With p_upto,
+-- only the ops up to that seq are examined (an index range, not the whole log): applied_seq is
+-- then how far into that prefix the replica is proven to have applied, and the lag figures
+-- count only the prefix. pgqueue.prune_op_log uses it for the prefix it may delete.
+CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT interval '1 day',
+                                       p_wait interval DEFAULT interval '1 second',
+                                       p_upto bigint DEFAULT NULL)
+RETURNS TABLE (name text, method text, applied_seq bigint, lag_ops bigint, lag_seconds float8,
+               active boolean, seen_at timestamptz, stale boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+-- A logical replica's slot confirms WAL positions, not ops, and may confirm a position inside a
+-- transaction that is still to be sent (a keepalive while the walsender waits for WAL), so an
+-- op's insert LSN below the confirmed position does not prove the op applied. Two rules do:
+--  * every transaction visible in a snapshot committed before the WAL insert position read
+--    after it; once the slot confirms that position, all of them are applied (exact figures;
+--    waits up to p_wait for the slot to get there);
+--  * an op below the slot's restart_lsn belongs to a transaction that committed before the
+--    confirmed position (the slot keeps the start of every later one), so it is applied.
+-- Ops neither rule proves count as lag: the figures are exact or an upper bound, never low.
+DECLARE
+    r pgqueue.replica;
+    v_snap pg_snapshot;
+    v_wal pg_lsn;
+    v_confirmed pg_lsn;
+    v_restart pg_lsn;
+    v_active boolean;
+    v_exact boolean;
+    v_deadline timestamptz := clock_timestamp() + p_wait;
+BEGIN
+    v_snap := pg_current_snapshot();
+    v_wal := pg_current_wal_insert_lsn();
+    FOR r IN SELECT * FROM pgqueue.replica ORDER BY replica.name LOOP
+        name := r.name;
+        method := r.method;
+        IF r.method = 'logical' THEN
+            LOOP
+                SELECT s.confirmed_flush_lsn, s.restart_lsn, s.active
+                INTO v_confirmed, v_restart, v_active
+                FROM pg_replication_slots s WHERE s.slot_name = r.slot_name;
+                v_exact := v_confirmed IS NOT NULL AND v_confirmed >= v_wal;
+                EXIT WHEN v_exact OR NOT coalesce(v_active, false) OR clock_timestamp() >= v_deadline;
+                PERFORM pg_sleep(0.005);
+            END LOOP;
+            active := coalesce(v_active, false);
+            seen_at := CASE WHEN active THEN now() ELSE r.seen_at END;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8, min(o.seq) - 1
+            INTO lag_ops, lag_seconds, applied_seq
+            FROM pgqueue.op_log o
+            WHERE o.seq <= coalesce(p_upto, 9223372036854775807)
+              AND NOT ((v_exact AND pg_visible_in_snapshot(o.xid, v_snap))
+                       OR (v_restart IS NOT NULL AND o.lsn < v_restart));
+            IF applied_seq IS NULL THEN
+                -- everything examined is applied; when nothing is kept, whatever was pruned was
+                SELECT coalesce(p_upto, max(o.seq), (SELECT pruned_through FROM pgqueue.node), 0)
+                INTO applied_seq FROM pgqueue.op_log o;
+            END IF;
+        ELSE
+            active := r.seen_at > now() - interval '1 minute';
+            seen_at := r.seen_at;
+            applied_seq := r.confirmed_seq;
+            SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
+            FROM pgqueue.op_log o
+            WHERE o.seq > r.confirmed_seq AND o.seq <= coalesce(p_upto, 9223372036854775807);
+        END IF;
+        lag_seconds := coalesce(lag_seconds, 0);
+        stale := NOT active AND seen_at < now() - p_stale_after;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- queries -----------------------------------------------------------------------------------
+
 -- name: node_get
 -- This database's role, epoch and (for a replica) its leader.
 SELECT role, epoch, name, leader, changed_at FROM pgqueue.node

@@ -1,3 +1,144 @@
+-- settle: A worker settles what it leased: Ack, Nack, Return, MarkUndecodable, Upcast.
+
+-- schema: functions -------------------------------------------------------------------------
+
+-- Ack: the job is done and deleted; its history stays in op_log. Returns the ids acked.
+CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM pgqueue.require_leader();
+    RETURN QUERY
+    -- Rows are locked in id order first, so two statements over overlapping jobs (a batched
+    -- ack and a renewal round of the same worker) wait for each other instead of deadlocking.
+    WITH locked AS MATERIALIZED (
+        SELECT j.id FROM pgqueue.job j
+        JOIN unnest(p_job_ids, p_lease_ids) AS t(job_id, lease_id)
+          ON j.id = t.job_id AND j.lease_id = t.lease_id
+        WHERE j.state = 'leased'
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ), gone AS (
+        DELETE FROM pgqueue.job j USING locked l WHERE j.id = l.id
+        RETURNING j.id, j.lease_id, j.stream
+    ), logged AS (
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+        SELECT g.stream, 'Ack', g.id, g.lease_id, '{}'::jsonb  -- job and lease: the row's columns
+        FROM gone g ORDER BY g.id
+    )
+    SELECT g.id FROM gone g;
+END
+$$;
+
+-- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
+-- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL.
+-- Returns one row (dead?) or none when the lease is no longer current.
+CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_error text, p_retry_in_ms bigint,
+                             p_max_attempts int DEFAULT NULL)
+RETURNS TABLE (dead boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    j     pgqueue.job;
+    v_state text;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    SELECT * INTO j FROM pgqueue.job
+    WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    j.attempts := j.attempts + 1;
+    j.last_error := coalesce(p_error, j.last_error);
+    -- A handler's own limit (app.job(max_attempts=...)) overrides the enqueue-time one.
+    j.max_attempts := coalesce(p_max_attempts, j.max_attempts);
+    IF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
+        v_state := 'dead';
+        UPDATE pgqueue.job SET max_attempts = j.max_attempts WHERE id = j.id;
+        PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step);
+    ELSE
+        j.not_before := v_now + coalesce(p_retry_in_ms, pgqueue.backoff_ms(j.stream, j.attempts))
+                               * interval '1 millisecond';
+        j.not_before := date_trunc('milliseconds', j.not_before);
+        v_state := CASE WHEN j.not_before > v_now THEN 'scheduled' ELSE 'pending' END;
+        UPDATE pgqueue.job
+        SET state = v_state, attempts = j.attempts, max_attempts = j.max_attempts,
+            last_error = j.last_error, not_before = j.not_before, lease_id = NULL, worker_node = NULL,
+            worker_instance = NULL, lease_expires_at = NULL
+        WHERE id = j.id;
+    END IF;
+    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+    VALUES (j.stream, 'Nack', j.id, p_lease_id, pgqueue.outcome_json(j, v_state, v_now));
+    RETURN QUERY SELECT v_state = 'dead';
+END
+$$;
+
+-- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
+CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    j pgqueue.job;
+    i int;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    FOR i IN 1 .. coalesce(cardinality(p_job_ids), 0) LOOP
+        j := pgqueue.leased_job(p_job_ids[i], p_lease_ids[i]);
+        CONTINUE WHEN j.id IS NULL;
+        j.state := 'pending';
+        j.not_before := least(j.not_before, v_now);
+        PERFORM pgqueue.save_job(j, 'ReturnLease', p_lease_ids[i]);
+        RETURN NEXT j.id;
+    END LOOP;
+END
+$$;
+
+-- Worker: this code cannot run the job (unknown_kind, payload_version, step_set_changed).
+-- Costs no attempt. Returns false when the lease is not current.
+CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id bigint, p_reason text,
+                                         p_detail jsonb) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+BEGIN
+    PERFORM pgqueue.require_leader();
+    IF j.id IS NULL THEN
+        RETURN false;
+    END IF;
+    j.state := 'undecodable';
+    j.state_reason := p_reason;
+    j.state_detail := p_detail;
+    PERFORM pgqueue.save_job(j, 'MarkUndecodable', p_lease_id);
+    RETURN true;
+END
+$$;
+
+-- Worker: store an upcast payload and its new schema version as the job resumes.
+CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
+                               p_schema_version int) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+BEGIN
+    PERFORM pgqueue.require_leader();
+    IF j.id IS NULL THEN
+        RETURN false;
+    END IF;
+    j.payload := p_payload;
+    j.schema_version := p_schema_version;
+    PERFORM pgqueue.save_job(j, 'Upcast', p_lease_id,
+                             jsonb_build_object('payload', pgqueue.b64(p_payload)));
+    RETURN true;
+END
+$$;
+
+-- queries -----------------------------------------------------------------------------------
+
 -- name: ack_jobs
 -- Ack many leases at once; returns the job ids whose lease was still current.
 SELECT id FROM pgqueue.ack(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(id)

@@ -1,3 +1,20 @@
+-- worker: Registered worker processes.
+
+-- schema: tables ----------------------------------------------------------------------------
+-- Registered worker processes (liveness only, local to this database; not replicated).
+CREATE TABLE pgqueue.worker (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    node         int NOT NULL,
+    host         text NOT NULL,
+    pid          int NOT NULL,
+    streams      text[] NOT NULL,
+    concurrency  int NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- queries -----------------------------------------------------------------------------------
+
 -- name: register_worker
 -- A worker process announces itself; its id is the worker_instance of its leases.
 INSERT INTO pgqueue.worker (node, host, pid, streams, concurrency)

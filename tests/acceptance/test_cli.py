@@ -20,7 +20,7 @@ import pytest
 from click.testing import Result
 
 import pgqueue
-from pgqueue import queries, schema
+from pgqueue import connection, queries, schema
 from pgqueue.embedded import EmbeddedServer
 from tests.acceptance.clihelp import as_json, ok, run
 from tests.pgbed import Bed
@@ -353,25 +353,35 @@ def test_db_upgrade_current_downgrade_on_an_empty_database(empty_dsn: str) -> No
 def test_db_downgrade_answers_yes_at_the_prompt(empty_dsn: str) -> None:
     ok(empty_dsn, "db", "upgrade")
     ok(empty_dsn, "db", "downgrade", "-1", input="y\n")
-    assert schema.current(empty_dsn) == "0002"  # one revision down from head (0003)
+    below_head = f"{int(schema.head()) - 1:04d}"
+    assert schema.current(empty_dsn) == below_head  # one revision down from head
     ok(empty_dsn, "db", "downgrade", "base", input="y\n")
     assert schema.current(empty_dsn) is None
 
 
 def test_db_sql_prints_the_install_sql_without_connecting() -> None:
     out = ok(UNREACHABLE, "db", "sql").stdout
-    versions = schema.migrations_dir() / "versions"
-    ups = sorted(p for p in versions.glob("*.sql") if not p.name.endswith(".down.sql"))
-    assert ups
-    positions = []
-    for path in ups:
-        text = path.read_text(encoding="utf-8").strip()
-        assert text in out
-        positions.append(out.index(text))
-    assert positions == sorted(positions)
-    for down in versions.glob("*.down.sql"):
-        assert down.read_text(encoding="utf-8").strip() not in out
-    assert "CREATE SCHEMA" in out
+    assert out.strip() == queries.install_sql().strip()
+    assert "CREATE SCHEMA" in out and "CREATE OR REPLACE FUNCTION pgqueue.lease(" in out
+    # every stage's tables come before any function, in the stages' install order
+    assert out.index("CREATE TABLE pgqueue.worker") < out.index("CREATE OR REPLACE FUNCTION")
+    stage = ok(UNREACHABLE, "db", "sql", "--stage", "lease").stdout
+    assert "FUNCTION pgqueue.lease(" in stage and "FUNCTION pgqueue.enqueue(" not in stage
+    assert_one_line_error(run(UNREACHABLE, "db", "sql", "--stage", "nope"), 2, "nope")
+    down = ok(UNREACHABLE, "db", "sql", "--down").stdout
+    assert "DROP TABLE pgqueue.schema_history" in down
+    assert down.index("0004_schema_history.down.sql") < down.index("0001_core.down.sql")
+
+
+def test_db_sql_output_installs_the_schema_through_psql_alone(empty_dsn: str, dsn: str) -> None:
+    """What `db sql` prints is a complete install: run as one script it yields the catalog of
+    `db upgrade` (alembic's version table aside)."""
+    script = ok(UNREACHABLE, "db", "sql").stdout
+    with connection.connect(empty_dsn) as conn:
+        queries.run_script(conn, script)
+    by_script = schema.catalog(empty_dsn)
+    assert "function pgqueue.lease(text,integer,bigint,integer,integer)" in by_script
+    assert schema.catalog_diff(schema.catalog(dsn), by_script) == []
 
 
 # -- connection problems and the DSN ----------------------------------------------------------

@@ -36,7 +36,7 @@ from hypothesis.stateful import (
 from psycopg.types.json import Jsonb
 
 import pgqueue
-from pgqueue import connection, deadletter, enqueue, inspect, operate, reclaim, settle
+from pgqueue import connection, deadletter, enqueue, observe, operate, reclaim, settle
 from pgqueue import lease as lease_stage
 from pgqueue.queries import Conn
 from tests.pgbed import Bed
@@ -331,7 +331,7 @@ class Workload:
         return row
 
     def job(self, job_id: int) -> pgqueue.JobInfo | None:
-        return inspect.job(self.conn, job_id)
+        return observe.job(self.conn, job_id)
 
     def live_holder(self, stream: str, key: bytes) -> int | None:
         row = self.conn.execute(
@@ -592,7 +592,7 @@ class Workload:
         self.note(a.what)
 
     def do_configure(self, a: Configure) -> None:
-        inspect.configure_stream(self.conn, STREAMS[a.stream], retry_base=a.retry_base,
+        operate.configure_stream(self.conn, STREAMS[a.stream], retry_base=a.retry_base,
                                  retry_cap=a.retry_cap, quarantine_after=a.quarantine_after)
         self.note("configured")
 

@@ -1,13 +1,15 @@
 """Schema management: upgrade, downgrade, current, and refusing a missing or newer schema."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 from psycopg.types.json import Jsonb
 
 import pgqueue
-from pgqueue import connection, schema
+from pgqueue import connection, queries, schema
 from tests.integration.test_oplog import assert_identical, op_count
 from tests.pgbed import Bed
 
@@ -137,3 +139,177 @@ def test_downgrade_from_0003_puts_every_enqueue_body_back(bed: Bed) -> None:
     finally:
         bed.drop(source)
         bed.drop(target)
+
+
+# -------------------------------------------------------------------------------------------
+# One current source: a fresh install and the revisions build the same catalog
+# -------------------------------------------------------------------------------------------
+
+def revisions() -> list[str]:
+    """Every revision id, oldest first."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(schema.migrations_dir()))
+    return [r.revision for r in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions()))]
+
+
+def assert_same(a: dict[str, str], b: dict[str, str], names: tuple[str, str]) -> None:
+    diff = schema.catalog_diff(a, b, names=names)
+    assert not diff, "catalogs differ:\n" + "\n".join(diff)
+
+
+def test_the_revisions_and_a_fresh_install_build_the_same_catalog(bed: Bed, dsn: str) -> None:
+    by_revisions = bed.new_database(migrated=False)
+    try:
+        schema.upgrade_by_revisions(by_revisions)
+        assert schema.current(by_revisions) == schema.head()
+        installed = schema.catalog(dsn)  # the template: installed from pgqueue/sql/ at head
+        assert len([k for k in installed if k.startswith("function ")]) > 50
+        assert_same(schema.catalog(by_revisions), installed, ("revisions", "install"))
+    finally:
+        bed.drop(by_revisions)
+
+
+@pytest.mark.parametrize("revision", revisions()[:-1])
+def test_a_downgrade_to_each_revision_and_back_round_trips(bed: Bed, dsn: str,
+                                                           revision: str) -> None:
+    """Down from head to `revision` gives the catalog that building up to it gives (old code
+    from its frozen file, old tables from the down deltas); back up gives head's again."""
+    up_to = bed.new_database(migrated=False)
+    try:
+        schema.upgrade(up_to, revision)
+        head_catalog = schema.catalog(dsn)
+        run_sql(dsn, enqueue_sql("r"))  # data for the down deltas to carry
+        schema.downgrade(dsn, revision)
+        assert schema.current(dsn) == revision
+        assert_same(schema.catalog(up_to), schema.catalog(dsn), ("upgraded to", "downgraded to"))
+        schema.upgrade(dsn)
+        assert_same(head_catalog, schema.catalog(dsn), ("head", "down and up again"))
+    finally:
+        bed.drop(up_to)
+
+
+def test_the_catalog_diff_names_each_object_that_differs(bed: Bed, dsn: str) -> None:
+    changed = bed.new_database()
+    try:
+        run_sql(changed, (
+            "DROP INDEX pgqueue.job_leased_idx",
+            "ALTER TABLE pgqueue.job ALTER COLUMN max_attempts SET DEFAULT 7",
+            "CREATE OR REPLACE FUNCTION pgqueue.b64(b bytea) RETURNS text LANGUAGE sql "
+            "IMMUTABLE AS $$ SELECT encode(b, 'base64') $$",
+            "ALTER FUNCTION pgqueue.reclaim_expired(int) SET search_path = pg_catalog",
+        ))
+        diff = schema.catalog_diff(schema.catalog(dsn), schema.catalog(changed),
+                                   names=("head", "changed"))
+        keys = sorted(entry.split(":")[0] for entry in diff)
+        assert keys == ["column job.max_attempts", "function pgqueue.b64(bytea)",
+                        "function pgqueue.reclaim_expired(integer)", "index job_leased_idx"]
+        assert any("default 7" in entry for entry in diff)
+    finally:
+        bed.drop(changed)
+
+
+def test_a_downgrade_to_base_leaves_no_pgqueue_object(dsn: str) -> None:
+    schema.downgrade(dsn, "base")
+    assert schema.catalog(dsn) == {"schema pgqueue": ""}
+
+
+def test_every_revision_but_head_has_its_frozen_code() -> None:
+    code = schema.migrations_dir() / "versions" / "code"
+    *older, newest = revisions()
+    assert newest == schema.head() == connection.SCHEMA_REVISION
+    assert sorted(p.stem for p in code.glob("*.sql")) == older
+    for rev in older:
+        assert (code / f"{rev}.sql").read_text().startswith("-- GENERATED FILE: do not edit.")
+
+
+def test_starting_a_revision_freezes_the_code_and_writes_only_a_delta(tmp_path: Path) -> None:
+    from pgqueue_migrations import new
+
+    versions = tmp_path / "versions"
+    shutil.copytree(schema.migrations_dir() / "versions", versions,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    head = schema.head()
+    assert new.main(["add_thing", "Add a thing.", "--compatible", "--versions", str(versions)]) == 0
+    nxt = f"{int(head) + 1:04d}"
+    frozen = (versions / "code" / f"{head}.sql").read_text()
+    assert queries.code_sql() in frozen
+    module = (versions / f"{nxt}_add_thing.py").read_text()
+    assert f'down_revision = "{head}"' in module and "compatible=True" in module
+    assert (versions / f"{nxt}_add_thing.sql").exists()
+    with pytest.raises(SystemExit, match="already frozen"):
+        new.freeze(head, nxt, versions)
+
+
+# -------------------------------------------------------------------------------------------
+# Rolling upgrades: a release runs on a newer schema when the revisions past it are compatible
+# -------------------------------------------------------------------------------------------
+
+PROBE_DELTA = """
+ALTER TABLE pgqueue.job ADD COLUMN test_note text NOT NULL DEFAULT '';
+CREATE INDEX job_test_note_idx ON pgqueue.job (stream, test_note) WHERE test_note <> '';
+CREATE TABLE pgqueue.test_probe (id bigint PRIMARY KEY);
+"""
+PROBE_UNDO = """
+DROP TABLE pgqueue.test_probe;
+DROP INDEX pgqueue.job_test_note_idx;
+ALTER TABLE pgqueue.job DROP COLUMN test_note;
+"""
+
+
+def migrations_with_probe(tmp_path: Path, *, compatible: bool) -> Path:
+    """A copy of the migrations with one more, test-only revision after head: new column with
+    a default, a new index and a new table (additive), marked compatible or not."""
+    from pgqueue_migrations import new
+
+    location = tmp_path / "migrations"
+    shutil.copytree(schema.migrations_dir(), location,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    args = ["test_probe", "--versions", str(location / "versions")]
+    assert new.main([*args, "--compatible"] if compatible else args) == 0
+    nxt = f"{int(schema.head()) + 1:04d}"
+    (location / "versions" / f"{nxt}_test_probe.sql").write_text(PROBE_DELTA)
+    (location / "versions" / f"{nxt}_test_probe.down.sql").write_text(PROBE_UNDO)
+    return location
+
+
+def test_a_compatible_newer_revision_is_accepted_and_recorded(dsn: str, tmp_path: Path) -> None:
+    location = migrations_with_probe(tmp_path, compatible=True)
+    probe = schema.head(location)
+    before = schema.catalog(dsn)
+    schema.upgrade(dsn, "head", location=location)
+    assert schema.current(dsn) == probe
+    with pgqueue.Queue(dsn) as q:  # this library, one revision behind the schema
+        job_id = q.enqueue("x")
+        (lease,) = q.lease(limit=1)
+        q.ack(lease)
+        assert lease.job_id == job_id
+    with connection.connect(dsn) as conn:
+        rows = conn.execute("SELECT revision, compatible_from FROM pgqueue.schema_history "
+                            "ORDER BY revision").fetchall()
+    assert rows[-1] == (probe, "0003")
+    schema.downgrade(dsn, connection.SCHEMA_REVISION, location=location)
+    assert_same(before, schema.catalog(dsn), ("before", "up to the probe and down"))
+
+
+def test_an_incompatible_newer_revision_is_refused_naming_both(dsn: str, tmp_path: Path) -> None:
+    location = migrations_with_probe(tmp_path, compatible=False)
+    probe = schema.head(location)
+    schema.upgrade(dsn, "head", location=location)
+    with pytest.raises(pgqueue.SchemaTooNew) as refused:
+        pgqueue.Queue(dsn)
+    message = str(refused.value)
+    assert probe in message and connection.SCHEMA_REVISION in message
+    assert f"pip install -U {connection.DISTRIBUTION}" in message
+
+
+def test_an_older_schema_is_refused_naming_both_and_the_command(dsn: str) -> None:
+    older = revisions()[-2]
+    schema.downgrade(dsn, older)
+    with pytest.raises(pgqueue.SchemaMissing) as refused:
+        pgqueue.Queue(dsn)
+    message = str(refused.value)
+    assert older in message and connection.SCHEMA_REVISION in message
+    assert "pgqueue db upgrade" in message

@@ -12,7 +12,8 @@ PKG = Path(queries.__file__).resolve().parent
 
 def test_catalog_loads_every_stage() -> None:
     stages = {q.stage for q in queries.catalog().values()}
-    assert {"enqueue", "lease", "settle", "reclaim", "deadletter", "oplog", "inspect", "meta"} <= stages
+    assert {"enqueue", "lease", "settle", "reclaim", "deadletter", "oplog", "observe",
+            "schema"} <= stages
 
 
 def test_every_query_named_in_code_exists() -> None:
@@ -29,3 +30,42 @@ def test_no_module_but_queries_executes_sql() -> None:
     offenders = [p.name for p in PKG.glob("*.py")
                  if p.name != "queries.py" and re.search(r"\.execute\(|\.cursor\(", p.read_text())]
     assert offenders == []
+
+
+_CODE = re.compile(r"^CREATE (?:OR REPLACE )?(?:FUNCTION|VIEW|TRIGGER)\b", re.MULTILINE)
+_STATE = re.compile(r"^(?:CREATE|ALTER|DROP) (?:TABLE|(?:UNIQUE )?INDEX|SEQUENCE|SCHEMA)\b",
+                    re.MULTILINE)
+
+
+def test_every_schema_object_stands_in_its_section_once() -> None:
+    """Tables in the tables sections, functions and views (all CREATE OR REPLACE, so a
+    revision can reload them) in the functions sections, each defined in one place only."""
+    defined: dict[str, str] = {}
+    for part in queries.schema_parts():
+        assert not _CODE.search(part.tables), f"{part.stage}.sql: code among its tables"
+        assert not _STATE.search(part.functions), f"{part.stage}.sql: a table among its functions"
+        assert not re.search(r"^CREATE (FUNCTION|VIEW)\b", part.functions, re.MULTILINE), (
+            f"{part.stage}.sql: a function or view without OR REPLACE cannot be reloaded")
+        for name in re.findall(r"^CREATE (?:OR REPLACE )?(?:FUNCTION|VIEW|TABLE) (pgqueue\.\w+)",
+                               part.tables + part.functions, re.MULTILINE):
+            assert name not in defined, f"{name} defined in {defined[name]} and {part.stage}"
+            defined[name] = part.stage
+    assert "pgqueue.lease" in defined and defined["pgqueue.lease"] == "lease"
+
+
+def test_no_ddl_after_the_queries_of_a_stage() -> None:
+    for path in sorted(PKG.joinpath("sql").glob("*.sql")):
+        text = path.read_text()
+        first = re.search(r"^-- name:", text, re.MULTILINE)
+        if first:
+            assert not _CODE.search(text[first.start():]), f"{path.name}: DDL among the queries"
+
+
+def test_revisions_never_define_a_function() -> None:
+    """A revision's SQL changes tables only; its code comes from the current files or the
+    generated frozen copy of an earlier revision, never from a body typed again."""
+    versions = PKG.parent / "migrations" / "versions"
+    files = sorted(versions.glob("*.sql"))
+    assert files
+    for path in files:
+        assert not _CODE.search(path.read_text()), f"{path.name} defines code"

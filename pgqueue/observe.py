@@ -1,4 +1,7 @@
-"""Read-only views for people and programs: one job, lists, stats, stream settings."""
+"""Observe the queue: one job, lists of jobs, counts by stream and state (read-only).
+
+(Named observe, not inspect, so it never shadows the standard library's module.)
+"""
 from __future__ import annotations
 
 from pgqueue import queries, validate
@@ -33,16 +36,3 @@ def stats(conn: queries.Conn) -> list[StreamStats]:
                     oldest_age_seconds=r["oldest_age_seconds"])
         for r in queries.fetch(conn, "stats")
     ]
-
-
-def configure_stream(conn: queries.Conn, stream: str, *, retry_base: float | None = None,
-                     retry_cap: float | None = None, quarantine_after: int | None = None) -> None:
-    """Set a stream's retry backoff (seconds) and crash quarantine threshold."""
-    validate.stream(stream)
-    queries.fetch(conn, "configure_stream", {
-        "stream": stream,
-        "retry_base_ms": None if retry_base is None else validate.to_ms(retry_base, "retry_base"),
-        "retry_cap_ms": None if retry_cap is None else validate.to_ms(retry_cap, "retry_cap"),
-        "quarantine_after": None if quarantine_after is None
-        else validate.integer(quarantine_after, "quarantine_after", low=1),
-    })

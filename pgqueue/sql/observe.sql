@@ -18,8 +18,3 @@ SELECT stream, state, count(*) AS count,
 FROM pgqueue.jobs
 GROUP BY stream, state
 ORDER BY stream, state
-
--- name: configure_stream
--- Per-stream retry backoff and quarantine threshold (NULL keeps the current value).
-SELECT * FROM pgqueue.configure_stream(%(stream)s::text, %(retry_base_ms)s::bigint, %(retry_cap_ms)s::bigint,
-                                       %(quarantine_after)s::int)

@@ -1,0 +1,100 @@
+"""How a revision runs: a small hand-written delta for the tables, then the code reloaded whole.
+
+A schema has two kinds of objects. *State* (tables, indexes, sequences, rows) cannot be
+recreated without losing data, so each revision changes it with a delta of plain SQL a DBA can
+read: `versions/NNNN_slug.sql` up and `versions/NNNN_slug.down.sql` down. *Code* (functions and
+views) holds no data, so a revision never re-types a body: after its delta it reloads the code
+of the revision it lands on, and drops every pgqueue function or view that code does not
+define. The code of the newest revision is the current source, pgqueue/sql/<stage>.sql; the
+code of every older revision is a generated file, `versions/code/NNNN.sql`, frozen from the
+current source by `python -m pgqueue_migrations.new` before the source moves on.
+
+The code is loaded with CREATE OR REPLACE, which keeps each function's identity, so processes
+that are running while a database upgrades keep calling the functions they know (a rolling
+upgrade); what that code did not define is told by the catalog rows it left in place.
+
+Each revision also records in pgqueue.schema_history the oldest revision whose code runs on it
+(`compatible_from`): a backward-compatible revision keeps its predecessor's, any other starts
+afresh. The library reads it to accept a database one or more compatible revisions newer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alembic import op
+
+from pgqueue import queries
+
+
+def _driver() -> Any:
+    driver = op.get_bind().connection.driver_connection
+    assert driver is not None
+    return driver
+
+
+def code_of(revision: str, versions: Path) -> str:
+    """The functions and views of `revision`: its frozen file, or the current source."""
+    frozen = versions / "code" / f"{revision}.sql"
+    if frozen.exists():
+        return frozen.read_text(encoding="utf-8")
+    return queries.code_sql()
+
+
+def load_code(revision: str, versions: Path) -> None:
+    """Make the schema's functions and views exactly those of `revision`."""
+    conn = _driver()
+    # Frozen files list functions by name, not in call order: SQL bodies are checked when
+    # first called instead of at creation (the current source is checked by a fresh install).
+    queries.fetch(conn, "check_function_bodies", {"on": "off"})
+    queries.fetch(conn, "code_load_begin")
+    queries.run_script(conn, code_of(revision, versions))
+    queries.fetch(conn, "check_function_bodies", {"on": "on"})
+    queries.fetch(conn, "drop_schema_leftovers")
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One revision: its id, the one before, its files' folder, and its compatibility."""
+
+    id: str
+    down: str | None
+    slug: str
+    versions: Path
+    #: True when code written for `down` keeps working on this revision (additive changes
+    #: only: new nullable or defaulted columns, new tables, functions and indexes).
+    compatible: bool = False
+
+    def _run(self, suffix: str) -> None:
+        path = self.versions / f"{self.id}_{self.slug}{suffix}"
+        if path.exists():
+            queries.run_script(_driver(), path.read_text(encoding="utf-8"))
+
+    def upgrade(self) -> None:
+        self._run(".sql")
+        load_code(self.id, self.versions)
+        self._record()
+
+    def downgrade(self) -> None:
+        self._run(".down.sql")
+        if self.down is not None:
+            load_code(self.down, self.versions)
+            self._forget()
+
+    def _has_history(self) -> bool:
+        return bool(queries.scalar(_driver(), "schema_history_exists"))
+
+    def _record(self) -> None:
+        if not self._has_history():
+            return  # revisions before 0004 kept no history
+        since = self.id
+        if self.compatible and self.down is not None:
+            found = queries.scalar(_driver(), "schema_history_compatible_from",
+                                   {"revision": self.down})
+            since = found or self.down
+        queries.fetch(_driver(), "schema_history_put", {"revision": self.id, "since": since})
+
+    def _forget(self) -> None:
+        if self._has_history():
+            queries.fetch(_driver(), "schema_history_delete", {"revision": self.id})

@@ -1,0 +1,2 @@
+-- Undo 0004.
+DROP TABLE pgqueue.schema_history;
