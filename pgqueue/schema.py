@@ -22,7 +22,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy import create_engine, pool
 
 from pgqueue import connection, queries
-from pgqueue.errors import SchemaTooNew
+from pgqueue.errors import SchemaError, SchemaTooNew
 
 
 def migrations_dir() -> Path:
@@ -97,6 +97,12 @@ def install(dsn: str) -> None:
     """Install the current schema into a database that has none, stamped at head (one
     transaction: a failure leaves nothing behind)."""
     with _alembic(dsn) as (cfg, conn):
+        if queries.scalar(conn, "schema_has_tables"):
+            raise SchemaError(
+                f"the database {connection.describe(dsn)} has pgqueue tables but no revision "
+                "stamp (installed by hand from `pgqueue db sql`?), so its revision is unknown; "
+                "nothing was changed. Install with `pgqueue db upgrade`, which stamps the "
+                "revision, into a database without the pgqueue schema")
         queries.run_script(conn, queries.install_sql())
         command.stamp(cfg, "head")
         queries.fetch(conn, "schema_history_put",

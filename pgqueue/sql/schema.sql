@@ -35,6 +35,10 @@ SELECT current_setting('server_version') AS version
 SELECT h.compatible_from FROM pgqueue.alembic_version v
 JOIN pgqueue.schema_history h ON h.revision = v.version_num
 
+-- name: schema_has_tables
+-- Whether pgqueue's tables exist (a database without a revision stamp may still hold them).
+SELECT to_regclass('pgqueue.job') IS NOT NULL AS exists
+
 -- name: schema_history_exists
 SELECT to_regclass('pgqueue.schema_history') IS NOT NULL AS exists
 

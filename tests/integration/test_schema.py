@@ -313,3 +313,13 @@ def test_an_older_schema_is_refused_naming_both_and_the_command(dsn: str) -> Non
     message = str(refused.value)
     assert older in message and connection.SCHEMA_REVISION in message
     assert "pgqueue db upgrade" in message
+
+
+def test_an_install_over_unstamped_tables_changes_nothing_and_says_why(empty_dsn: str) -> None:
+    with connection.connect(empty_dsn) as conn:
+        queries.run_script(conn, queries.install_sql())
+        conn.execute("INSERT INTO pgqueue.stream_config (stream) VALUES ('kept')")
+    with pytest.raises(pgqueue.SchemaError, match="no revision stamp"):
+        pgqueue.migrate(empty_dsn)
+    with connection.connect(empty_dsn) as conn:
+        assert conn.execute("SELECT stream FROM pgqueue.stream_config").fetchall() == [("kept",)]
