@@ -66,11 +66,17 @@ def head(versions: Path = VERSIONS) -> str:
     return max(ids)
 
 
-def freeze(revision: str, next_revision: str, versions: Path = VERSIONS) -> Path:
-    """Write versions/code/<revision>.sql from the current source; refuse to overwrite."""
+def freeze(revision: str, next_revision: str, versions: Path = VERSIONS) -> Path | None:
+    """Write versions/code/<revision>.sql from the current source; refuse to overwrite. When
+    the code is the same as the revision below's, write nothing (it shares that file)."""
+    from pgqueue_migrations.revision import code_file
+
     target = versions / "code" / f"{revision}.sql"
     if target.exists():
         raise SystemExit(f"{target} exists: revision {revision} is already frozen")
+    below = code_file(f"{int(revision) - 1:04d}", versions) if int(revision) > 1 else None
+    if below is not None and below.read_text(encoding="utf-8").endswith(queries.code_sql()):
+        return None
     target.parent.mkdir(exist_ok=True)
     target.write_text(FROZEN_HEADER.format(rev=revision, next=next_revision) + queries.code_sql(),
                       encoding="utf-8")
@@ -99,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     for suffix, text in ((".sql", f"-- pgqueue {new}: the tables' delta (state only).\n"),
                          (".down.sql", f"-- Undo {new}'s tables.\n")):
         (versions / f"{new}_{args.slug}{suffix}").write_text(text, encoding="utf-8")
-    print(f"froze {frozen.name}; wrote {module.name} and its .sql/.down.sql; now edit "
+    what = f"froze {frozen.name}" if frozen else f"code of {down} unchanged since the revision below"
+    print(f"{what}; wrote {module.name} and its .sql/.down.sql; now edit "
           f"pgqueue/sql/, the delta, and SCHEMA_REVISION = {new!r}")
     return 0
 

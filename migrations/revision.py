@@ -7,7 +7,8 @@ views) holds no data, so a revision never re-types a body: after its delta it re
 of the revision it lands on, and drops every pgqueue function or view that code does not
 define. The code of the newest revision is the current source, pgqueue/sql/<stage>.sql; the
 code of every older revision is a generated file, `versions/code/NNNN.sql`, frozen from the
-current source by `python -m pgqueue_migrations.new` before the source moves on.
+current source by `python -m pgqueue_migrations.new` before the source moves on (a revision
+that changed no code has none: it shares the newest frozen code below it).
 
 The code is loaded with CREATE OR REPLACE, which keeps each function's identity, so processes
 that are running while a database upgrades keep calling the functions they know (a rolling
@@ -34,12 +35,28 @@ def _driver() -> Any:
     return driver
 
 
+def _later_revision_exists(revision: str, versions: Path) -> bool:
+    return any(p.name[:4].isdigit() and int(p.name[:4]) > int(revision)
+               for p in versions.glob("[0-9][0-9][0-9][0-9]_*.py"))
+
+
+def code_file(revision: str, versions: Path) -> Path | None:
+    """The frozen file holding `revision`'s code, or None for the head (the current source).
+    A revision that changed no code has no file of its own: it has the code of the newest
+    frozen revision below it (revision ids are consecutive)."""
+    if not _later_revision_exists(revision, versions):
+        return None
+    for number in range(int(revision), 0, -1):
+        frozen = versions / "code" / f"{number:04d}.sql"
+        if frozen.exists():
+            return frozen
+    raise RuntimeError(f"no frozen code for revision {revision} in {versions / 'code'}")
+
+
 def code_of(revision: str, versions: Path) -> str:
     """The functions and views of `revision`: its frozen file, or the current source."""
-    frozen = versions / "code" / f"{revision}.sql"
-    if frozen.exists():
-        return frozen.read_text(encoding="utf-8")
-    return queries.code_sql()
+    frozen = code_file(revision, versions)
+    return queries.code_sql() if frozen is None else frozen.read_text(encoding="utf-8")
 
 
 def load_code(revision: str, versions: Path) -> None:

@@ -217,16 +217,23 @@ def test_a_downgrade_to_base_leaves_no_pgqueue_object(dsn: str) -> None:
 
 
 def test_every_revision_but_head_has_its_frozen_code() -> None:
-    code = schema.migrations_dir() / "versions" / "code"
+    from pgqueue_migrations.revision import code_file
+
+    versions = schema.migrations_dir() / "versions"
     *older, newest = revisions()
     assert newest == schema.head() == connection.SCHEMA_REVISION
-    assert sorted(p.stem for p in code.glob("*.sql")) == older
+    assert code_file(newest, versions) is None  # the head's code is pgqueue/sql/
     for rev in older:
-        assert (code / f"{rev}.sql").read_text().startswith("-- GENERATED FILE: do not edit.")
+        frozen = code_file(rev, versions)
+        assert frozen is not None and int(frozen.stem) <= int(rev)
+        assert frozen.read_text().startswith("-- GENERATED FILE: do not edit.")
+    # a revision shares the file below it only when that is not another revision's own
+    assert {p.stem for p in (versions / "code").glob("*.sql")} <= set(older)
 
 
 def test_starting_a_revision_freezes_the_code_and_writes_only_a_delta(tmp_path: Path) -> None:
     from pgqueue_migrations import new
+    from pgqueue_migrations.revision import code_file
 
     versions = tmp_path / "versions"
     shutil.copytree(schema.migrations_dir() / "versions", versions,
@@ -234,11 +241,13 @@ def test_starting_a_revision_freezes_the_code_and_writes_only_a_delta(tmp_path: 
     head = schema.head()
     assert new.main(["add_thing", "Add a thing.", "--compatible", "--versions", str(versions)]) == 0
     nxt = f"{int(head) + 1:04d}"
-    frozen = (versions / "code" / f"{head}.sql").read_text()
-    assert queries.code_sql() in frozen
+    frozen = code_file(head, versions)  # its own file, or the one below when code is unchanged
+    assert frozen is not None and frozen.read_text().endswith(queries.code_sql())
+    assert code_file(nxt, versions) is None
     module = (versions / f"{nxt}_add_thing.py").read_text()
     assert f'down_revision = "{head}"' in module and "compatible=True" in module
     assert (versions / f"{nxt}_add_thing.sql").exists()
+    (versions / "code" / f"{head}.sql").write_text("-- frozen")
     with pytest.raises(SystemExit, match="already frozen"):
         new.freeze(head, nxt, versions)
 
@@ -289,7 +298,7 @@ def test_a_compatible_newer_revision_is_accepted_and_recorded(dsn: str, tmp_path
     with connection.connect(dsn) as conn:
         rows = conn.execute("SELECT revision, compatible_from FROM pgqueue.schema_history "
                             "ORDER BY revision").fetchall()
-    assert rows[-1] == (probe, "0003")
+    assert rows[-1] == (probe, schema.compatible_from(connection.SCHEMA_REVISION))
     schema.downgrade(dsn, connection.SCHEMA_REVISION, location=location)
     assert_same(before, schema.catalog(dsn), ("before", "up to the probe and down"))
 

@@ -1,0 +1,1 @@
+-- Undo 0005's tables.

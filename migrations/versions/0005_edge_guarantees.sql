@@ -1,0 +1,1 @@
+-- pgqueue 0005: the tables' delta (state only).
