@@ -42,9 +42,9 @@ class Held:
 
     `state_lock` guards the in-memory fields (held briefly); `write_lock` serialises database
     writes about this job, so a renewal carrying an older checkpoint can never land after a
-    step-boundary write."""
+    step-boundary write. The order they are taken in, and who takes them: pgqueue/held.py."""
 
-    __slots__ = ("acking", "checkpoint", "flushed_version", "lease", "lost", "payload", "running",
+    __slots__ = ("acking", "checkpoint", "flushed_version", "lease", "lost", "payload",
                  "state_lock", "version", "visibility_timeout", "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
@@ -55,8 +55,7 @@ class Held:
         self.version = 0          # bumped on every in-memory checkpoint change
         self.flushed_version = 0  # the version the database holds
         self.lost = Flag()
-        self.acking = False       # handed to the worker's acker; renewals stop
-        self.running = False      # a handler thread is running it
+        self.acking = Flag()      # handed to the worker's acker; renewals stop
         self.state_lock = threading.Lock()
         self.write_lock = threading.Lock()
 
@@ -89,7 +88,7 @@ class Held:
 
 
 class Settler(Protocol):
-    """The database writes a running job needs (implemented by the worker)."""
+    """The database writes a running job needs (the worker's: pgqueue.settler.JobSettler)."""
 
     def write_checkpoint(self, held: Held) -> None: ...
     def ack(self, held: Held) -> None: ...

@@ -708,7 +708,8 @@ def test_a_worker_registers_itself_and_its_handlers_and_deregisters_on_stop(
     assert q.workers() == []
 
 
-def test_a_handler_thread_survives_an_error_outside_the_handler(dsn: str, q: pgqueue.Queue) -> None:
+def test_a_handler_thread_survives_an_error_outside_the_handler(
+        dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     """An unexpected error while settling a job (here: the first nack's write fails) must not
     kill the handler thread: the worker keeps its concurrency and runs the next job."""
     app = pgqueue.App()
@@ -720,26 +721,29 @@ def test_a_handler_thread_survives_an_error_outside_the_handler(dsn: str, q: pgq
             raise RuntimeError("boom")
         done.append(job.job_id)
 
-    class BrokenOnce(pgqueue.Worker):
-        broken = False
-
-        def _settle(self, held: Any, what: str, fn: Any) -> Any:
-            if what == "nack" and not self.broken:
-                self.broken = True
-                raise RuntimeError("the nack could not be written")
-            return super()._settle(held, what, fn)
-
     q.enqueue({"n": 0}, kind="flaky")
-    worker = BrokenOnce(app, dsn, concurrency=1, poll_interval=0.05, maintenance=False)
+    worker = pgqueue.Worker(app, dsn, concurrency=1, poll_interval=0.05, maintenance=False)
+    settler = worker._settler
+    write = settler.write
+    broken = threading.Event()
+
+    def write_but_break_the_first_nack(held: Any, what: str, fn: Any) -> Any:
+        if what == "nack" and not broken.is_set():
+            broken.set()
+            raise RuntimeError("the nack could not be written")
+        return write(held, what, fn)
+
+    monkeypatch.setattr(settler, "write", write_but_break_the_first_nack)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + 5
-        while not worker.broken and time.monotonic() < deadline:
+        while not broken.is_set() and time.monotonic() < deadline:
             time.sleep(0.02)
         second = q.enqueue({"n": 1}, kind="flaky")
         while second not in done and time.monotonic() < deadline + 5:
             time.sleep(0.02)
+        assert broken.is_set(), "the first nack was never attempted"
         assert second in done  # the only handler thread is still alive
     finally:
         worker.stop()

@@ -1,0 +1,279 @@
+"""Held leases: the worker's table of the jobs it has leased and not yet let go of.
+
+A lease is held from the lease call that returned it until its ack is written, its handler
+ends without an ack (nack, undecodable, lost), or the drain gives it back. While held it
+counts against the worker's capacity and is renewed. This module owns that table and the
+thread roles that work on many held leases at once: capacity reservations for the lease
+loops, the renewer's batched renewal, the acker's batched acks, and the drain's give-back.
+The lifecycle that starts these threads is in worker.py; the per-job writes a running job
+makes are in settler.py.
+
+Lock discipline
+---------------
+The worker's locks, in the one order a thread may take them (never the reverse):
+
+1. ``Held.write_lock``, one per job (steps.py): serialises the database writes about that
+   job (renewal, checkpoint write, nack, upcast, mark undecodable, give-back), so a renewal
+   carrying an older checkpoint can never land after a step-boundary write. Held across the
+   write's database round trip; that is what it is for. A handler thread takes only its own
+   job's; the renewer and the drain take many, always in ascending lease id, so they cannot
+   deadlock each other.
+2. ``Held.state_lock``, one per job (steps.py): guards the in-memory checkpoint and its
+   version counters (``version``, ``flushed_version``). Held for a few attribute reads and
+   writes: alone by the handler thread (``advance``), or inside ``write_lock`` to snapshot
+   before a write and mark it flushed after.
+3. ``Worker._failover_lock`` (worker.py): one failover at a time. Held across connecting to
+   the candidate leaders; taken inside a ``write_lock`` when that write finds a replica.
+
+And leaves, never held while taking another lock, a database round trip, or a log call:
+
+- ``HeldLeases._lock``, one per worker: guards ``_held`` (the table), ``_reserved``
+  (capacity promised to lease calls in flight) and ``_processed``. Held for dict and
+  counter operations only (not even a queue put).
+- the ``Wakeup`` condition (wakeup.py): guards its generation counter.
+
+Who touches the table: the lease loops (``reserve`` before a lease call, ``admit`` after
+it); handler threads (``release`` of a job that ended without an ack; ``ack`` hands one to
+the acker, without the lock); the acker (``release`` per ack batch); the renewer
+(``renew_round`` copies the table under the lock, then takes write locks); the drain, on
+the main thread after the lease loops ended (``acks_pending``, ``unfinished``,
+``give_back``); any thread (``len``, ``processed``).
+
+On the hot path no job takes the table lock on its own: a lease loop takes it twice per
+lease batch and the acker once per ack batch.
+
+Flags shared between threads are ``steps.Flag``: one-way (never cleared), so any thread may
+set or read one without a lock. ``Held.lost`` is set by whoever learns the lease is gone
+(renewer, acker, settler, drain) and read by the handler thread. ``Held.acking`` is set once
+by the handler thread when it hands the job to the acker; from then the renewer skips the
+job and only the acker releases it.
+"""
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
+
+from pgqueue import lease, queries, settle
+from pgqueue.errors import PgQueueError
+from pgqueue.steps import Held
+
+# The worker's logger: these lines are the worker's, and operators filter on its name.
+log = logging.getLogger("pgqueue.worker")
+
+T = TypeVar("T")
+
+#: Acks carry on past the worker's finish (the drain waits for them), up to their deadline.
+_NEVER = threading.Event()
+ACK_BATCH = 1000
+HEARTBEAT_SECONDS = 5.0
+
+
+class Db(Protocol):
+    """One database call on the worker's pool, failing over when it finds a replica."""
+
+    def __call__(self, fn: Callable[[queries.Conn], T], /) -> T: ...
+
+
+class RetryDb(Protocol):
+    """A database call retried with backoff; None when it gave up: the worker finished (or
+    `until` was set) or the deadline passed."""
+
+    def __call__(self, fn: Callable[[queries.Conn], T], what: str, /, *,
+                 deadline: float | None = None,
+                 until: threading.Event | None = None) -> T | None: ...
+
+
+class HeldLeases:
+    """The leases one worker holds, by lease id, and the batched writes about them."""
+
+    def __init__(self, *, capacity: int, lease_loops: int, db: Db, retry_db: RetryDb,
+                 freed: Callable[[], None], worker_id: Callable[[], int]) -> None:
+        """
+        :param capacity: how many leases may be held at once (concurrency + prefetch).
+        :param lease_loops: how many lease loops share the capacity.
+        :param freed: called after leases were let go of (wakes the lease loops).
+        :param worker_id: the worker's registry id, for log lines (it changes on failover).
+        """
+        self._capacity = capacity
+        self._share = -(-capacity // lease_loops)
+        self._db = db
+        self._retry_db = retry_db
+        self._freed = freed
+        self._worker_id = worker_id
+        self._lock = threading.Lock()
+        self._held: dict[int, Held] = {}
+        self._reserved = 0
+        self._processed = 0
+        # SimpleQueue (C) rather than Queue: two hand-offs per job, no task_done/join needed
+        self._acks: queue_mod.SimpleQueue[Held | None] = queue_mod.SimpleQueue()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    @property
+    def processed(self) -> int:
+        """Jobs let go of so far (acked, nacked, lost or undecodable)."""
+        with self._lock:
+            return self._processed
+
+    # -- the lease loops ---------------------------------------------------------------------
+
+    def reserve(self) -> int:
+        """Capacity for one lease call: what is free, at most one lease loop's share. The
+        caller must `admit` the same amount back, whatever the lease call does."""
+        with self._lock:
+            want = min(self._share, self._capacity - len(self._held) - self._reserved)
+            if want > 0:
+                self._reserved += want
+            return max(want, 0)
+
+    def admit(self, reserved: int, fresh: Iterable[Held]) -> None:
+        """Give back a reservation and hold the leases its lease call returned."""
+        with self._lock:
+            self._reserved -= reserved
+            for held in fresh:
+                self._held[held.lease.lease_id] = held
+
+    # -- letting go --------------------------------------------------------------------------
+
+    def release(self, *done: Held) -> None:
+        """Stop holding these jobs: their capacity is free again."""
+        with self._lock:
+            for held in done:
+                self._held.pop(held.lease.lease_id, None)
+            self._processed += len(done)
+        self._freed()
+
+    def ack(self, held: Held) -> None:
+        """Hand a finished job to the acker; it stays held (and renewed) until then."""
+        held.acking.set()
+        self._acks.put(held)
+
+    def stop_acker(self) -> None:
+        """The acker writes what it was handed so far, then returns."""
+        self._acks.put(None)
+
+    def ack_loop(self) -> None:
+        """The acker thread: one statement for whatever finished meanwhile."""
+        while True:
+            first = self._acks.get()
+            batch = [] if first is None else [first]
+            stop = first is None
+            while len(batch) < ACK_BATCH:
+                try:
+                    more = self._acks.get_nowait()
+                except queue_mod.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            if batch:
+                try:
+                    self._ack_batch(batch)
+                except Exception:
+                    # never let the acker die: these leases expire and their jobs are
+                    # reclaimed (at-least-once), later acks go on
+                    log.exception("worker %s: ack of %d job(s) failed", self._worker_id(),
+                                  len(batch))
+                    for h in batch:
+                        h.lost.set()
+                    self.release(*batch)
+            if stop:
+                return
+
+    def _ack_batch(self, batch: list[Held]) -> None:
+        deadline = time.monotonic() + min(h.visibility_timeout for h in batch)
+        acked = self._retry_db(lambda c: settle.ack_many(c, [h.lease for h in batch]),
+                               f"ack of {len(batch)} job(s)", deadline=deadline, until=_NEVER)
+        for h in batch:
+            if acked is None or h.lease.job_id not in acked:
+                h.lost.set()
+                log.warning("worker %s: ack of job %s failed: its lease %s is no longer current",
+                            self._worker_id(), h.lease.job_id, h.lease.lease_id)
+        self.release(*batch)
+
+    # -- the renewer -------------------------------------------------------------------------
+
+    def renew_loop(self, interval: float, finished: threading.Event,
+                   heartbeat: Callable[[], None]) -> None:
+        """The renewer thread: a renewal round every `interval` until `finished`; the
+        worker's registry heartbeat rides along every HEARTBEAT_SECONDS."""
+        last_beat = time.monotonic()
+        while not finished.wait(interval):
+            try:
+                self.renew_round()
+                if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                    heartbeat()
+                    last_beat = time.monotonic()
+            except PgQueueError as exc:
+                log.warning("worker %s: renewal failed: %s", self._worker_id(), exc)
+
+    def renew_round(self) -> None:
+        """Renew every held lease not handed to the acker in one statement, carrying each
+        dirty checkpoint; a lease the database no longer has is marked lost. One attempt:
+        the renewer's next round is the retry."""
+        with self._lock:
+            snapshot = list(self._held.values())
+        held = sorted((h for h in snapshot if not h.acking.is_set()),
+                      key=lambda h: h.lease.lease_id)
+        if not held:
+            return
+        for h in held:
+            h.write_lock.acquire()
+        try:
+            snapshots = [h.snapshot() for h in held]
+            items = [(h.lease, h.visibility_timeout, cp if h.dirty else None)
+                     for h, (cp, _v) in zip(held, snapshots, strict=True)]
+            renewed = self._db(lambda c: lease.renew_many(c, items))
+            for h, (_cp, version) in zip(held, snapshots, strict=True):
+                if h.lease.lease_id in renewed:
+                    h.mark_flushed(version)
+                elif not h.acking.is_set():  # an ack that raced this renewal removed the row
+                    h.lost.set()
+                    log.warning("worker %s: lease %s of job %s was lost", self._worker_id(),
+                                h.lease.lease_id, h.lease.job_id)
+        finally:
+            for h in held:
+                h.write_lock.release()
+
+    # -- the drain ---------------------------------------------------------------------------
+
+    def acks_pending(self) -> bool:
+        """Whether a job handed to the acker is still waiting for its ack to be written."""
+        with self._lock:
+            snapshot = list(self._held.values())
+        return any(h.acking.is_set() for h in snapshot)
+
+    def unfinished(self) -> list[Held]:
+        """The held jobs not handed to the acker."""
+        with self._lock:
+            snapshot = list(self._held.values())
+        return [h for h in snapshot if not h.acking.is_set()]
+
+    def give_back(self, remaining: Iterable[Held]) -> None:
+        """Flush the checkpoints of unfinished jobs and give their leases back (no attempt)."""
+        held = sorted(remaining, key=lambda h: h.lease.lease_id)
+        for h in held:
+            h.write_lock.acquire()
+            h.lost.set()  # from here on the handler's advance() raises: no work past the snapshot
+        try:
+            items = [(h.lease, h.visibility_timeout, h.snapshot()[0]) for h in held]
+
+            def give(conn: queries.Conn) -> list[dict[str, Any]]:
+                lease.renew_many(conn, items)
+                return queries.fetch(conn, "return_leases", {
+                    "job_ids": [h.lease.job_id for h in held],
+                    "lease_ids": [h.lease.lease_id for h in held]})
+
+            returned = self._retry_db(give, "return leases", deadline=time.monotonic() + 10.0)
+            log.info("worker %s: returned %d unfinished job(s)", self._worker_id(),
+                     len(returned or []))
+        finally:
+            for h in held:
+                h.write_lock.release()

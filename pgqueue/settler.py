@@ -1,0 +1,103 @@
+"""The settler: the database writes a running job makes about itself.
+
+`steps.run` calls back into a `steps.Settler` while it runs a job: a checkpoint write when a
+step is entered or finished (or `checkpoint_now`), the ack, parking the job as undecodable,
+upcasting its payload, looking up a recorded step list. The worker's handler threads also
+nack through it. `JobSettler` is the worker's implementation; it is an object of its own so
+that what a job writes can be read, and replaced in tests, apart from the worker's threads.
+
+Every write about one job holds that job's ``write_lock`` (the lock discipline is in held.py)
+and is retried until the lease would have expired: after that another worker owns the job.
+Acks are not written here but handed to the acker, which writes them in batches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from psycopg.types.json import Jsonb
+
+from pgqueue import lease, queries, settle
+from pgqueue.held import HeldLeases, RetryDb
+from pgqueue.steps import Held
+
+# The worker's logger: these lines are the worker's, and operators filter on its name.
+log = logging.getLogger("pgqueue.worker")
+
+T = TypeVar("T")
+
+
+class JobSettler:
+    """Settles the jobs of one worker (a `steps.Settler`)."""
+
+    def __init__(self, leases: HeldLeases, retry_db: RetryDb,
+                 worker_id: Callable[[], int]) -> None:
+        """
+        :param leases: the worker's held leases; acks are handed to their acker.
+        :param worker_id: the worker's registry id, for log lines (it changes on failover).
+        """
+        self._leases = leases
+        self._retry_db = retry_db
+        self._worker_id = worker_id
+
+    def write(self, held: Held, what: str, fn: Callable[[queries.Conn], T]) -> T | None:
+        """A write about a held job: serialised with its renewals, retried until its lease
+        would have expired. Raises LeaseLost when the lease is already known to be gone."""
+        deadline = time.monotonic() + held.visibility_timeout
+        with held.write_lock:
+            held.check()
+            return self._retry_db(fn, f"{what} of job {held.lease.job_id}", deadline=deadline)
+
+    # -- steps.Settler -----------------------------------------------------------------------
+
+    def write_checkpoint(self, held: Held) -> None:
+        """Write the held job's checkpoint now (and extend its lease)."""
+        def write(conn: queries.Conn) -> bool:
+            checkpoint, version = held.snapshot()
+            renewed = lease.renew_many(conn, [(held.lease, held.visibility_timeout, checkpoint)])
+            if held.lease.lease_id in renewed:
+                held.mark_flushed(version)
+                return True
+            return False
+
+        if self.write(held, "checkpoint", write) is not True:
+            held.lost.set()
+            held.check()
+
+    def ack(self, held: Held) -> None:
+        """Hand the job to the acker (batched acks); its lease keeps renewing until then."""
+        held.check()
+        self._leases.ack(held)
+
+    def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:
+        log.warning("worker %s: job %s is undecodable (%s): %s", self._worker_id(),
+                    held.lease.job_id, reason, detail.get("message", ""))
+        marked = self.write(held, "mark undecodable", lambda c: queries.scalar(
+            c, "mark_undecodable", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id,
+                                    "reason": reason, "detail": Jsonb(detail)}))
+        if not marked:
+            held.lost.set()
+
+    def upcast(self, held: Held, payload: bytes, schema_version: int) -> None:
+        done = self.write(held, "upcast", lambda c: queries.scalar(
+            c, "upcast_job", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id,
+                              "payload": payload, "schema_version": schema_version}))
+        if not done:
+            held.lost.set()
+            held.check()
+        held.payload = payload
+        held.set_checkpoint(dataclasses.replace(held.checkpoint, schema_version=schema_version))
+
+    def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
+        row = self._retry_db(lambda c: queries.fetch_one(
+            c, "step_set_by_hash", {"hash": step_set_hash}), "step set lookup")
+        return None if row is None else list(row["steps"])
+
+    # -- the handler threads -----------------------------------------------------------------
+
+    def nack(self, held: Held, error: str, max_attempts: int | None) -> None:
+        """Record one failure of the job (retry with backoff, or dead)."""
+        self.write(held, "nack", lambda c: settle.nack(c, held.lease, error, None, max_attempts))

@@ -1,0 +1,58 @@
+"""Wake-ups: how an idle lease loop learns there may be work before its poll interval ends.
+
+Two things wake the lease loops: a job enqueued on one of the worker's streams (Postgres
+LISTEN/NOTIFY, received by the listener thread here) and capacity freed by a finished job
+(held.py). Both set one `Wakeup`, which several lease loops wait on at once. Polling stays
+the fallback, so a lost notification only costs latency.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from pgqueue import connection, queries
+
+# The worker's logger: these lines are the worker's, and operators filter on its name.
+log = logging.getLogger("pgqueue.worker")
+
+NOTIFY_CHANNEL = "pgqueue_jobs"
+
+
+class Wakeup:
+    """A wake-up signal several lease loops can wait on without losing one: a waiter passes
+    the generation it saw before it looked for work, and returns as soon as it changed."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self.generation = 0
+
+    def set(self) -> None:
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self.generation != seen, timeout)
+
+
+def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
+                finished: threading.Event, worker_id: Callable[[], int]) -> None:
+    """The listener thread: set `wake` on every notification about one of `streams`, until
+    `finished`. It reconnects with backoff, and to the new leader when `dsn()` changes."""
+    delay = 0.1
+    while not finished.is_set():
+        try:
+            current = dsn()
+            with connection.connect(current) as conn:
+                queries.listen(conn, NOTIFY_CHANNEL)
+                delay = 0.1
+                while not finished.is_set() and current == dsn():
+                    for note in conn.notifies(timeout=1.0):
+                        if note.payload in streams:
+                            wake.set()
+        except Exception as exc:
+            log.debug("worker %s: listener reconnecting: %s", worker_id(), exc)
+            finished.wait(delay)
+            delay = min(delay * 2, 5.0)
