@@ -6,10 +6,12 @@ clocks still delay correctly; explicit not_before values are absolute.
 """
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from pgqueue import queries, validate
+from pgqueue.errors import ConnectionFailed
 from pgqueue.models import NewJob
 
 
@@ -55,28 +57,47 @@ def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
             "max_attempts": max_attempts, "schema_versions": schema_versions}
 
 
-def enqueue_many(conn: queries.Conn, stream: str, jobs: Sequence[NewJob]) -> list[int]:
-    """Insert jobs into `stream` in the caller's transaction (or autocommit); ids in order."""
+def enqueue_many(conn: queries.Conn, stream: str, jobs: Sequence[NewJob], *,
+                 request: uuid.UUID | None = None) -> list[int]:
+    """Insert jobs into `stream` in the caller's transaction (or autocommit); ids in order.
+    A call re-sent with the same `request` token returns its first attempt's ids."""
     validate.stream(stream)
     if isinstance(jobs, NewJob | str | bytes):
         raise TypeError("jobs must be a sequence of pgqueue.NewJob")
     jobs = list(jobs)
     if not jobs:
         return []
-    params: dict[str, Any] = {"stream": stream, **_columns(jobs)}
+    params: dict[str, Any] = {"stream": stream, **_columns(jobs), "request": request}
     for optional in ("kinds", "delays_ms", "not_befores", "dedup_keys", "schema_versions"):
         if all(value is None for value in params[optional]):
             params[optional] = None  # NULL for every job: nothing to encode and send
-    return [row[0] for row in queries.fetch_tuples(conn, "enqueue_jobs", params)]
+    ids = [row[0] for row in queries.fetch_tuples(conn, "enqueue_jobs", params)]
+    if None in ids:
+        raise _lost_holder(request)
+    return ids
 
 
-def enqueue_one(conn: queries.Conn, stream: str, job: NewJob) -> int:
+def enqueue_one(conn: queries.Conn, stream: str, job: NewJob, *,
+                request: uuid.UUID | None = None) -> int:
     """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
     validate.stream(stream)
     cols = _columns([job])
-    return int(queries.scalar(conn, "enqueue_job", {
+    found = queries.scalar(conn, "enqueue_job", {
         "stream": stream, "payload": cols["payloads"][0], "kind": cols["kinds"][0],
         "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],
         "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
         "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
-    }))
+        "request": request,
+    })
+    if found is None:
+        raise _lost_holder(request)
+    return int(found)
+
+
+def _lost_holder(request: uuid.UUID | None) -> ConnectionFailed:
+    """A re-sent call whose first attempt deduplicated a job onto a holder that has finished
+    since: which id it returned is no longer known."""
+    return ConnectionFailed(
+        f"enqueue request {request} was re-sent after a lost reply; its first attempt committed, "
+        "but a job it matched by dedup key has finished since, so its id is unknown",
+        retryable=False)

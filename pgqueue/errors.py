@@ -14,11 +14,15 @@ class ConnectionFailed(PgQueueError):
     """The database could not be reached. The message names host and port, never a password.
 
     `retryable` is True when the server ended the session before running the statement (a
-    restart or an administrator's command), so running it again cannot apply it twice."""
+    restart or an administrator's command), so running it again cannot apply it twice.
+    `may_have_committed` is True when the connection was lost while a call that is not safe to
+    repeat ran: it may have taken effect; check before calling it again."""
 
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
+    def __init__(self, message: str, *, retryable: bool = False,
+                 may_have_committed: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.may_have_committed = may_have_committed
 
 
 class Contention(PgQueueError):

@@ -6,6 +6,7 @@ UPDATE, so step boundaries cost no extra round trip and the update stays HOT.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,8 +23,11 @@ def lease(
     visibility_timeout: float,
     worker_node: int,
     worker_instance: int,
+    request: uuid.UUID | None = None,
 ) -> list[Lease]:
-    """Lease up to `limit` jobs of `stream` for `visibility_timeout` seconds."""
+    """Lease up to `limit` jobs of `stream` for `visibility_timeout` seconds. A call re-sent
+    with the same `request` token returns the leases its first attempt granted that are still
+    current, instead of leasing more."""
     validate.stream(stream)
     validate.integer(limit, "limit", low=1, high=100_000)
     vt_ms = validate.to_ms(visibility_timeout, "visibility_timeout", positive=True)
@@ -31,7 +35,7 @@ def lease(
     validate.integer(worker_instance, "worker_instance", low=-(2**31), high=2**31 - 1)
     rows = queries.fetch_tuples(conn, "lease_jobs", {
         "stream": stream, "limit": limit, "visibility_ms": vt_ms,
-        "worker_node": worker_node, "worker_instance": worker_instance,
+        "worker_node": worker_node, "worker_instance": worker_instance, "request": request,
     })
     vt = vt_ms / 1000.0
     return [Lease.from_lease_row(r, vt) for r in rows]

@@ -10,22 +10,24 @@ from pgqueue import queries, validate
 from pgqueue.models import Lease
 
 
-def ack_many(conn: queries.Conn, leases: Sequence[Lease]) -> set[int]:
-    """Ack leases in one statement; returns the job ids acked (the others were lost)."""
+def ack_many(conn: queries.Conn, leases: Sequence[Lease], *, retried: bool = False) -> set[int]:
+    """Ack leases in one statement; returns the job ids acked (the others were lost). A call
+    `retried` after a lost reply also counts the acks its first attempt committed."""
     if not leases:
         return set()
     for held in leases:
         if not isinstance(held, Lease):
             raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
-    rows = queries.fetch_tuples(conn, "ack_jobs", {
-        "job_ids": [held.job_id for held in leases],
-        "lease_ids": [held.lease_id for held in leases],
-    })
-    return {r[0] for r in rows}
+    params = {"job_ids": [held.job_id for held in leases],
+              "lease_ids": [held.lease_id for held in leases]}
+    acked = {r[0] for r in queries.fetch_tuples(conn, "ack_jobs", params)}
+    if retried and len(acked) < len(leases):
+        acked |= {r[0] for r in queries.fetch_tuples(conn, "acked_before", params)}
+    return acked
 
 
 def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | None,
-         max_attempts: int | None = None) -> bool | None:
+         max_attempts: int | None = None, *, retried: bool = False) -> bool | None:
     """Record one failure (max_attempts, when given, replaces the job's limit first).
     True: the job went to the dead letters; False: it will be retried;
     None: the lease was no longer current (nothing changed)."""
@@ -39,4 +41,7 @@ def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | N
         "max_attempts": None if max_attempts is None
         else validate.integer(max_attempts, "max_attempts", low=0),
     })
+    if row is None and retried:  # its first attempt may have committed before the reply was lost
+        row = queries.fetch_one(conn, "nacked_before",
+                                {"job_id": held.job_id, "lease_id": held.lease_id})
     return None if row is None else bool(row["dead"])

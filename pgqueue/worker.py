@@ -40,6 +40,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -351,9 +352,13 @@ class Worker:
         """Lease up to `want` (reserved) jobs of `stream` and hand them to the handlers; the
         reservation is given back whatever happens. Returns how many were leased."""
         fresh: list[Held] = []
+        # One token for the call and its re-sends: a lease whose reply was lost returns the
+        # leases its first attempt granted, which are not left to expire and be charged.
+        request = uuid.uuid4()
         try:
-            got = self._db(lambda conn: lease.lease(conn, stream, want, self.visibility_timeout,
-                                                    self.node, self.worker_id))
+            got = self._retry_db(lambda conn: lease.lease(
+                conn, stream, want, self.visibility_timeout, self.node, self.worker_id, request),
+                "lease", until=self._stopping) or []
             for leased in got:
                 handler = self.app.handlers.get(leased.kind or "")
                 vt = (handler.visibility_timeout if handler and handler.visibility_timeout

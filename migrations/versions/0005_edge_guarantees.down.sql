@@ -1,1 +1,5 @@
 -- Undo 0005's tables.
+
+-- 11.2 request tokens
+DROP INDEX pgqueue.op_log_request_idx;
+ALTER TABLE pgqueue.op_log DROP COLUMN request;

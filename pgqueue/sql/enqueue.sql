@@ -2,6 +2,49 @@
 
 -- schema: functions -------------------------------------------------------------------------
 
+-- The ids an enqueue call returned, found again from its ops when the call is re-sent with
+-- its request token (its first op at p_seq, written by transaction p_xid). Inputs without a
+-- dedup key got the call's key-less jobs in input order; an input with a key got the job the
+-- call inserted with it, or else the live job that held the key then (NULL when that holder
+-- has finished since: the library then says the call may have committed).
+CREATE OR REPLACE FUNCTION pgqueue.request_enqueued(p_seq bigint, p_xid xid8, p_stream text,
+                                                    p_dedup_keys bytea[], p_n int)
+RETURNS bigint[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_plain  bigint[];
+    v_result bigint[] := array_fill(NULL::bigint, ARRAY[p_n]);
+    v_next   int := 1;
+    v_key    bytea;
+    v_id     bigint;
+BEGIN
+    -- the call's ops sit at or after its first op; its transaction is the one that wrote it
+    v_plain := ARRAY(SELECT o.job_id FROM pgqueue.op_log o
+                     WHERE o.seq >= p_seq AND o.xid = p_xid AND o.op = 'Enqueue'
+                       AND o.dedup_key IS NULL ORDER BY o.seq);
+    FOR i IN 1 .. p_n LOOP
+        v_key := p_dedup_keys[i];
+        IF v_key IS NULL THEN
+            v_result[i] := v_plain[v_next];
+            v_next := v_next + 1;
+        ELSE
+            v_id := NULL;
+            SELECT o.job_id INTO v_id FROM pgqueue.op_log o
+            WHERE o.seq >= p_seq AND o.xid = p_xid AND o.op = 'Enqueue' AND o.dedup_key = v_key
+            ORDER BY o.seq LIMIT 1;
+            IF v_id IS NULL THEN
+                SELECT j.id INTO v_id FROM pgqueue.job j
+                WHERE j.stream = p_stream AND j.dedup_key = v_key
+                  AND j.state IN ('pending', 'scheduled', 'leased');
+            END IF;
+            v_result[i] := v_id;
+        END IF;
+    END LOOP;
+    RETURN v_result;
+END
+$$;
+
 -- Enqueue: returns one id per input, in input order. A job whose dedup_key is held by a live
 -- job of the stream is not inserted; its slot returns the holder's id. Each statement of this
 -- function takes a fresh snapshot (READ COMMITTED), so a holder committed by a concurrent
@@ -15,11 +58,14 @@ CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_not_befores timestamptz[],
     p_dedup_keys bytea[],
     p_max_attempts int[],
-    p_schema_versions int[]
+    p_schema_versions int[],
+    p_request uuid DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
+    v_seen     record;
+    v_stamped  boolean := p_request IS NULL;
     v_now      timestamptz := pgqueue.now_ms();
     v_n        int := coalesce(cardinality(p_payloads), 0);
     v_ids      bigint[];
@@ -57,6 +103,15 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
+    IF p_request IS NOT NULL THEN
+        -- A call re-sent after its reply was lost: what its first attempt returned.
+        v_seen := pgqueue.request_seen(p_request);
+        IF v_seen.seq IS NOT NULL THEN
+            RETURN QUERY SELECT unnest(pgqueue.request_enqueued(v_seen.seq, v_seen.xid,
+                                                                p_stream, p_dedup_keys, v_n));
+            RETURN;
+        END IF;
+    END IF;
     IF coalesce(cardinality(array_remove(p_dedup_keys, NULL)), 0) = 0 THEN
         -- No dedup keys (the common batch): no conflicts to arbitrate, so a plain INSERT in
         -- input order and the ids as drawn.
@@ -78,9 +133,11 @@ BEGIN
                       max_attempts, schema_version  -- what the op needs, not the whole row
         ), logged AS (
             INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
-                                        not_before, dedup_key, max_attempts, schema_version)
+                                        not_before, dedup_key, max_attempts, schema_version,
+                                        request)
             SELECT ins.stream, 'Enqueue', ins.id, v_body, ins.kind, ins.payload, ins.priority,
-                   ins.not_before, ins.dedup_key, ins.max_attempts, ins.schema_version
+                   ins.not_before, ins.dedup_key, ins.max_attempts, ins.schema_version,
+                   CASE WHEN ins.id = v_ids[1] THEN p_request END  -- the call's first op
             FROM ins  -- already in id order (inserted in input order, ids drawn ascending);
         )             -- sorting the returned rows again cost 0.5 ms per 1,000 jobs
         SELECT bool_or(ins.state = 'pending') INTO v_ready FROM ins;
@@ -120,13 +177,18 @@ BEGIN
             RETURNING *
         ), logged AS (
             INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
-                                        not_before, dedup_key, max_attempts, schema_version)
+                                        not_before, dedup_key, max_attempts, schema_version,
+                                        request)
             SELECT ins.stream, 'Enqueue', ins.id, v_body, ins.kind, ins.payload, ins.priority,
-                   ins.not_before, ins.dedup_key, ins.max_attempts, ins.schema_version
+                   ins.not_before, ins.dedup_key, ins.max_attempts, ins.schema_version,
+                   -- the first op this call writes carries its token
+                   CASE WHEN NOT v_stamped AND ins.id = (SELECT min(id) FROM ins)
+                        THEN p_request END
             FROM ins ORDER BY ins.id
             RETURNING job_id, not_before <= v_now AS ready
         )
         SELECT array_agg(job_id), bool_or(ready) INTO v_inserted, v_ready FROM logged;
+        v_stamped := v_stamped OR v_inserted IS NOT NULL;
         IF v_ready THEN
             -- Wake idle workers of this stream; identical notifications coalesce per commit.
             PERFORM pg_notify('pgqueue_jobs', p_stream);
@@ -174,11 +236,13 @@ $$;
 -- own share small).
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
     p_stream text, p_payload bytea, p_kind text, p_priority int, p_delay_ms bigint,
-    p_not_before timestamptz, p_dedup_key bytea, p_max_attempts int, p_schema_version int
+    p_not_before timestamptz, p_dedup_key bytea, p_max_attempts int, p_schema_version int,
+    p_request uuid DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
+    v_seen record;
     v_now timestamptz := pgqueue.now_ms();
     v_at  timestamptz;
     j     pgqueue.job;
@@ -191,6 +255,13 @@ BEGIN
     END IF;
     v_at := greatest(v_now, date_trunc('milliseconds', coalesce(
         p_not_before, v_now + coalesce(p_delay_ms, 0) * interval '1 millisecond')));
+    IF p_request IS NOT NULL THEN  -- see pgqueue.enqueue
+        v_seen := pgqueue.request_seen(p_request);
+        IF v_seen.seq IS NOT NULL THEN
+            RETURN (pgqueue.request_enqueued(v_seen.seq, v_seen.xid, p_stream,
+                                             ARRAY[p_dedup_key], 1))[1];
+        END IF;
+    END IF;
     FOR round IN 1 .. 20 LOOP
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                  enqueued_at, dedup_key, attempts, max_attempts, schema_version)
@@ -203,11 +274,12 @@ BEGIN
         RETURNING * INTO j;
         IF FOUND THEN
             INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
-                                        not_before, dedup_key, max_attempts, schema_version)
+                                        not_before, dedup_key, max_attempts, schema_version,
+                                        request)
             VALUES (j.stream, 'Enqueue', j.id,
                     jsonb_build_object('enqueued_at_ms', pgqueue.to_ms(v_now), 'attempts', 0),
                     j.kind, j.payload, j.priority, j.not_before, j.dedup_key, j.max_attempts,
-                    j.schema_version);
+                    j.schema_version, p_request);
             IF j.state = 'pending' THEN
                 PERFORM pg_notify('pgqueue_jobs', p_stream);
             END IF;
@@ -236,10 +308,10 @@ $$;
 SELECT id FROM pgqueue.enqueue(
     %(stream)s, %(payloads)b::bytea[], %(kinds)b::text[], %(priorities)b::int[],
     %(delays_ms)b::bigint[], %(not_befores)b::timestamptz[], %(dedup_keys)b::bytea[],
-    %(max_attempts)b::int[], %(schema_versions)b::int[]) AS t(id)
+    %(max_attempts)b::int[], %(schema_versions)b::int[], %(request)s::uuid) AS t(id)
 
 -- name: enqueue_job
 -- Enqueue one job (no arrays): its id, or the id of the live job holding its dedup key.
 SELECT pgqueue.enqueue_one(%(stream)s::text, %(payload)b::bytea, %(kind)s::text,
     %(priority)s::int, %(delay_ms)s::bigint, %(not_before)s::timestamptz, %(dedup_key)s::bytea,
-    %(max_attempts)s::int, %(schema_version)s::int) AS id
+    %(max_attempts)s::int, %(schema_version)s::int, %(request)s::uuid) AS id

@@ -34,12 +34,25 @@ $$;
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. The candidate CTE locks
 -- with SKIP LOCKED and is MATERIALIZED, so the planner cannot lease more rows than asked and
 -- concurrent workers never wait on each other.
+-- It returns its own column list, not SETOF pgqueue.job: a caller's prepared statement then
+-- never depends on the job table's row type, so a revision may add a column to job while the
+-- previous release's workers keep leasing (a rolling upgrade; with SETOF job their cached
+-- plans failed with "structure of query does not match function result type").
 CREATE OR REPLACE FUNCTION pgqueue.lease(
-    p_stream text, p_limit int, p_visibility_ms bigint, p_worker_node int, p_worker_instance int
-) RETURNS SETOF pgqueue.job
+    p_stream text, p_limit int, p_visibility_ms bigint, p_worker_node int, p_worker_instance int,
+    p_request uuid DEFAULT NULL
+) RETURNS TABLE (
+    id bigint, lease_id bigint, stream text, kind text, payload bytea, priority smallint,
+    attempts int, max_attempts int, enqueued_at timestamptz, lease_expires_at timestamptz,
+    last_completed_step text, cursor_step text, cursor bytea,
+    checkpoint_updated_at timestamptz, schema_version int, step_set_hash text,
+    crashes_by_step jsonb
+)
 LANGUAGE plpgsql VOLATILE
 AS $$
+#variable_conflict use_column
 DECLARE
+    v_seen record;
     v_now timestamptz := pgqueue.now_ms();
     v_exp timestamptz := v_now + p_visibility_ms * interval '1 millisecond';
     -- The same for every job of the call (job and lease ids are the op row's own columns), so
@@ -51,6 +64,25 @@ BEGIN
     PERFORM pgqueue.require_leader();
     IF p_limit < 1 OR p_visibility_ms < 0 THEN
         RAISE EXCEPTION 'lease: limit must be >= 1 and visibility >= 0' USING ERRCODE = '22023';
+    END IF;
+    IF p_request IS NOT NULL THEN
+        -- A lease re-sent after its reply was lost: the leases its first attempt granted that
+        -- are still current, not a second set (which would be orphaned until reclaim charged
+        -- each job an attempt and a crash).
+        v_seen := pgqueue.request_seen(p_request);
+        IF v_seen.seq IS NOT NULL THEN
+            RETURN QUERY
+            SELECT j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
+                   j.max_attempts, j.enqueued_at, j.lease_expires_at, j.last_completed_step,
+                   j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
+                   j.step_set_hash, j.crashes_by_step
+            FROM pgqueue.job j
+            JOIN pgqueue.op_log o ON o.job_id = j.id AND o.lease_id = j.lease_id
+            WHERE o.seq >= v_seen.seq AND o.xid = v_seen.xid AND o.op = 'Lease'
+              AND j.state = 'leased'
+            ORDER BY j.priority DESC, j.id;
+            RETURN;
+        END IF;
     END IF;
     PERFORM pgqueue.promote_due(p_stream);
     RETURN QUERY
@@ -66,13 +98,17 @@ BEGIN
             worker_node = p_worker_node, worker_instance = p_worker_instance,
             lease_expires_at = v_exp
         FROM pick WHERE j.id = pick.id
-        RETURNING j.*
+        RETURNING j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
+                  j.max_attempts, j.enqueued_at, j.lease_expires_at, j.last_completed_step,
+                  j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
+                  j.step_set_hash, j.crashes_by_step
     ), logged AS (
-        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-        SELECT l.stream, 'Lease', l.id, l.lease_id, v_body
+        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
+        SELECT l.stream, 'Lease', l.id, l.lease_id, v_body,
+               CASE WHEN l.id = (SELECT min(id) FROM leased) THEN p_request END
         FROM leased l ORDER BY l.id
     )
-    SELECT * FROM leased ORDER BY priority DESC, id;
+    SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
 
@@ -137,7 +173,7 @@ SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, en
        schema_version, step_set_hash,
        nullif(crashes_by_step, '{}'::jsonb) AS crashes_by_step  -- nothing to decode when none
 FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
-                   %(worker_instance)s::int)
+                   %(worker_instance)s::int, %(request)s::uuid)
 
 -- name: renew_leases
 -- Extend many leases and write their checkpoints in one UPDATE; returns those still current.

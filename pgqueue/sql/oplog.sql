@@ -30,13 +30,20 @@ CREATE TABLE pgqueue.op_log (
     not_before     timestamptz,
     dedup_key      bytea,
     max_attempts   int,
-    schema_version int
+    schema_version int,
+    -- The request token of the enqueue or lease call that wrote this op, on the first op of
+    -- the call only: a call re-sent after its reply was lost finds it and returns what the
+    -- first attempt did instead of doing it twice (pgqueue.request_seen). It travels to
+    -- replicas with the row, so a retry on a promoted replica finds it too.
+    request        uuid
 );
 COMMENT ON COLUMN pgqueue.op_log.payload IS
     'Enqueue ops (0003 on): the job''s payload; kind .. schema_version likewise. NULL for other ops; pgqueue.op_body(op_log) gives the whole body.';
 CREATE INDEX op_log_job_idx ON pgqueue.op_log (job_id);
 -- No index on lsn: no query reads op_log by it, and every op paid ~0.2 ms per 1,000 for one.
 CREATE INDEX op_log_at_idx ON pgqueue.op_log USING brin (at);
+-- One entry per enqueue or lease call (not per job), looked up only by a retried call.
+CREATE INDEX op_log_request_idx ON pgqueue.op_log (request) WHERE request IS NOT NULL;
 
 -- schema: functions -------------------------------------------------------------------------
 
@@ -214,6 +221,19 @@ BEGIN
         END IF;
     END LOOP;
     RETURN v_new;
+END
+$$;
+
+-- A request token's first use: the seq and transaction of the op that carries it, or no row.
+-- Takes a transaction-scoped advisory lock on the token first, so a retry whose first attempt
+-- is still running (its connection gone, its backend not yet) waits for it to commit or roll
+-- back instead of missing it.
+CREATE OR REPLACE FUNCTION pgqueue.request_seen(p_request uuid, OUT seq bigint, OUT xid xid8)
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('pgqueue.request ' || p_request::text, 0));
+    SELECT o.seq, o.xid INTO seq, xid FROM pgqueue.op_log o WHERE o.request = p_request;
 END
 $$;
 

@@ -147,3 +147,16 @@ SELECT id FROM pgqueue.ack(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(
 -- One failure: back to pending after a backoff, or to the dead letters. No row: lease lost.
 SELECT dead FROM pgqueue.nack(%(job_id)s::bigint, %(lease_id)s::bigint, %(error)s::text,
                           %(retry_in_ms)s::bigint, %(max_attempts)s::int)
+
+-- name: acked_before
+-- Of these (job, lease) pairs, the jobs already acked under that lease: a re-sent ack whose
+-- first attempt committed before its reply was lost (looked up by job id, then lease id).
+SELECT o.job_id FROM pgqueue.op_log o
+JOIN unnest(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(job_id, lease_id)
+  ON o.job_id = t.job_id AND o.lease_id = t.lease_id
+WHERE o.op = 'Ack'
+
+-- name: nacked_before
+-- The outcome of a nack of this lease that already committed (no row: there was none).
+SELECT (o.body ->> 'state') = 'dead' AS dead FROM pgqueue.op_log o
+WHERE o.job_id = %(job_id)s AND o.lease_id = %(lease_id)s AND o.op = 'Nack'

@@ -380,7 +380,7 @@ def test_db_sql_output_installs_the_schema_through_psql_alone(empty_dsn: str, ds
     with connection.connect(empty_dsn) as conn:
         queries.run_script(conn, script)
     by_script = schema.catalog(empty_dsn)
-    assert "function pgqueue.lease(text,integer,bigint,integer,integer)" in by_script
+    assert any(name.startswith("function pgqueue.lease(") for name in by_script)
     assert schema.catalog_diff(schema.catalog(dsn), by_script) == []
 
 
