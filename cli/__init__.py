@@ -18,6 +18,7 @@ from .common import EXIT_CODES_HELP, Group, Settings
 from .db import db
 from .dead import dead
 from .demo import demo
+from .embedded import embedded_group
 from .jobs import jobs
 from .operate import inspect as _inspect  # noqa: F401  (registers the operator commands)
 from .oplog import oplog
@@ -66,5 +67,6 @@ main.add_command(replica_group)
 main.add_command(worker)
 main.add_command(workers)
 main.add_command(maintain_cmd)
+main.add_command(embedded_group)
 
 __all__ = ["common", "main"]

