@@ -61,6 +61,7 @@ class StepJob(Handler):
         """Register the next step (steps run in registration order)."""
         if not isinstance(name, str) or not name:
             raise ValueError("step name must be a non-empty str")
+        validate.step_name(name)
         validate.integer(version, "version", low=1)
         if any(s.name == name for s in self.steps):
             raise ValueError(f"step {name!r} is already declared for {self.kind!r}")

@@ -14,6 +14,12 @@ from pgqueue import queries, validate
 from pgqueue.errors import ConnectionFailed
 from pgqueue.models import NewJob
 
+#: The payload limit of a stream that sets none (stream_config.max_payload_bytes).
+DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+#: The most any stream may allow: every path (replay, both replica paths, seeding, verify, the
+#: CLI) is tested to carry a job of this size.
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+
 
 def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
     """The jobs as one list per column of pgqueue.enqueue, each value checked. An error names
@@ -33,7 +39,11 @@ def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
         try:
             if job.delay is not None and job.not_before is not None:
                 raise ValueError("delay and not_before: give one or the other, not both")
-            payloads.append(validate.payload(job.payload, "payload"))
+            data = validate.payload(job.payload, "payload")
+            if len(data) > MAX_PAYLOAD_BYTES:  # the stream's own limit is checked by the server
+                raise ValueError(f"payload is {len(data)} bytes, over the most any stream "
+                                 f"allows ({MAX_PAYLOAD_BYTES} bytes, 64 MiB)")
+            payloads.append(data)
             kinds.append(validate.kind(job.kind, "kind"))
             priorities.append(validate.integer(job.priority, "priority", low=0, high=255))
             delays_ms.append(None if job.delay is None else validate.to_ms(job.delay, "delay"))

@@ -4,6 +4,10 @@ ticks, forget dead workers), run inside workers under an advisory-lock election 
 
 Every pass is idempotent and safe to run from many places at once: reclaim re-checks each
 lease's expiry under its row lock, so the election only avoids wasted work.
+
+On a replica the leader's share of a pass (reclaim, cron ticks, op-log pruning: writes a
+replica refuses) is skipped, not failed: `pgqueue maintain` pointed at a replica keeps doing
+the local work (the worker registry, vacuum) and takes up the rest once it is promoted.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 import psycopg
 
 from pgqueue import connection, queries, reclaim, replica, schedule
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import NotLeader, PgQueueError
 
 log = logging.getLogger("pgqueue.maintain")
 
@@ -41,22 +45,39 @@ class PassResult:
     schedules_fired: int = 0
     ops_pruned: int = 0
     vacuumed: bool = False
+    #: False when the database is a replica: the leader's share of the pass was skipped.
+    leader: bool = True
 
 
 def run_pass(conn: queries.Conn) -> PassResult:
     """One pass of every maintenance task, in batches until each comes back short."""
+    reclaimed = fired = ops = 0
+    leader = replica.is_leader(conn)
+    if leader:
+        try:
+            reclaimed, fired, ops = _leader_pass(conn)
+        except NotLeader:
+            # demoted between the role check and a write: the next pass sees the new role
+            log.info("maintenance: this database became a replica; leader tasks skipped")
+            leader = False
+    pruned = len(queries.fetch(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
+    if reclaimed:
+        log.info("maintenance: reclaimed %d expired lease(s)", reclaimed)
+    return PassResult(reclaimed=reclaimed, workers_pruned=pruned, schedules_fired=fired,
+                      ops_pruned=ops, vacuumed=vacuum_if_needed(conn), leader=leader)
+
+
+def _leader_pass(conn: queries.Conn) -> tuple[int, int, int]:
+    """The writes only a leader makes: (leases reclaimed, cron ticks fired, ops pruned)."""
     reclaimed = reclaim.reclaim_expired(conn)
     ticks = schedule.tick(conn)
-    pruned = len(queries.fetch(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
+    replica.touch(conn)
     # no waiting for a logical replica's slot here: ops are kept a week anyway, and a wait
     # would hold this pass (and its snapshot) back; a busy queue writes ops faster than one
     # batch a second would remove them, hence several batches
     ops = replica.prune_batches(conn, keep=OPLOG_KEEP_SECONDS, stale_after=REPLICA_STALE_SECONDS,
                                 batch=OPLOG_PRUNE_BATCH, wait=0, max_batches=OPLOG_PRUNE_BATCHES)
-    if reclaimed:
-        log.info("maintenance: reclaimed %d expired lease(s)", reclaimed)
-    return PassResult(reclaimed=reclaimed, workers_pruned=pruned, schedules_fired=ticks.fired,
-                      ops_pruned=ops, vacuumed=vacuum_if_needed(conn))
+    return reclaimed, ticks.fired, ops
 
 
 def vacuum_if_needed(conn: queries.Conn) -> bool:

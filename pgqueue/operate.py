@@ -19,6 +19,7 @@ def rewind(conn: queries.Conn, job_id: int, to_step: str) -> None:
     """The job's next run starts at `to_step`."""
     if not isinstance(to_step, str) or not to_step:
         raise ValueError("to_step must be a step name")
+    validate.step_name(to_step, "to_step")
     queries.fetch(conn, "rewind_job", {"job_id": _job_id(job_id), "to_step": to_step})
 
 
@@ -45,10 +46,17 @@ def cancel(conn: queries.Conn, job_id: int) -> None:
 
 
 def configure_stream(conn: queries.Conn, stream: str, *, retry_base: float | None = None,
-                     retry_cap: float | None = None, quarantine_after: int | None = None) -> None:
-    """Set a stream's retry backoff (seconds) and crash quarantine threshold."""
+                     retry_cap: float | None = None, quarantine_after: int | None = None,
+                     max_payload_bytes: int | None = None) -> None:
+    """Set a stream's retry backoff (seconds), crash quarantine threshold and payload limit
+    (bytes, 1 to 64 MiB; 16 MiB unless set). None leaves a setting as it is."""
     validate.stream(stream)
+    if max_payload_bytes is not None:
+        from pgqueue.enqueue import MAX_PAYLOAD_BYTES
+
+        validate.integer(max_payload_bytes, "max_payload_bytes", low=1, high=MAX_PAYLOAD_BYTES)
     queries.fetch(conn, "configure_stream", {
+        "max_payload_bytes": max_payload_bytes,
         "stream": stream,
         "retry_base_ms": None if retry_base is None else validate.to_ms(retry_base, "retry_base"),
         "retry_cap_ms": None if retry_cap is None else validate.to_ms(retry_cap, "retry_cap"),

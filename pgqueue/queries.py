@@ -258,6 +258,8 @@ def translate(exc: psycopg.Error) -> Exception:
         return InvalidState(message)
     if state == "PQ401":
         return NotLeader(message)
+    if state == "PQ413":  # a payload over its stream's limit: a bad argument, nothing written
+        return ValueError(message)
     if state in ("40P01", "40001"):
         return Contention(message)
     if isinstance(exc, pg_errors.InvalidSchemaName | pg_errors.UndefinedTable | pg_errors.UndefinedFunction):

@@ -277,11 +277,14 @@ class Queue:
 
     @_follow_leader(idempotent=True)
     def configure_stream(self, *, retry_base: float | None = None, retry_cap: float | None = None,
-                         quarantine_after: int | None = None) -> None:
-        """Set this stream's retry backoff (seconds) and crash quarantine threshold."""
+                         quarantine_after: int | None = None,
+                         max_payload_bytes: int | None = None) -> None:
+        """Set this stream's retry backoff (seconds), crash quarantine threshold and payload
+        limit (bytes, up to 64 MiB; 16 MiB unless set). None leaves a setting as it is."""
         with self.connection() as conn:
             operate.configure_stream(conn, self.stream, retry_base=retry_base,
-                                     retry_cap=retry_cap, quarantine_after=quarantine_after)
+                                     retry_cap=retry_cap, quarantine_after=quarantine_after,
+                                     max_payload_bytes=max_payload_bytes)
 
     @_follow_leader(idempotent=True)
     def op_log(self, *, limit: int = 20, job_id: int | None = None,

@@ -20,7 +20,9 @@ snapshot already holds are logged on the replica without being applied again.
 
 promote() turns a replica into the leader: demote the old leader when reachable and wait for
 everything it committed, stop consuming, move sequences past every applied id, flip the role
-and bump the epoch.
+and bump the epoch. The sequences move past every id the database holds, not only those its
+op log shows (a replica seeded from state holds jobs, dead letters and leases whose ops it
+never had).
 """
 from __future__ import annotations
 
@@ -63,6 +65,12 @@ def role(dsn: str) -> dict[str, Any]:
         row = queries.fetch_one(conn, "node_get")
     assert row is not None
     return row
+
+
+def is_leader(conn: queries.Conn) -> bool:
+    """True when the connection's database is in leader role (it takes queue writes)."""
+    row = queries.fetch_one(conn, "node_get")
+    return row is not None and row["role"] == "leader"
 
 
 # -- attach (logical replication) --------------------------------------------------------------
@@ -271,8 +279,10 @@ class Follower:
                     new += int(queries.scalar(rep, "oplog_ingest",
                                               {"ops": Jsonb([r["op"] for r in rows])}) or 0)
                     after = rows[-1]["seq"]
-                if len(rows) < self.batch:
-                    # the position moves in the same transaction as the last ops applied
+                if not rows:
+                    # Read to the end of the snapshot (a batch is also cut short by size, so
+                    # only an empty one says the end). The position moves in the same
+                    # transaction as the last ops applied.
                     queries.fetch(rep, "follow_state_put", {
                         "name": self.name, "low_seq": new_low, "mark_seq": mark_seq,
                         "mark_xmax": mark_xmax})
@@ -322,6 +332,13 @@ def status(leader_dsn: str, *, stale_after: float = 86400.0, wait: float = 1.0) 
     with connection.connect(leader_dsn) as conn:
         connection.check_schema(conn)
         return queries.fetch(conn, "replica_status", {"stale_after": stale_after, "wait": wait})
+
+
+def touch(conn: queries.Conn) -> int:
+    """Record that the leader sees each logical replica whose slot is active now (its seen_at
+    moves to now, at most every ten seconds), so `stale` means "not seen for stale_after",
+    not "attached that long ago". A maintenance pass on the leader calls it."""
+    return int(queries.scalar(conn, "replica_touch") or 0)
 
 
 @dataclass(frozen=True)
@@ -379,7 +396,8 @@ def prune(leader_dsn: str, *, keep: float = 7 * 86400.0, stale_after: float = 86
           batch: int = 10_000, wait: float = 1.0) -> int:
     """Delete ops older than `keep` seconds that every attached replica has applied, in
     batches; replicas silent longer than `stale_after` are not waited on. A logical replica's
-    position is proven as in `status` (waiting up to `wait` seconds for its slot)."""
+    position is proven as in `status` (waiting up to `wait` seconds for its slot). Pruning is
+    the leader's: on a replica it raises NotLeader naming the leader."""
     with connection.connect(leader_dsn) as conn:
         connection.check_schema(conn)
         return prune_batches(conn, keep=keep, stale_after=stale_after, batch=batch, wait=wait)

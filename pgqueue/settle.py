@@ -35,6 +35,7 @@ def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | N
         raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
     if error is not None and not isinstance(error, str):
         raise TypeError(f"error must be a str, got {type(error).__name__}")
+    error = validate.error_text(error)  # what a failure said must not stop its nack
     retry_ms = None if retry_in is None else validate.to_ms(retry_in, "retry_in")
     row = queries.fetch_one(conn, "nack_job", {
         "job_id": held.job_id, "lease_id": held.lease_id, "error": error, "retry_in_ms": retry_ms,

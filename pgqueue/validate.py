@@ -1,5 +1,10 @@
 """Argument checks shared by the stages: each raises ValueError or TypeError naming the
-argument, before anything is sent to the database (so a bad call changes nothing)."""
+argument, before anything is sent to the database (so a bad call changes nothing).
+
+Postgres text cannot hold a NUL character (nor can jsonb, which carries every op), so a name
+(stream, kind, schedule name, step name) with one is refused here by name; bytes (payloads,
+dedup keys) are stored as bytea and may hold any byte. Free text that must never make its
+call fail, a failure's error message, is made storable instead (error_text)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -14,13 +19,53 @@ MAX_SECONDS = 100 * 365 * 86400.0
 MAX_BIGINT = 2**63 - 1
 
 
+def _storable(value: str, arg: str) -> str:
+    """A str Postgres text can hold: no NUL character, and a UTF-8 form."""
+    if "\x00" in value:
+        raise ValueError(f"{arg} must not contain a NUL character (\\x00), found at position "
+                         f"{value.index(chr(0))}")
+    if not value.isascii():
+        utf8(value, arg)  # only checked: the driver encodes it
+    return value
+
+
 def stream(name: Any, arg: str = "stream") -> str:
-    """A stream name: a non-empty str of at most 200 characters."""
+    """A stream name (or a schedule's): a non-empty str of at most 200 characters, storable
+    as text."""
     if not isinstance(name, str):
         raise TypeError(f"{arg} must be a str, got {type(name).__name__}")
     if not name or len(name) > MAX_STREAM_LEN:
         raise ValueError(f"{arg} must be 1 to {MAX_STREAM_LEN} characters, got {len(name)}")
-    return name
+    return _storable(name, arg)
+
+
+def step_name(value: Any, arg: str = "step name") -> str:
+    """A step name: a non-empty str storable as text (no NUL, a UTF-8 form)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{arg} must not be empty")
+    return _storable(value, arg)
+
+
+#: What a NUL in an error text becomes (U+FFFD REPLACEMENT CHARACTER).
+REPLACEMENT = "\ufffd"
+
+
+def error_text(value: str | None) -> str | None:
+    """A failure's error message as it can be stored: a NUL becomes U+FFFD, and a lone
+    surrogate (no UTF-8 form) becomes "?". Never refuses: recording a failure must not fail
+    because of what the failure said."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        value = value.replace("\x00", REPLACEMENT)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "replace").decode("utf-8")
+    return value
 
 
 def integer(value: Any, arg: str, *, low: int | None = None, high: int | None = None) -> int:
@@ -111,6 +156,4 @@ def kind(value: Any, arg: str = "kind") -> str | None:
         raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
     if not value:
         raise ValueError(f"{arg} must not be empty (use None for no kind)")
-    if not value.isascii():
-        utf8(value, arg)  # only checked: the driver encodes it
-    return value
+    return _storable(value, arg)

@@ -22,7 +22,12 @@ CREATE TABLE pgqueue.stream_config (
     stream            text PRIMARY KEY,
     retry_base_ms     bigint NOT NULL DEFAULT 1000 CHECK (retry_base_ms >= 0),
     retry_cap_ms      bigint NOT NULL DEFAULT 3600000 CHECK (retry_cap_ms >= 0),
-    quarantine_after  int    NOT NULL DEFAULT 3 CHECK (quarantine_after >= 1)
+    quarantine_after  int    NOT NULL DEFAULT 3 CHECK (quarantine_after >= 1),
+    -- The largest payload a job of the stream may carry: 16 MiB unless set, at most 64 MiB,
+    -- the size every path (op log replay, logical and follow replicas, seeding, verify, the
+    -- CLI) is tested to carry. Larger payloads belong in object storage, referenced by key.
+    max_payload_bytes bigint NOT NULL DEFAULT 16777216
+                      CHECK (max_payload_bytes BETWEEN 1 AND 67108864)
 );
 
 -- Per-kind overrides of the stream's crash quarantine threshold (set when a worker registers
@@ -325,14 +330,46 @@ BEGIN
         RAISE EXCEPTION 'no live job %', p_job_id USING ERRCODE = 'PQ404';
     END IF;
     IF NOT j.state = ANY (p_states) THEN
+        -- p_action completes "cannot ... job N"; the verb is named as the CLI names it
         RAISE EXCEPTION 'cannot % job %: it is %, and % applies only to % jobs', p_action, p_job_id,
-            j.state, p_action, array_to_string(p_states, ' or ') USING ERRCODE = 'PQ422';
+            j.state, CASE p_action WHEN 'skip a step of' THEN 'skip-step'
+                                   WHEN 'accept the step set of' THEN 'accept-step-set'
+                                   ELSE p_action END,
+            array_to_string(p_states, ' or ') USING ERRCODE = 'PQ422';
     END IF;
     RETURN j;
 END
 $$;
 
+-- The live job (pending, scheduled or leased) that holds a dedup key in a stream, other than
+-- p_id; NULL when none is visible to the statement that asks.
+CREATE OR REPLACE FUNCTION pgqueue.dedup_holder(p_stream text, p_key bytea, p_id bigint) RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+    SELECT id FROM pgqueue.job
+    WHERE stream = p_stream AND dedup_key = p_key AND id <> p_id
+      AND state IN ('pending', 'scheduled', 'leased')
+    LIMIT 1
+$$;
+
+-- Refuse an operator's move to pending because a live job holds the key: PQ409, with the
+-- holder in DETAIL (holder=ID) when it is known, which queries.translate turns into
+-- DedupConflict.holder. p_doing completes "cannot ...".
+CREATE OR REPLACE FUNCTION pgqueue.refuse_dedup(p_doing text, p_holder bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_holder IS NULL THEN
+        RAISE EXCEPTION 'cannot %: a live job holds its dedup key', p_doing
+            USING ERRCODE = 'PQ409';
+    END IF;
+    RAISE EXCEPTION 'cannot %: live job % holds its dedup key', p_doing, p_holder
+        USING ERRCODE = 'PQ409', DETAIL = format('holder=%s', p_holder);
+END
+$$;
+
 -- A parked or rewound job goes back to pending: refuse when a live job holds its dedup key.
+-- This sees committed holders only; save_as_pending catches the one an open transaction adds.
 CREATE OR REPLACE FUNCTION pgqueue.check_dedup_free(j pgqueue.job) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -342,22 +379,24 @@ BEGIN
     IF j.dedup_key IS NULL OR j.state IN ('pending', 'scheduled', 'leased') THEN
         RETURN;
     END IF;
-    SELECT id INTO v_holder FROM pgqueue.job
-    WHERE stream = j.stream AND dedup_key = j.dedup_key AND id <> j.id
-      AND state IN ('pending', 'scheduled', 'leased');
-    IF FOUND THEN
-        RAISE EXCEPTION 'cannot return job % to pending: live job % holds its dedup key', j.id, v_holder
-            USING ERRCODE = 'PQ409', DETAIL = format('holder=%s', v_holder);
+    v_holder := pgqueue.dedup_holder(j.stream, j.dedup_key, j.id);
+    IF v_holder IS NOT NULL THEN
+        PERFORM pgqueue.refuse_dedup(format('return job %s to pending', j.id), v_holder);
     END IF;
 END
 $$;
 
 -- An operator's change sends the job back to pending at once: refuse when a live job took
--- its dedup key meanwhile, clear the parking reason, save, and log the op.
+-- its dedup key meanwhile, clear the parking reason, save, and log the op. A holder enqueued
+-- by a transaction still open at the check makes the UPDATE wait for it; when that commits,
+-- the dedup index refuses the UPDATE, and that is reported like a committed holder (PQ409
+-- naming it), never as a raw unique violation.
 CREATE OR REPLACE FUNCTION pgqueue.save_as_pending(j pgqueue.job, p_op text, p_checkpoint_changed boolean,
                                         p_extra jsonb DEFAULT '{}') RETURNS pgqueue.job
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    v_index text;
 BEGIN
     PERFORM pgqueue.check_dedup_free(j);
     IF p_checkpoint_changed THEN
@@ -367,7 +406,17 @@ BEGIN
     j.not_before := pgqueue.now_ms();
     j.state_reason := NULL;
     j.state_detail := NULL;
-    PERFORM pgqueue.save_job(j, p_op, NULL, p_extra);
+    BEGIN
+        PERFORM pgqueue.save_job(j, p_op, NULL, p_extra);
+    EXCEPTION WHEN unique_violation THEN
+        GET STACKED DIAGNOSTICS v_index = CONSTRAINT_NAME;
+        IF v_index IS DISTINCT FROM 'job_dedup_idx' THEN
+            RAISE;
+        END IF;
+        -- a new statement, a new snapshot: the holder that just committed is visible
+        PERFORM pgqueue.refuse_dedup(format('return job %s to pending', j.id),
+                                     pgqueue.dedup_holder(j.stream, j.dedup_key, j.id));
+    END;
     RETURN j;
 END
 $$;

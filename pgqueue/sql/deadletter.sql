@@ -11,6 +11,7 @@ DECLARE
     v_now  timestamptz := pgqueue.now_ms();
     d      pgqueue.dead_letter;
     v_holder bigint;
+    v_index  text;
 BEGIN
     PERFORM pgqueue.require_leader();
     SELECT * INTO d FROM pgqueue.dead_letter WHERE id = p_job_id FOR UPDATE;
@@ -18,12 +19,9 @@ BEGIN
         RAISE EXCEPTION 'job % is not a dead letter', p_job_id USING ERRCODE = 'PQ404';
     END IF;
     IF d.dedup_key IS NOT NULL THEN
-        SELECT id INTO v_holder FROM pgqueue.job
-        WHERE stream = d.stream AND dedup_key = d.dedup_key
-          AND state IN ('pending', 'scheduled', 'leased');
-        IF FOUND THEN
-            RAISE EXCEPTION 'cannot requeue dead letter %: live job % holds its dedup key', p_job_id, v_holder
-                USING ERRCODE = 'PQ409', DETAIL = format('holder=%s', v_holder);
+        v_holder := pgqueue.dedup_holder(d.stream, d.dedup_key, d.id);
+        IF v_holder IS NOT NULL THEN
+            PERFORM pgqueue.refuse_dedup(format('requeue dead letter %s', p_job_id), v_holder);
         END IF;
     END IF;
     DELETE FROM pgqueue.dead_letter WHERE id = p_job_id;
@@ -37,9 +35,14 @@ BEGIN
             d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash,
             d.crashes_by_step);
     EXCEPTION WHEN unique_violation THEN
-        -- a concurrent enqueue took the key after the check above
-        RAISE EXCEPTION 'cannot requeue dead letter %: a live job now holds its dedup key', p_job_id
-            USING ERRCODE = 'PQ409';
+        GET STACKED DIAGNOSTICS v_index = CONSTRAINT_NAME;
+        IF v_index IS DISTINCT FROM 'job_dedup_idx' THEN
+            RAISE;
+        END IF;
+        -- an enqueue still open at the check above took the key and committed (the INSERT
+        -- waited for it); a new statement sees it, so the holder is named as above
+        PERFORM pgqueue.refuse_dedup(format('requeue dead letter %s', p_job_id),
+                                     pgqueue.dedup_holder(d.stream, d.dedup_key, d.id));
     END;
     INSERT INTO pgqueue.op_log (stream, op, job_id, body)
     VALUES (d.stream, 'RequeueDeadLetter', d.id, jsonb_build_object(

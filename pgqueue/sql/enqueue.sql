@@ -66,6 +66,9 @@ AS $$
 DECLARE
     v_seen     record;
     v_stamped  boolean := p_request IS NULL;
+    v_limit    bigint;
+    v_big      bigint;
+    v_size     bigint;
     v_now      timestamptz := pgqueue.now_ms();
     v_n        int := coalesce(cardinality(p_payloads), 0);
     v_ids      bigint[];
@@ -102,6 +105,17 @@ BEGIN
     END IF;
     IF v_n = 0 THEN
         RETURN;
+    END IF;
+    v_limit := coalesce((SELECT c.max_payload_bytes FROM pgqueue.stream_config c
+                         WHERE c.stream = p_stream), 16777216);
+    SELECT t.ord, octet_length(t.payload) INTO v_big, v_size
+    FROM unnest(p_payloads) WITH ORDINALITY AS t(payload, ord)
+    WHERE octet_length(t.payload) > v_limit LIMIT 1;
+    IF FOUND THEN
+        -- refused whole, before anything is written (see stream_config.max_payload_bytes)
+        RAISE EXCEPTION 'jobs[%].payload is % bytes, over the limit of % bytes of stream %',
+            v_big - 1, v_size, v_limit, p_stream USING ERRCODE = 'PQ413',
+            HINT = 'pgqueue.configure_stream(stream, p_max_payload_bytes => N) sets the limit, up to 67108864 (64 MiB)';
     END IF;
     IF p_request IS NOT NULL THEN
         -- A call re-sent after its reply was lost: what its first attempt returned.
@@ -243,6 +257,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_seen record;
+    v_limit bigint;
     v_now timestamptz := pgqueue.now_ms();
     v_at  timestamptz;
     j     pgqueue.job;
@@ -255,6 +270,13 @@ BEGIN
     END IF;
     v_at := greatest(v_now, date_trunc('milliseconds', coalesce(
         p_not_before, v_now + coalesce(p_delay_ms, 0) * interval '1 millisecond')));
+    v_limit := coalesce((SELECT c.max_payload_bytes FROM pgqueue.stream_config c
+                         WHERE c.stream = p_stream), 16777216);
+    IF octet_length(p_payload) > v_limit THEN
+        RAISE EXCEPTION 'payload is % bytes, over the limit of % bytes of stream %',
+            octet_length(p_payload), v_limit, p_stream USING ERRCODE = 'PQ413',
+            HINT = 'pgqueue.configure_stream(stream, p_max_payload_bytes => N) sets the limit, up to 67108864 (64 MiB)';
+    END IF;
     IF p_request IS NOT NULL THEN  -- see pgqueue.enqueue
         v_seen := pgqueue.request_seen(p_request);
         IF v_seen.seq IS NOT NULL THEN

@@ -11,6 +11,8 @@
 -- behind a younger one (a long transaction's) waits until that one is old too, so every op up
 -- to pruned_through is gone (but for an op of a transaction that was still open when it was
 -- pruned past, which takes a transaction older than p_keep; 0002 had the same gap).
+-- A leader's write: a replica refuses it (PQ401 naming its leader), as it refuses every queue
+-- write; its log is the leader's, and what it may drop is the leader's decision.
 CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval,
                                                 p_stale_after interval DEFAULT interval '1 day',
                                                 p_limit int DEFAULT 10000,
@@ -25,6 +27,7 @@ DECLARE
     v_applied bigint;
     v_n int;
 BEGIN
+    PERFORM pgqueue.require_leader();
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'prune_op_log: limit must be >= 1, got %', p_limit USING ERRCODE = '22023';
     END IF;

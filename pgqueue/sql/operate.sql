@@ -156,7 +156,7 @@ $$;
 -- Per-stream settings, logged like any other state change.
 CREATE OR REPLACE FUNCTION pgqueue.configure_stream(
     p_stream text, p_retry_base_ms bigint DEFAULT NULL, p_retry_cap_ms bigint DEFAULT NULL,
-    p_quarantine_after int DEFAULT NULL
+    p_quarantine_after int DEFAULT NULL, p_max_payload_bytes bigint DEFAULT NULL
 ) RETURNS pgqueue.stream_config
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -165,13 +165,19 @@ DECLARE
 BEGIN
     PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
-    INSERT INTO pgqueue.stream_config AS s (stream, retry_base_ms, retry_cap_ms, quarantine_after)
+    IF p_max_payload_bytes IS NOT NULL AND p_max_payload_bytes NOT BETWEEN 1 AND 67108864 THEN
+        RAISE EXCEPTION 'max_payload_bytes must be 1 to 67108864 (64 MiB), got %',
+            p_max_payload_bytes USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pgqueue.stream_config AS s (stream, retry_base_ms, retry_cap_ms, quarantine_after,
+                                            max_payload_bytes)
     VALUES (p_stream, coalesce(p_retry_base_ms, 1000), coalesce(p_retry_cap_ms, 3600000),
-            coalesce(p_quarantine_after, 3))
+            coalesce(p_quarantine_after, 3), coalesce(p_max_payload_bytes, 16777216))
     ON CONFLICT (stream) DO UPDATE SET
         retry_base_ms = coalesce(p_retry_base_ms, s.retry_base_ms),
         retry_cap_ms = coalesce(p_retry_cap_ms, s.retry_cap_ms),
-        quarantine_after = coalesce(p_quarantine_after, s.quarantine_after)
+        quarantine_after = coalesce(p_quarantine_after, s.quarantine_after),
+        max_payload_bytes = coalesce(p_max_payload_bytes, s.max_payload_bytes)
     RETURNING * INTO c;
     INSERT INTO pgqueue.op_log (stream, op, body)
     VALUES (p_stream, 'ConfigureStream', to_jsonb(c));
@@ -228,4 +234,4 @@ SELECT pgqueue.cancel(%(job_id)s::bigint)
 -- name: configure_stream
 -- Per-stream retry backoff and quarantine threshold (NULL keeps the current value).
 SELECT * FROM pgqueue.configure_stream(%(stream)s::text, %(retry_base_ms)s::bigint, %(retry_cap_ms)s::bigint,
-                                       %(quarantine_after)s::int)
+                                       %(quarantine_after)s::int, %(max_payload_bytes)s::bigint)

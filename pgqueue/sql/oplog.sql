@@ -173,11 +173,16 @@ BEGIN
     WHEN 'RemoveSchedule' THEN
         DELETE FROM pgqueue.schedule WHERE stream = b ->> 'stream' AND name = b ->> 'name';
     WHEN 'ConfigureStream' THEN
-        INSERT INTO pgqueue.stream_config AS s
-        SELECT * FROM jsonb_populate_record(NULL::pgqueue.stream_config, b)
+        -- ops written before revision 0005 carry no max_payload_bytes: the default then
+        INSERT INTO pgqueue.stream_config AS s (stream, retry_base_ms, retry_cap_ms,
+                                                quarantine_after, max_payload_bytes)
+        SELECT r.stream, r.retry_base_ms, r.retry_cap_ms, r.quarantine_after,
+               coalesce(r.max_payload_bytes, 16777216)
+        FROM jsonb_populate_record(NULL::pgqueue.stream_config, b) r
         ON CONFLICT (stream) DO UPDATE SET
             retry_base_ms = excluded.retry_base_ms, retry_cap_ms = excluded.retry_cap_ms,
-            quarantine_after = excluded.quarantine_after;
+            quarantine_after = excluded.quarantine_after,
+            max_payload_bytes = excluded.max_payload_bytes;
     ELSE
         RAISE EXCEPTION 'apply_op: unknown op %', p_op USING ERRCODE = '22023';
     END CASE;
@@ -237,6 +242,35 @@ BEGIN
 END
 $$;
 
+-- The next ops after p_after as op_log rows in jsonb, in seq order: at most p_limit, and no
+-- more once about 64 MiB of payloads and bodies are in (always at least one), so that a batch
+-- of large jobs never outgrows one jsonb value (1 GB) on its way to ingest_ops. With
+-- p_committed_only, only ops whose transaction finished before this snapshot began (the
+-- follow reader: no later commit can appear below them). A short batch is not the end of the
+-- log; an empty one is.
+CREATE OR REPLACE FUNCTION pgqueue.op_log_batch(p_after bigint, p_limit int,
+                                                p_committed_only boolean)
+RETURNS TABLE (seq bigint, op jsonb)
+LANGUAGE sql STABLE
+AS $$
+    WITH sized AS (
+        SELECT o.seq, coalesce(octet_length(o.payload), 0) + octet_length(o.body::text) AS size
+        FROM pgqueue.op_log o
+        WHERE o.seq > p_after
+          AND (NOT p_committed_only OR o.xid < pg_snapshot_xmin(pg_current_snapshot()))
+        ORDER BY o.seq
+        LIMIT p_limit
+    ), kept AS (
+        SELECT w.seq FROM (
+            SELECT sized.seq, coalesce(sum(sized.size) OVER (
+                       ORDER BY sized.seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                   AS before
+            FROM sized) w
+        WHERE w.before <= 67108864
+    )
+    SELECT o.seq, to_jsonb(o) FROM pgqueue.op_log o JOIN kept k ON k.seq = o.seq ORDER BY o.seq
+$$;
+
 -- queries -----------------------------------------------------------------------------------
 
 -- name: oplog_tail
@@ -255,34 +289,36 @@ SELECT op, count(*) AS count FROM pgqueue.op_log GROUP BY op ORDER BY op
 -- name: oplog_committed_batch
 -- The next ops after seq %(after)s whose writing transaction finished before this snapshot
 -- began (so no later commit can appear below them), as op_log rows in jsonb, in seq order.
-SELECT seq, to_jsonb(o) AS op
-FROM pgqueue.op_log o
-WHERE seq > %(after)s AND xid < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY seq
-LIMIT %(limit)s
+SELECT seq, op FROM pgqueue.op_log_batch(%(after)s, %(limit)s, true)
 
 -- name: oplog_visible_batch
 -- The next ops after seq %(after)s that this snapshot sees committed, in seq order (a one-shot
 -- replay or a replica's seed: later ops arrive by other means and duplicates are skipped).
-SELECT seq, to_jsonb(o) AS op
-FROM pgqueue.op_log o
-WHERE seq > %(after)s
-ORDER BY seq
-LIMIT %(limit)s
+SELECT seq, op FROM pgqueue.op_log_batch(%(after)s, %(limit)s, false)
 
 -- name: oplog_ingest
 -- Apply a batch of ops from another database's log (skipping seqs already applied).
 SELECT pgqueue.ingest_ops(%(ops)s::jsonb) AS applied
 
 -- name: advance_sequences
--- Move the job, lease and op-log sequences past every id in the op log (after a replay, or at
--- promotion), so new ids never collide with replayed ones.
+-- Move the job, lease and op-log sequences past every id this database holds (after a replay,
+-- or at promotion), so new ids never collide: job ids in the op log, the job table and the
+-- dead letters; lease ids in the op log and held in job.lease_id; op seqs in the log and up to
+-- what was ever pruned here or seeded past. A replica seeded from a pruned leader's state, or
+-- restored without its sequences, holds ids no op it kept shows. Reads max(id) of both job
+-- tables by their primary keys; job.lease_id has no index (nothing a renewal writes is
+-- indexed): one scan of the job table, at promotion.
 SELECT setval(pg_get_serial_sequence('pgqueue.op_log', 'seq'),
               greatest(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')),
-                       (SELECT coalesce(max(seq), 0) FROM pgqueue.op_log), 1)) AS seq,
+                       (SELECT coalesce(max(seq), 0) FROM pgqueue.op_log),
+                       (SELECT greatest(pruned_through, seeded_through) FROM pgqueue.node),
+                       1)) AS seq,
        setval('pgqueue.job_id_seq',
               greatest((SELECT last_value FROM pgqueue.job_id_seq),
-                       (SELECT coalesce(max(job_id), 0) FROM pgqueue.op_log), 1)) AS job_id,
+                       (SELECT coalesce(max(job_id), 0) FROM pgqueue.op_log),
+                       (SELECT coalesce(max(id), 0) FROM pgqueue.job),
+                       (SELECT coalesce(max(id), 0) FROM pgqueue.dead_letter), 1)) AS job_id,
        setval('pgqueue.lease_id_seq',
               greatest((SELECT last_value FROM pgqueue.lease_id_seq),
-                       (SELECT coalesce(max(lease_id), 0) FROM pgqueue.op_log), 1)) AS lease_id
+                       (SELECT coalesce(max(lease_id), 0) FROM pgqueue.op_log),
+                       (SELECT coalesce(max(lease_id), 0) FROM pgqueue.job), 1)) AS lease_id

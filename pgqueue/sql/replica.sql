@@ -136,6 +136,11 @@ AS $$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $$;
 -- only the ops up to that seq are examined (an index range, not the whole log): applied_seq is
 -- then how far into that prefix the replica is proven to have applied, and the lag figures
 -- count only the prefix. pgqueue.prune_op_log uses it for the prefix it may delete.
+-- seen_at is when the leader last saw the replica alive: a logical replica whenever its slot
+-- is active (here or in pgqueue.touch_replicas, every maintenance pass) or has confirmed a
+-- position past an op, a follower when it confirms; status stores what it saw (outside a
+-- read-only transaction). stale: not active and not seen for p_stale_after, by
+-- pgqueue.now_ms() (which tests pin).
 CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT interval '1 day',
                                        p_wait interval DEFAULT interval '1 second',
                                        p_upto bigint DEFAULT NULL)
@@ -161,6 +166,8 @@ DECLARE
     v_active boolean;
     v_exact boolean;
     v_deadline timestamptz := clock_timestamp() + p_wait;
+    v_now timestamptz := pgqueue.now_ms();
+    v_writable boolean := NOT current_setting('transaction_read_only')::boolean;
 BEGIN
     v_snap := pg_current_snapshot();
     v_wal := pg_current_wal_insert_lsn();
@@ -177,7 +184,14 @@ BEGIN
                 PERFORM pg_sleep(0.005);
             END LOOP;
             active := coalesce(v_active, false);
-            seen_at := CASE WHEN active THEN now() ELSE r.seen_at END;
+            seen_at := CASE WHEN active THEN greatest(r.seen_at, v_now) ELSE r.seen_at END;
+            IF NOT active AND v_confirmed IS NOT NULL THEN
+                -- the slot is idle now, but the replica confirmed a WAL position at or past
+                -- this op, so it was alive after the op's transaction began
+                seen_at := greatest(seen_at, (SELECT o.at FROM pgqueue.op_log o
+                                              WHERE o.lsn <= v_confirmed
+                                              ORDER BY o.seq DESC LIMIT 1));
+            END IF;
             SELECT count(*), extract(epoch FROM now() - min(o.at))::float8, min(o.seq) - 1
             INTO lag_ops, lag_seconds, applied_seq
             FROM pgqueue.op_log o
@@ -190,7 +204,7 @@ BEGIN
                 INTO applied_seq FROM pgqueue.op_log o;
             END IF;
         ELSE
-            active := r.seen_at > now() - interval '1 minute';
+            active := r.seen_at > v_now - interval '1 minute';
             seen_at := r.seen_at;
             applied_seq := r.confirmed_seq;
             SELECT count(*), extract(epoch FROM now() - min(o.at))::float8 INTO lag_ops, lag_seconds
@@ -198,9 +212,34 @@ BEGIN
             WHERE o.seq > r.confirmed_seq AND o.seq <= coalesce(p_upto, 9223372036854775807);
         END IF;
         lag_seconds := coalesce(lag_seconds, 0);
-        stale := NOT active AND seen_at < now() - p_stale_after;
+        stale := NOT active AND seen_at < v_now - p_stale_after;
+        IF v_writable AND seen_at > r.seen_at + interval '1 second' THEN
+            -- remember it: a short disconnect later is measured from here, not from attach
+            UPDATE pgqueue.replica x SET seen_at = replica_status.seen_at
+            WHERE x.name = r.name AND x.seen_at < replica_status.seen_at;
+        END IF;
         RETURN NEXT;
     END LOOP;
+END
+$$;
+
+-- The leader sees every logical replica whose slot is active now: its seen_at moves to now
+-- (at most once per p_every, so a pass every second does not rewrite the rows every second).
+-- A follower's seen_at moves when it confirms (replica_confirm). Returns the rows moved.
+CREATE OR REPLACE FUNCTION pgqueue.touch_replicas(p_every interval DEFAULT interval '10 seconds')
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    v_n int;
+BEGIN
+    UPDATE pgqueue.replica r SET seen_at = v_now
+    FROM pg_replication_slots s
+    WHERE r.method = 'logical' AND s.slot_name = r.slot_name AND s.active
+      AND r.seen_at < v_now - p_every;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
 END
 $$;
 
@@ -246,6 +285,10 @@ INSERT INTO pgqueue.replica (name, method, slot_name, dsn)
 VALUES (%(name)s, %(method)s, %(slot)s, %(dsn)s)
 ON CONFLICT (name) DO UPDATE SET method = excluded.method, slot_name = excluded.slot_name,
     dsn = excluded.dsn, attached_at = now(), seen_at = now()
+
+-- name: replica_touch
+-- Logical replicas whose slot is active now were seen now (a maintenance pass on the leader).
+SELECT pgqueue.touch_replicas() AS touched
 
 -- name: replica_unregister
 DELETE FROM pgqueue.replica WHERE name = %(name)s RETURNING slot_name

@@ -184,6 +184,7 @@ BAD_ENQUEUES: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("dedup key over 1 KiB in UTF-8", {"dedup_key": "é" * 513}, ValueError, "dedup_key"),
     ("dedup key of another type", {"dedup_key": 5}, TypeError, "dedup_key"),
     ("empty kind", {"kind": ""}, ValueError, "kind"),
+    ("NUL in kind", {"kind": "send\x00email"}, ValueError, "kind must not contain a NUL"),
 ]
 
 
@@ -319,3 +320,58 @@ def test_an_absurd_retry_in_is_a_bad_argument_not_a_missing_schema(q: pgqueue.Qu
     assert totals(dsn) == before
     info = q.job(held.job_id)
     assert info is not None and (info.state, info.attempts) == ("leased", 0)
+
+
+# -- NUL: refused by name where a name is stored as text, harmless in bytes ----------------------
+
+
+def test_a_nul_in_a_stream_name_is_refused_by_name(dsn: str) -> None:
+    with pytest.raises(ValueError, match=r"^stream must not contain a NUL"):
+        pgqueue.Queue(dsn, stream="de\x00fault")
+    assert totals(dsn) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda q: q.upsert_schedule("night\x00ly", "0 2 * * *", b"x"), "^name must not contain a NUL"),
+    (lambda q: q.upsert_schedule("nightly", "0 2 * * *", b"x", kind="re\x00port"),
+     "^kind must not contain a NUL"),
+    (lambda q: q.configure_kind("re\x00port", quarantine_after=2), "^kind must not contain a NUL"),
+    (lambda q: q.rewind(q.jobs()[0].job_id, "fe\x00tch"), "^to_step must not contain a NUL"),
+], ids=["schedule name", "schedule kind", "configure kind", "rewind to_step"])
+def test_a_nul_in_a_name_is_refused_by_name_and_changes_nothing(
+        shared_q: pgqueue.Queue, shared_dsn: str, call: Callable[[Any], object],
+        message: str) -> None:
+    before = totals(shared_dsn)
+    with pytest.raises(ValueError, match=message):
+        call(shared_q)
+    assert totals(shared_dsn) == before
+    assert shared_q.schedules() == []
+
+
+def test_a_nul_in_a_handler_s_kind_is_refused_when_declared() -> None:
+    app = pgqueue.App()
+    with pytest.raises(ValueError, match=r"^kind must not contain a NUL"):
+        app.job("re\x00port")
+
+
+def test_a_nul_in_a_dedup_key_is_an_ordinary_byte(q: pgqueue.Queue) -> None:
+    first = q.enqueue(b"x", dedup_key="a\x00b")
+    assert q.enqueue(b"y", dedup_key=b"a\x00b") == first  # the same key, as str or bytes
+    assert q.enqueue(b"z", dedup_key="a") != first  # not cut at the NUL
+    info = q.job(first)
+    assert info is not None and info.dedup_key == b"a\x00b"
+
+
+def test_a_nul_in_a_nack_s_error_does_not_stop_the_nack(q: pgqueue.Queue) -> None:
+    job_id = q.enqueue(b"x")
+    [held] = q.lease()
+    assert q.nack(held, error="bad\x00byte", retry_in=0) is False
+    info = q.job(job_id)
+    assert info is not None
+    assert (info.state, info.attempts, info.last_error) == ("pending", 1, "bad\ufffdbyte")
+
+
+def test_a_nul_in_a_step_name_is_refused_when_declared() -> None:
+    job = pgqueue.App().step_job("etl")
+    with pytest.raises(ValueError, match=r"^step name must not contain a NUL"):
+        job.step("fe\x00tch")

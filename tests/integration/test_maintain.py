@@ -125,3 +125,47 @@ def test_prune_refuses_a_limit_below_one(dsn: str) -> None:
                 conn.execute("SELECT pgqueue.prune_op_log(interval '0', interval '1 day', %s, "
                              "interval '0')", [limit])
         assert conn.execute("SELECT count(*) FROM pgqueue.op_log").fetchone() == (3,)
+
+
+# -- on a replica ---------------------------------------------------------------------------------
+
+LEADER = "host=leader.example dbname=queue"
+
+
+def _as_replica_with_old_ops(conn: queries.Conn) -> int:
+    """Ops a week and more old, then this database becomes a replica of LEADER; the op count."""
+    enqueue.enqueue_many(conn, "s", [pgqueue.NewJob(b"x") for _ in range(20)])
+    conn.execute("UPDATE pgqueue.op_log SET at = at - interval '8 days'")
+    conn.execute("SELECT pgqueue.set_role('replica', 'r1', %s)", [LEADER])
+    row = conn.execute("SELECT count(*) FROM pgqueue.op_log").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_prune_on_a_replica_is_refused_naming_its_leader(dsn: str) -> None:
+    with connection.connect(dsn) as conn:
+        ops = _as_replica_with_old_ops(conn)
+        with pytest.raises(pgqueue.NotLeader, match=r"leader\.example"):
+            prune(conn, keep=0)
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute("SELECT pgqueue.prune_op_log(interval '0')")
+        assert caught.value.sqlstate == "PQ401"
+        assert conn.execute("SELECT count(*) FROM pgqueue.op_log").fetchone() == (ops,)
+    with pytest.raises(pgqueue.NotLeader, match=r"leader\.example"):
+        replica.prune(dsn, keep=0)
+
+
+def test_a_maintenance_pass_on_a_replica_skips_the_leader_s_work_instead_of_failing(
+        dsn: str) -> None:
+    with connection.connect(dsn) as conn:
+        ops = _as_replica_with_old_ops(conn)
+        result = maintain.run_pass(conn)
+        assert (result.reclaimed, result.schedules_fired, result.ops_pruned) == (0, 0, 0)
+        assert conn.execute("SELECT count(*) FROM pgqueue.op_log").fetchone() == (ops,)
+    runner = maintain.Maintainer(dsn)
+    try:
+        for _ in range(3):
+            assert runner.tick() is not None  # every pass runs, none fails
+        assert runner.passes == 3
+    finally:
+        runner._drop_connection()

@@ -22,7 +22,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 import pgqueue
-from pgqueue import connection, replica
+from pgqueue import connection, maintain, queries, replica
 from pgqueue.errors import ConnectionFailed, NotLeader, PgQueueError
 
 # The fixtures (replica_servers, leader_host, cluster) come from this plugin module, whose
@@ -30,7 +30,7 @@ from pgqueue.errors import ConnectionFailed, NotLeader, PgQueueError
 pytest.register_assert_rewrite("tests.integration.replicas_fixtures")
 pytest_plugins = ["tests.integration.replicas_fixtures"]
 
-from tests.dbhelp import wait_for  # noqa: E402
+from tests.dbhelp import pinned, wait_for  # noqa: E402
 from tests.integration.replicas_fixtures import (  # noqa: E402
     Cluster,
     Server,
@@ -476,6 +476,88 @@ def test_status_does_not_count_an_op_applied_when_the_slot_confirmed_a_position_
     assert state_differences(leader, target) == []
 
 
+def status_at(leader: str, when: dt.datetime, *, stale_after: float = 86400.0) -> dict[str, Any]:
+    """The status of the leader's replicas with pgqueue.now_ms() pinned to `when` (its rows by
+    name); no wait for a slot."""
+    with pinned(leader, when) as conn:
+        found = queries.fetch(conn, "replica_status", {"stale_after": stale_after, "wait": 0})
+    return {r["name"]: r for r in found}
+
+
+def backdate(leader: str, name: str, days: int = 2) -> None:
+    with connection.connect(leader) as conn:
+        conn.execute("UPDATE pgqueue.replica SET seen_at = seen_at - %s * interval '1 day', "
+                     "attached_at = attached_at - %s * interval '1 day' WHERE name = %s",
+                     [days, days, name])
+
+
+def set_subscription(target: str, name: str, action: str) -> None:
+    with psycopg.connect(target, autocommit=True) as rep:
+        rep.execute(f'ALTER SUBSCRIPTION "{replica.subscription_name(name)}" {action}')
+
+
+def slot_active(leader: str, name: str) -> bool:
+    return bool(one(leader, "SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                    [replica.subscription_name(name)]))
+
+
+def test_a_replica_attached_long_ago_is_stale_only_once_unseen_for_the_threshold(
+        cluster: Cluster) -> None:
+    """seen_at follows what the leader sees of the replica, not when it was attached: a
+    logical replica attached two days ago is not stale through a short disconnect, and is
+    stale once it has been away longer than stale_after (the clock pinned, not waited on)."""
+    leader, target = cluster.leader, cluster.replica_db(0)
+    enqueue_some(leader, 20)
+    replica.attach(leader, target, "old")
+    wait_for(lambda: caught_up(leader, "old"), 30, "the replica to catch up")
+    backdate(leader, "old")
+    now = dt.datetime.now(dt.timezone.utc)
+
+    connected = status_at(leader, now)["old"]
+    assert connected["active"] is True and connected["stale"] is False, connected
+    assert one(leader, "SELECT seen_at > now() - interval '1 minute' FROM pgqueue.replica "
+                       "WHERE name = 'old'") is True, "status did not record what it saw"
+
+    set_subscription(target, "old", "DISABLE")
+    wait_for(lambda: not slot_active(leader, "old"), 30, "the slot to go inactive")
+    away = status_at(leader, now)["old"]
+    assert away["active"] is False
+    assert away["stale"] is False, f"a replica away for seconds is reported stale: {away}"
+    assert status_by_name(leader, wait=0)["old"]["stale"] is False  # the library says the same
+    assert status_at(leader, now + dt.timedelta(hours=12))["old"]["stale"] is False
+    long_away = status_at(leader, now + dt.timedelta(days=2))["old"]
+    assert long_away["stale"] is True, long_away
+    assert status_at(leader, now + dt.timedelta(hours=23), stale_after=3600)["old"]["stale"]
+
+
+def test_a_replica_is_seen_by_status_or_a_maintenance_pass_while_connected(
+        cluster: Cluster) -> None:
+    """No status call needed while the replica is connected: a maintenance pass records it
+    (touch), and status infers it from the position the replica's slot confirmed."""
+    leader, target = cluster.leader, cluster.replica_db(0)
+    enqueue_some(leader, 10)
+    replica.attach(leader, target, "quiet")
+    wait_for(lambda: caught_up(leader, "quiet"), 30, "the replica to catch up")
+    wait_for(lambda: slot_active(leader, "quiet"), 30, "the slot to be active")
+    backdate(leader, "quiet")
+    with connection.connect(leader) as conn:
+        maintain.run_pass(conn)
+    assert one(leader, "SELECT seen_at > now() - interval '1 minute' FROM pgqueue.replica "
+                       "WHERE name = 'quiet'") is True, "the maintenance pass did not touch it"
+
+    # neither status nor a pass while connected: the confirmed position says it was there
+    backdate(leader, "quiet")
+    enqueue_some(leader, 5, settle=False)
+    wait_for(lambda: one(leader, "SELECT confirmed_flush_lsn >= (SELECT max(lsn) FROM "
+                                 "pgqueue.op_log) FROM pg_replication_slots WHERE slot_name = %s",
+                         [replica.subscription_name("quiet")]), 30, "the slot to confirm")
+    set_subscription(target, "quiet", "DISABLE")
+    wait_for(lambda: not slot_active(leader, "quiet"), 30, "the slot to go inactive")
+    now = dt.datetime.now(dt.timezone.utc)
+    assert status_at(leader, now)["quiet"]["stale"] is False
+    assert status_at(leader, now + dt.timedelta(days=2))["quiet"]["stale"] is True
+
+
 def test_prune_keeps_every_op_a_replica_has_not_confirmed_unless_it_is_stale(
         cluster: Cluster) -> None:
     leader = cluster.leader
@@ -666,6 +748,37 @@ def test_verify_compares_queue_state_after_the_leader_pruned_its_op_log(cluster:
 
 
 # -- promotion ------------------------------------------------------------------------------------
+
+
+def test_promotion_moves_the_sequences_past_every_id_the_tables_hold(dsn: str) -> None:
+    """A replica whose state holds ids its op log no longer shows (the ops that carried them
+    are gone, as after a seed from a pruned leader's state) and whose sequences are behind:
+    once promoted it hands out no job id of a live job or dead letter, and no lease id a
+    job holds."""
+    with pgqueue.Queue(dsn) as q:
+        q.enqueue_many([pgqueue.NewJob(f"job {i}".encode(), max_attempts=1) for i in range(30)])
+        leases = q.lease(30)
+        newest = max(leases, key=lambda x: x.job_id)
+        assert q.nack(newest, error="failed") is True  # the highest job id is a dead letter
+    with connection.connect(dsn) as conn:
+        conn.execute("DELETE FROM pgqueue.op_log WHERE job_id IS NOT NULL")
+        conn.execute("SELECT setval('pgqueue.job_id_seq', 1, false), "
+                     "setval('pgqueue.lease_id_seq', 1, false)")
+        conn.execute("SELECT pgqueue.set_role('replica', 'restored', 'host=old-leader')")
+    biggest_job = max(one(dsn, "SELECT max(id) FROM pgqueue.job"),
+                      one(dsn, "SELECT max(id) FROM pgqueue.dead_letter"))
+    biggest_lease = one(dsn, "SELECT max(lease_id) FROM pgqueue.job")
+    assert biggest_job == newest.job_id and biggest_lease is not None
+    assert one(dsn, "SELECT coalesce(max(job_id), 0) FROM pgqueue.op_log") < biggest_job
+
+    replica.promote(dsn)
+    with pgqueue.Queue(dsn) as q:
+        fresh = q.enqueue_many([pgqueue.NewJob(b"after promotion", priority=9) for _ in range(3)])
+        got = q.lease(3)
+    assert min(fresh) > biggest_job
+    assert sorted(x.job_id for x in got) == sorted(fresh)
+    assert min(x.lease_id for x in got) > biggest_lease
+
 
 
 @pytest.mark.parametrize("method", ["logical", "follow"])

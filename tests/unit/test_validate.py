@@ -257,3 +257,51 @@ def test_a_batch_names_the_job_of_a_bad_field(job: NewJob, kind: type[Exception]
         enqueue._columns([NewJob(b"fine"), job])
     with pytest.raises(kind, match=message.replace(r"jobs\[1\]\.", "")):
         enqueue._columns([job])  # alone: the field's plain name
+
+
+# -- NUL: Postgres text holds none; bytea any byte ----------------------------------------------
+
+
+@pytest.mark.parametrize(("check", "arg"), [(validate.kind, "kind"), (validate.stream, "stream"),
+                                            (validate.stream, "name"),
+                                            (validate.step_name, "to_step")])
+def test_a_nul_in_a_name_is_refused_by_name(check: Any, arg: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{arg} must not contain a NUL character") as caught:
+        check("ab\x00c", arg)
+    assert "position 2" in str(caught.value)
+
+
+def test_kind_and_stream_name_their_argument_by_default() -> None:
+    with pytest.raises(ValueError, match=r"^kind must not contain a NUL"):
+        validate.kind("\x00")
+    with pytest.raises(ValueError, match=r"^stream must not contain a NUL"):
+        validate.stream("s\x00")
+    with pytest.raises(ValueError, match=r"^step name must not contain a NUL"):
+        validate.step_name("s\x00")
+
+
+def test_a_stream_without_a_utf8_form_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"^stream must be encodable as UTF-8"):
+        validate.stream("s\ud800")
+
+
+def test_step_name_refuses_empty_and_other_types() -> None:
+    assert validate.step_name("fetch") == "fetch"
+    with pytest.raises(ValueError, match="to_step must not be empty"):
+        validate.step_name("", "to_step")
+    with pytest.raises(TypeError, match="to_step must be a str"):
+        validate.step_name(3, "to_step")
+
+
+def test_a_nul_in_a_dedup_key_is_fine_as_str_and_as_bytes() -> None:
+    assert validate.dedup_key("a\x00b") == b"a\x00b"
+    assert validate.dedup_key(b"\x00") == b"\x00"
+
+
+def test_an_error_text_is_made_storable_never_refused() -> None:
+    assert validate.error_text(None) is None
+    assert validate.error_text("plain") == "plain"
+    assert validate.error_text("bad\x00byte\x00") == "bad\ufffdbyte\ufffd"
+    assert validate.error_text("ünï \ud800 x") == "ünï ? x"
+    assert validate.error_text("\x00\udfff") == "\ufffd?"
+    assert validate.error_text("é ✓") == "é ✓"
