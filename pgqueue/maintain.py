@@ -93,8 +93,16 @@ def vacuum_if_needed(conn: queries.Conn) -> bool:
     return True
 
 
+#: A runner frozen this long loses the election (at least, or three intervals if longer): the
+#: server ends its idle session. So while any one process is frozen (SIGSTOP, a long pause),
+#: reclaim and cron ticks resume within this plus one interval.
+FROZEN_RUNNER_SECONDS = 5.0
+
+
 class Maintainer:
-    """Runs passes every `interval` seconds while elected (one runner per database)."""
+    """Runs passes every `interval` seconds while elected (one runner per database). The
+    election is a session advisory lock on a connection that the server closes once it sits
+    idle for FROZEN_RUNNER_SECONDS (or three intervals), so a frozen runner cannot hold it."""
 
     def __init__(self, dsn: str, *, interval: float = 1.0, elect: bool = True) -> None:
         self.dsn = dsn
@@ -122,6 +130,8 @@ class Maintainer:
         if self._conn is None or self._conn.closed:
             self._conn = connection.connect(self.dsn)
             self.elected = False
+            timeout = max(FROZEN_RUNNER_SECONDS, 3 * self.interval)
+            queries.fetch(self._conn, "maintenance_session", {"timeout": f"{int(timeout * 1000)}ms"})
         if self.elect and not self.elected:
             self.elected = bool(queries.scalar(self._conn, "try_maintenance_lock"))
             if not self.elected:

@@ -73,3 +73,9 @@ DELETE FROM pgqueue.worker WHERE heartbeat_at < now() - %(older_than)s * interva
 SELECT n_live_tup AS live, n_dead_tup AS dead,
        extract(epoch FROM now() - greatest(last_vacuum, last_autovacuum))::float8 AS since_vacuum
 FROM pg_stat_user_tables WHERE schemaname = 'pgqueue' AND relname = 'job'
+
+-- name: maintenance_session
+-- The elected runner's session ends by itself when it stays idle this long (a frozen or
+-- stopped process keeps its TCP connection, and with it the election lock, alive forever
+-- otherwise): the server closes it, the lock goes, and another worker is elected.
+SELECT set_config('idle_session_timeout', %(timeout)s, false) AS timeout
