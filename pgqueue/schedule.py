@@ -9,7 +9,14 @@ days.
 
 A tick is claimed with SKIP LOCKED, its job enqueued and next_run_at advanced past it in one
 transaction: exactly once however many schedulers run. Each tick's job also carries the dedup
-key `schedule:NAME@FIRE_TIME` as a second guard.
+key `schedule:NAME@FIRE_TIME` as a second guard, while the job is live.
+
+A fire time fires at most once, ever: last_fired_at is the latest fire time fired, and the SQL
+functions refuse, under the schedule's row lock, a fire time or a next_run_at that is not
+after it. Changes compute next_run_at from max(the database's clock, last_fired_at) read under
+that lock, so neither a host clock behind nor a change that waited behind a tick's lock can
+move a schedule back onto a time it already fired. Every decision here takes the database's
+clock (pgqueue.now_ms()), never the host's.
 """
 from __future__ import annotations
 
@@ -192,11 +199,30 @@ def upcoming(schedule: Schedule, n: int) -> list[dt.datetime]:
 
 
 def _now(conn: queries.Conn, now: dt.datetime | None) -> dt.datetime:
-    if now is None:
-        return dt.datetime.now(UTC)
-    validate.aware_datetime(now, "now")
-    queries.fetch(conn, "pin_clock", {"now": now.isoformat()})
-    return now.astimezone(UTC)
+    """The database's clock for the current transaction, pinned to `now` first when given
+    (simulated time): a host's clock may be minutes off, the database is the one clock all
+    schedulers share."""
+    if now is not None:
+        validate.aware_datetime(now, "now")
+        queries.fetch(conn, "pin_clock", {"now": now.isoformat()})
+    row = queries.fetch_one(conn, "schedule_clock")
+    assert row is not None
+    at: dt.datetime = row["now"]
+    return at.astimezone(UTC)
+
+
+def _next_run(row: dict[str, Any], cron: str, timezone: str, at: dt.datetime,
+              keep: bool) -> dt.datetime:
+    """next_run_at for a change of the locked `row` (empty: a new schedule) at `at`: kept
+    when `keep`, else the first fire time after `at`; never at or before the last fired time."""
+    last: dt.datetime | None = row["last_fired_at"] if row else None
+    if keep and (last is None or row["next_run_at"] > last):
+        kept: dt.datetime = row["next_run_at"]
+        return kept
+    if keep and last is not None:
+        # a row an earlier release left at or before its last fire: on from that fire
+        return next_fire(cron, timezone, last)
+    return next_fire(cron, timezone, at if last is None else max(at, last))
 
 
 def upsert(conn: queries.Conn, stream: str, name: str, cron: str, payload: Any = b"", *,
@@ -219,11 +245,13 @@ def upsert(conn: queries.Conn, stream: str, name: str, cron: str, payload: Any =
     if not isinstance(paused, bool):
         raise TypeError("paused must be a bool")
     with conn.transaction():
-        at = _now(conn, now)
+        # the lock first: a tick that fired meanwhile has committed its last_fired_at, which
+        # bounds next_run_at below (the transaction's clock may predate the wait)
         row = queries.fetch_one(conn, "schedule_lock", {"stream": stream, "name": name})
+        at = _now(conn, now)
         keep = (row is not None and row["cron"] == cron and row["timezone"] == timezone
                 and row["paused"] == paused)
-        next_run_at = row["next_run_at"] if keep and row else next_fire(cron, timezone, at)
+        next_run_at = _next_run(row or {}, cron, timezone, at, keep)
         saved = queries.fetch_one(conn, "schedule_upsert", {
             "stream": stream, "name": name, "cron": cron, "timezone": timezone, "payload": data,
             "kind": kind, "priority": priority, "max_attempts": max_attempts,
@@ -244,7 +272,8 @@ def list_(conn: queries.Conn, stream: str) -> list[Schedule]:
 
 def set_paused(conn: queries.Conn, stream: str, name: str, paused: bool, *,
                now: dt.datetime | None = None) -> Schedule:
-    """Pause, or resume (next_run_at recomputed from now: paused ticks do not fire)."""
+    """Pause, or resume (next_run_at recomputed from the database's clock, never onto a time
+    already fired: paused ticks do not fire)."""
     current = get(conn, stream, name)
     if current is None:
         from pgqueue.errors import JobNotFound
@@ -269,6 +298,9 @@ def _ticks(s: Schedule, now: dt.datetime, cap: int) -> tuple[list[dt.datetime], 
     `cap` ticks fire per pass, the newest, and the older surplus is dropped (and counted)."""
     zone = check_timezone(s.timezone)
     first = s.next_run_at.astimezone(UTC)
+    if s.last_fired_at is not None and first <= s.last_fired_at:
+        # a row an earlier release moved back onto a fired time: only later times may fire
+        first = s.last_fired_at.astimezone(UTC) + dt.timedelta(milliseconds=1)
     boundary = now - dt.timedelta(seconds=s.misfire_grace)
     in_grace: list[dt.datetime] = []
     dropped = 0
@@ -336,9 +368,16 @@ def _fire(conn: queries.Conn, s: Schedule, at: dt.datetime, cap: int) -> tuple[i
                    max_attempts=s.max_attempts,
                    dedup_key=f"schedule:{s.name}@{t.isoformat()}")
             for t in ticks])
-    next_run = next(fire_times(s.cron, check_timezone(s.timezone), at))
+    after = max(at, s.last_fired_at) if s.last_fired_at is not None else at
+    next_run = next(fire_times(s.cron, check_timezone(s.timezone), after))
     queries.fetch(conn, "schedule_advance", {
         "stream": s.stream, "name": s.name, "next_run_at": next_run,
         "last_fired_at": ticks[-1] if ticks else None,
         "fired": Jsonb([t.isoformat() for t in ticks])})
     return len(ticks), lost
+
+
+def streams_named(conn: queries.Conn, name: str) -> list[str]:
+    """The streams holding a schedule called `name`, sorted (to say where a name lives when
+    it is not in the stream asked for)."""
+    return [r["stream"] for r in queries.fetch(conn, "schedule_streams_by_name", {"name": name})]

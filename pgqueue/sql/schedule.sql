@@ -4,6 +4,11 @@
 -- Cron schedules. next_run_at is the next fire time (UTC); cron is evaluated in Python with
 -- croniter on wall-clock time in `timezone`. A tick's enqueue and the advance of next_run_at
 -- commit together, which is what makes a tick fire exactly once.
+-- last_fired_at is the latest fire time ever fired: the functions below keep next_run_at and
+-- every newly fired time strictly after it, under the row lock, so a fire time fires at most
+-- once ever (a clock behind, or a change that waited behind a tick, cannot move it back).
+-- Not a CHECK constraint: an op log written before 0005 may hold a row that breaks the rule,
+-- and a replay must still apply it.
 CREATE TABLE pgqueue.schedule (
     stream           text NOT NULL,
     name             text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
@@ -39,6 +44,8 @@ AS $$
 $$;
 
 -- Create or change a schedule (the caller validated cron and zone and computed next_run_at).
+-- Refused (PQ422) when next_run_at is not after the schedule's last fired time: the caller
+-- computes it from max(the database's clock, last_fired_at) under the row lock.
 CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(
     p_stream text, p_name text, p_cron text, p_timezone text, p_payload bytea, p_kind text,
     p_priority int, p_max_attempts int, p_catch_up text, p_misfire_grace_ms bigint,
@@ -62,6 +69,12 @@ BEGIN
         catch_up = excluded.catch_up, misfire_grace_ms = excluded.misfire_grace_ms,
         paused = excluded.paused, next_run_at = excluded.next_run_at, updated_at = v_now
     RETURNING * INTO c;
+    -- c is the row as updated under its lock, with the last fired time of the latest tick
+    -- that committed before it: the raise undoes the change
+    IF c.next_run_at <= c.last_fired_at THEN
+        RAISE EXCEPTION 'schedule % of stream %: next_run_at % is not after its last fired time % (a fire time fires once)',
+            p_name, p_stream, c.next_run_at, c.last_fired_at USING ERRCODE = 'PQ422';
+    END IF;
     INSERT INTO pgqueue.op_log (stream, op, body)
     VALUES (p_stream, 'UpsertSchedule', pgqueue.schedule_json(c));
     RETURN c;
@@ -69,6 +82,11 @@ END
 $$;
 
 -- Advance a fired (or skipped) schedule; runs in the same transaction as its ticks' enqueues.
+-- p_fired lists the fire times enqueued (ISO 8601 text, ascending) and p_last_fired_at is the
+-- last of them (NULL when none fired). Under the row lock, each must be after the schedule's
+-- last fired time and not after the database's clock, and the new next_run_at after all of
+-- them; otherwise PQ422, and the tick's savepoint takes its enqueues back with it. That is
+-- what makes a fire time fire at most once, ever.
 CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, p_next_run_at timestamptz,
                                          p_last_fired_at timestamptz, p_fired jsonb)
 RETURNS void
@@ -76,16 +94,48 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     c pgqueue.schedule;
+    v_now timestamptz := pgqueue.now_ms();
+    v_last timestamptz;
+    v_at timestamptz;
 BEGIN
     PERFORM pgqueue.require_leader();
-    UPDATE pgqueue.schedule
-    SET next_run_at = date_trunc('milliseconds', p_next_run_at),
-        last_fired_at = coalesce(date_trunc('milliseconds', p_last_fired_at), last_fired_at)
-    WHERE stream = p_stream AND name = p_name
-    RETURNING * INTO c;
+    SELECT * INTO c FROM pgqueue.schedule WHERE stream = p_stream AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no schedule % in stream %', p_name, p_stream USING ERRCODE = 'PQ404';
     END IF;
+    v_last := c.last_fired_at;
+    FOR v_at IN
+        SELECT date_trunc('milliseconds', f.t::timestamptz)
+        FROM jsonb_array_elements_text(coalesce(p_fired, '[]'::jsonb)) WITH ORDINALITY AS f(t, i)
+        ORDER BY f.i
+    LOOP
+        IF v_at <= v_last THEN
+            RAISE EXCEPTION 'schedule % of stream %: fire time % is not after %, fired before it (a fire time fires once)',
+                p_name, p_stream, v_at, v_last USING ERRCODE = 'PQ422';
+        END IF;
+        IF v_at > v_now THEN
+            RAISE EXCEPTION 'schedule % of stream %: fire time % is after the database''s clock %',
+                p_name, p_stream, v_at, v_now USING ERRCODE = 'PQ422';
+        END IF;
+        v_last := v_at;
+    END LOOP;
+    IF jsonb_array_length(coalesce(p_fired, '[]'::jsonb)) = 0 THEN
+        v_at := NULL;    -- nothing fired
+    ELSE
+        v_at := v_last;
+    END IF;
+    IF date_trunc('milliseconds', p_last_fired_at) IS DISTINCT FROM v_at THEN
+        RAISE EXCEPTION 'schedule % of stream %: last_fired_at % is not the last of the fired times %',
+            p_name, p_stream, p_last_fired_at, p_fired USING ERRCODE = 'PQ422';
+    END IF;
+    IF date_trunc('milliseconds', p_next_run_at) <= v_last THEN
+        RAISE EXCEPTION 'schedule % of stream %: next_run_at % is not after its last fired time % (a fire time fires once)',
+            p_name, p_stream, p_next_run_at, v_last USING ERRCODE = 'PQ422';
+    END IF;
+    UPDATE pgqueue.schedule
+    SET next_run_at = date_trunc('milliseconds', p_next_run_at), last_fired_at = v_last
+    WHERE stream = p_stream AND name = p_name
+    RETURNING * INTO c;
     INSERT INTO pgqueue.op_log (stream, op, body)
     VALUES (p_stream, 'UpdateScheduleNextRun', jsonb_build_object(
         'stream', c.stream, 'name', c.name, 'next_run_at_ms', pgqueue.to_ms(c.next_run_at),
@@ -144,3 +194,12 @@ SELECT pgqueue.remove_schedule(%(stream)s::text, %(name)s::text)
 -- name: pin_clock
 -- Pin pgqueue.now_ms() for the rest of this transaction (a controllable clock for passes).
 SELECT set_config('pgqueue.now', %(now)s, true) AS now
+
+-- name: schedule_clock
+-- The database's clock for this transaction (pinned by pin_clock or SET pgqueue.now): every
+-- schedule decision reads it, never the host's clock.
+SELECT pgqueue.now_ms() AS now
+
+-- name: schedule_streams_by_name
+-- The streams that hold a schedule named %(name)s (names are unique per stream only).
+SELECT stream FROM pgqueue.schedule WHERE name = %(name)s ORDER BY stream

@@ -9,13 +9,21 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import os
+import shutil
+import subprocess
+import sys
 from zoneinfo import ZoneInfo
 
+import pytest
 from click.testing import Result
 
 import pgqueue
-from pgqueue import connection, schedule
+from pgqueue import connection, schedule, settle
+from pgqueue import lease as lease_stage
+from pgqueue.queries import Conn
 from tests.acceptance.clihelp import as_json, ok, run
+from tests.dbhelp import wait_for
 
 UTC = dt.timezone.utc
 
@@ -228,3 +236,104 @@ def test_a_bad_cron_is_a_one_line_error(dsn: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pgqueue: error: "), result.stderr
     assert "61 * * * *" in lines[0]
+
+
+# -- a host clock minutes off ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def faketime() -> str:
+    """Debian's faketime: installed with apt-get when missing on CI, else the test skips."""
+    found = shutil.which("faketime")
+    if found is None and os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+        sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = [*sudo, "apt-get", "install", "-y", "-q", "faketime"]
+        if subprocess.run(install, env=env, capture_output=True, timeout=900).returncode != 0:
+            subprocess.run([*sudo, "apt-get", "update", "-q"], env=env, capture_output=True,
+                           timeout=900, check=True)
+            subprocess.run(install, env=env, capture_output=True, timeout=900, check=True)
+        found = shutil.which("faketime")
+        assert found, "CI: apt-get installed faketime, yet it is not on PATH"
+    if found is None:
+        pytest.skip("faketime is not installed (apt-get install -y faketime); on CI (CI=true) "
+                    "the test installs it")
+    return found
+
+
+def skewed_cli(faketime: str, offset: str, dsn: str, *args: str) -> str:
+    """Run `pgqueue --dsn DSN ARGS` in a process whose clock is `offset` off (faketime -f);
+    its stdout."""
+    proc = subprocess.run([faketime, "-f", offset, sys.executable, "-m", "pgqueue", "--dsn", dsn,
+                           *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PGQUEUE_DSN": ""})
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    return proc.stdout
+
+
+def db_now(conn: Conn) -> dt.datetime:
+    row = conn.execute("SELECT pgqueue.now_ms()").fetchone()
+    assert row is not None
+    when: dt.datetime = row[0]
+    return when
+
+
+def fire_times_once(conn: Conn) -> list[dt.datetime]:
+    """The fire times enqueued (log order); checks that none was enqueued twice or ahead of
+    the database's clock, that the advance ops agree, and that the schedules' next run lies
+    after their last fire."""
+    rows = conn.execute("SELECT convert_from(decode(pgqueue.op_body(o) ->> 'dedup_key', "
+                        "'base64'), 'UTF8'), at FROM pgqueue.op_log o WHERE op = 'Enqueue' "
+                        "ORDER BY seq").fetchall()
+    times = [dt.datetime.fromisoformat(key.rpartition("@")[2]) for key, _ in rows]
+    assert len(times) == len(set(times)), f"a fire time fired twice: {times}"
+    ahead = [(t, at) for t, (_, at) in zip(times, rows, strict=True) if t > at]
+    assert not ahead, f"fired ahead of the database's clock: {ahead}"
+    listed = [dt.datetime.fromisoformat(t) for (body,) in conn.execute(
+        "SELECT body FROM pgqueue.op_log WHERE op = 'UpdateScheduleNextRun' ORDER BY seq")
+        for t in body["fired"] or []]
+    assert listed == times
+    for nxt, last in conn.execute("SELECT next_run_at, last_fired_at FROM pgqueue.schedule"):
+        assert last is None or nxt > last
+    return times
+
+
+def tick_and_ack(conn: Conn) -> int:
+    """One tick pass on the right clock, then ack every ready job; how many ticks fired."""
+    fired = schedule.tick(conn).fired
+    leases = lease_stage.lease(conn, "default", 100, 30.0, 0, 0)
+    settle.ack_many(conn, leases)
+    return fired
+
+
+@pytest.mark.parametrize("offset", ["-5m", "+5m"], ids=["5-minutes-behind", "5-minutes-ahead"])
+def test_a_host_clock_minutes_off_neither_refires_nor_skips_a_tick(
+        dsn: str, faketime: str, offset: str) -> None:
+    cron, period = "* * * * * */2", dt.timedelta(seconds=2)  # every 2 s, real time
+    with connection.connect(dsn) as conn:
+        schedule.upsert(conn, "default", "s", cron, b"t", catch_up="all")
+        # a scheduler on the right clock fires a tick and its job is acked at once
+        wait_for(lambda: tick_and_ack(conn), 30, "the first tick")
+        # pause and resume from the skewed host: next run after now, by the database's clock
+        skewed_cli(faketime, offset, dsn, "schedules", "pause", "s")
+        out = skewed_cli(faketime, offset, dsn, "schedules", "resume", "s")
+        assert "resumed default/s" in out
+        s = schedule.get(conn, "default", "s")
+        assert s is not None and s.last_fired_at is not None
+        assert s.last_fired_at < s.next_run_at <= db_now(conn) + period, (s, db_now(conn))
+        # a schedule added from the skewed host starts from the database's clock too
+        before = db_now(conn)
+        skewed_cli(faketime, offset, dsn, "schedules", "add", "added", cron)
+        added = schedule.get(conn, "default", "added")
+        assert added is not None
+        assert before < added.next_run_at <= db_now(conn) + period, (before, added)
+        skewed_cli(faketime, offset, dsn, "schedules", "remove", "added")
+        # a scheduler on the skewed host, then on the right one: each due tick fires once
+        fired_before = len(fire_times_once(conn))
+        wait_for(lambda: json.loads(skewed_cli(faketime, offset, dsn, "maintain", "--once",
+                                               "--json"))["schedules_fired"], 60,
+                 "a tick fired by the skewed scheduler")
+        wait_for(lambda: tick_and_ack(conn), 30, "a tick on the right clock")
+        times = fire_times_once(conn)
+        assert len(times) >= fired_before + 2
+        assert times == sorted(times)

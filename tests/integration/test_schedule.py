@@ -23,12 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 import pgqueue
-from pgqueue import connection, maintain, schedule, settle
+from pgqueue import connection, maintain, queries, schedule, settle
 from pgqueue import lease as lease_stage
 from pgqueue.queries import Conn
+from tests.dbhelp import pinned, set_now, wait_for
 from tests.pgbed import Bed
 
 UTC = dt.timezone.utc
@@ -475,6 +478,213 @@ def test_queue_pause_and_resume(q: pgqueue.Queue) -> None:
     for call in (q.pause_schedule, q.resume_schedule, q.remove_schedule):
         with pytest.raises(pgqueue.JobNotFound, match="missing"):
             call("missing")
+
+
+# -- a fire time fires at most once, ever ----------------------------------------------------
+
+NOON = T0 + dt.timedelta(hours=12)
+
+
+def no_fire_time_twice(conn: Conn) -> Counter[tuple[str, str, dt.datetime]]:
+    """Check that no fire time of any schedule was enqueued twice, nor listed twice by the
+    UpdateScheduleNextRun ops, and that each schedule fired its times in ascending order;
+    returns the fire times."""
+    jobs = fired(conn)
+    per_tick = Counter((f.stream, f.name, f.at) for f in jobs)
+    doubles = sorted(k for k, n in per_tick.items() if n > 1)
+    assert not doubles, f"fire times enqueued more than once: {doubles[:10]}"
+    advanced = Counter((b["stream"], b["name"], dt.datetime.fromisoformat(t))
+                       for b in ops(conn, "UpdateScheduleNextRun") for t in b["fired"] or [])
+    assert not [k for k, n in advanced.items() if n > 1], "an advance op lists a time twice"
+    assert advanced == per_tick
+    by_schedule: dict[tuple[str, str], list[dt.datetime]] = defaultdict(list)
+    for f in jobs:
+        by_schedule[(f.stream, f.name)].append(f.at)
+    for key, times in by_schedule.items():
+        assert times == sorted(times), f"{key} fired an earlier time after a later one"
+    for row in conn.execute("SELECT stream, name, next_run_at, last_fired_at FROM pgqueue.schedule"):
+        assert row[3] is None or row[2] > row[3], row
+    return per_tick
+
+
+def test_noon_fired_and_acked_does_not_fire_again_after_a_resume_5s_behind(conn: Conn) -> None:
+    # the reproduction: a tick fires 12:00 and its job is acked (no live job holds the dedup
+    # key any more), the schedule is paused, then resumed from a clock 5 s behind
+    schedule.upsert(conn, "default", "m", "* * * * *", catch_up="all", now=NOON - seconds(30))
+    assert schedule.tick(conn, now=NOON + seconds(0.5)).fired == 1
+    assert drain(conn, ["default"]) == 1
+    schedule.set_paused(conn, "default", "m", True, now=NOON + seconds(2))
+    resumed = schedule.set_paused(conn, "default", "m", False, now=NOON + seconds(3) - seconds(5))
+    assert resumed.next_run_at == NOON + minutes(1)
+    assert resumed.last_fired_at == NOON
+    assert schedule.tick(conn, now=NOON + seconds(4)).fired == 0
+    assert schedule.tick(conn, now=NOON + minutes(1)).fired == 1
+    assert fired_at(conn, "m") == [NOON, NOON + minutes(1)]
+    no_fire_time_twice(conn)
+
+
+def test_a_change_that_waited_behind_a_tick_does_not_refire_its_time(dsn: str, conn: Conn) -> None:
+    # no skew: an upsert reads its clock (11:59:59.8), then waits for the row lock of a tick
+    # that fires 12:00; it must not put next_run_at back on 12:00 when it gets the lock
+    schedule.upsert(conn, "default", "m", "* * * * *", now=NOON - seconds(30))
+    outcome: list[pgqueue.Schedule] = []
+    with connection.connect(dsn) as ticker:
+        with ticker.transaction():
+            assert schedule.tick(ticker, now=NOON + seconds(0.5)).fired == 1
+
+            def change() -> None:
+                with connection.connect(dsn) as c, c.transaction():
+                    queries.fetch(c, "pin_clock", {"now": (NOON - seconds(0.2)).isoformat()})
+                    outcome.append(schedule.upsert(c, "default", "m", "0-59 * * * *",
+                                                   b"changed"))
+
+            thread = threading.Thread(target=change)
+            thread.start()
+            wait_for(lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()").fetchone() == (1,), 10,
+                "the change to wait for the tick's row lock")
+        thread.join(10)
+    assert not thread.is_alive() and len(outcome) == 1
+    assert outcome[0].payload == b"changed"
+    assert outcome[0].next_run_at == NOON + minutes(1)
+    assert drain(conn, ["default"]) == 1
+    assert schedule.tick(conn, now=NOON + seconds(2)).fired == 0
+    assert fired_at(conn, "m") == [NOON]
+    no_fire_time_twice(conn)
+
+
+def test_the_database_clock_decides_not_the_hosts(dsn: str) -> None:
+    # this session's database clock says 2025 while the host says today: upsert, resume and
+    # tick (no `now` given) must all take the database's
+    with pinned(dsn, NOON - seconds(30)) as c:
+        s = schedule.upsert(c, "default", "m", "* * * * *", catch_up="all")
+        assert s.next_run_at == NOON and s.updated_at == NOON - seconds(30)
+        set_now(c, NOON + seconds(1))
+        assert schedule.tick(c).fired == 1
+        assert fired_at(c, "m") == [NOON]
+        schedule.set_paused(c, "default", "m", True)
+        set_now(c, NOON + minutes(5.5))
+        assert schedule.set_paused(c, "default", "m", False).next_run_at == NOON + minutes(6)
+        set_now(c, NOON + minutes(6))
+        assert schedule.tick(c).fired == 1
+        assert fired_at(c, "m") == [NOON, NOON + minutes(6)]
+
+
+def test_the_transitions_refuse_a_time_at_or_before_the_last_fired_one(conn: Conn) -> None:
+    # a psql caller (or an older release) gets the same rule as the library
+    schedule.upsert(conn, "default", "m", "* * * * *", now=NOON - seconds(30))
+    assert schedule.tick(conn, now=NOON + seconds(1)).fired == 1
+    before = table(conn, "pgqueue.schedule"), op_counts(conn)
+
+    def refused(sql: str, *args: Any) -> None:
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute("SELECT set_config('pgqueue.now', %s, false)",
+                         ((NOON + seconds(2)).isoformat(),))
+            conn.execute(sql, args)
+        assert caught.value.diag.sqlstate == "PQ422", caught.value
+        assert "fire" in str(caught.value)
+        assert (table(conn, "pgqueue.schedule"), op_counts(conn)) == before
+
+    upsert = ("SELECT pgqueue.upsert_schedule('default', 'm', '* * * * *', 'UTC', ''::bytea, "
+              "NULL, 0, 25, 'one', 60000, false, %s)")
+    refused(upsert, NOON)                     # onto the fired time
+    refused(upsert, NOON - minutes(1))        # before it
+    advance = "SELECT pgqueue.advance_schedule('default', 'm', %s, %s, %s)"
+    refused(advance, NOON + minutes(1), NOON, Jsonb([NOON.isoformat()]))  # fire 12:00 again
+    refused(advance, NOON, None, Jsonb([]))                               # move back onto it
+    refused(advance, NOON + minutes(3), NOON + minutes(2),                # ahead of the clock
+            Jsonb([(NOON + minutes(2)).isoformat()]))
+    conn.execute("RESET pgqueue.now")
+    # what the rule allows still goes through
+    conn.execute(upsert, (NOON + minutes(1),))
+    assert schedule.tick(conn, now=NOON + minutes(1)).fired == 1
+
+
+def test_a_row_left_on_a_fired_time_by_an_earlier_release_fires_on_after_it(conn: Conn) -> None:
+    # the bug this guards against could leave rows behind (next_run_at on 12:00, fired and
+    # acked) that a database upgraded to 0005 still holds: they tick on from 12:01
+    schedule.upsert(conn, "default", "m", "* * * * *", catch_up="all", now=NOON - seconds(30))
+    schedule.upsert(conn, "default", "p", "* * * * *", catch_up="all", paused=True,
+                    now=NOON - seconds(30))
+    for name in ("m", "p"):
+        conn.execute("UPDATE pgqueue.schedule SET last_fired_at = %s, next_run_at = %s "
+                     "WHERE name = %s", (NOON, NOON - minutes(1), name))
+    # a change that keeps next_run_at moves it past the fire, a tick fires only later times
+    kept = schedule.upsert(conn, "default", "p", "* * * * *", b"new", catch_up="all",
+                           paused=True, now=NOON + seconds(5))
+    assert kept.next_run_at == NOON + minutes(1)
+    assert schedule.tick(conn, now=NOON + seconds(5)).fired == 0
+    healed = schedule.get(conn, "default", "m")
+    assert healed is not None and healed.next_run_at == NOON + minutes(1)
+    assert schedule.tick(conn, now=NOON + minutes(1)).fired == 1
+    assert fired_at(conn, "m") == [NOON + minutes(1)]
+    no_fire_time_twice(conn)
+
+
+@pytest.mark.slow
+def test_changes_racing_ticks_of_three_schedulers_never_refire_a_time(dsn: str, bed: Bed) -> None:
+    # three schedulers, each with its own connection, tick every 2 s of simulated time and ack
+    # at once; between ticks each randomly pauses, resumes or changes (cron text, so next_run_at
+    # is recomputed) a schedule from a clock up to 8 s behind or 2 s ahead of its own
+    crons = {"every-3s": ("* * * * * */3", "* * * * * 0-59/3"),
+             "every-5s": ("* * * * * */5", "* * * * * 0-59/5"),
+             "minutely": ("* * * * *", "0-59 * * * *")}
+    start = NOON - minutes(1)
+    with connection.connect(dsn) as c:
+        for name, (cron, _) in crons.items():
+            schedule.upsert(c, "default", name, cron, b"tick", catch_up="all", now=start)
+    steps, step, schedulers = 90, seconds(2), 3
+    barrier = threading.Barrier(schedulers)
+    changes = Counter[str]()
+
+    def scheduler(k: int) -> int:
+        rng = random.Random(k)
+        total = 0
+        try:
+            with connection.connect(dsn) as c:
+                for i in range(1, steps + 1):
+                    now = start + step * i + seconds(rng.random())
+                    barrier.wait(timeout=60)
+                    if rng.random() < 0.6:
+                        total += schedule.tick(c, now=now).fired
+                        drain(c, ["default"], worker=k)
+                        continue
+                    name = rng.choice(sorted(crons))
+                    skewed = now + seconds(rng.uniform(-8, 2))
+                    current = schedule.get(c, "default", name)
+                    assert current is not None
+                    verb = rng.choice(["pause", "resume", "resume", "change"])
+                    if verb == "change":
+                        a, b = crons[name]
+                        schedule.upsert(c, "default", name, b if current.cron == a else a,
+                                        b"tick", catch_up="all", paused=current.paused,
+                                        now=skewed)
+                    else:
+                        schedule.set_paused(c, "default", name, verb == "pause", now=skewed)
+                    changes[verb] += 1
+        except BaseException:
+            barrier.abort()
+            raise
+        return total
+
+    with ThreadPoolExecutor(schedulers) as pool:
+        totals = list(pool.map(scheduler, range(schedulers)))
+    with connection.connect(dsn) as c:
+        for name in crons:  # a last resume and tick, so every schedule ends unpaused
+            schedule.set_paused(c, "default", name, False, now=start + step * steps)
+        schedule.tick(c, now=start + step * (steps + 1))
+        per_tick = no_fire_time_twice(c)
+        assert sum(per_tick.values()) > 40
+        assert sum(1 for n in totals if n > 0) >= 2, totals
+        assert min(changes[v] for v in ("pause", "resume", "change")) > 5, changes
+        target = bed.new_database()
+        try:
+            pgqueue.replay(dsn, target)
+            with connection.connect(target) as t:
+                assert table(t, "pgqueue.schedule") == table(c, "pgqueue.schedule")
+        finally:
+            bed.drop(target)
 
 
 # -- refusing bad schedules ------------------------------------------------------------------
