@@ -3,6 +3,16 @@ records are printed (rich tables for people, JSON for scripts).
 
 The CLI talks only to the pgqueue library, never to SQL or the driver, so the library's error
 classes are the whole vocabulary of failure here and map one-to-one onto exit codes.
+
+Job data (kinds, payloads, dedup keys, errors, names, hosts, op bodies) is whatever producers
+wrote, so everything shown to people goes through here and is shown literally: `console()`
+reads no string as rich markup or emoji codes and escapes control characters in every string
+it renders (`literal`: ESC as \\x1b, a newline as \\n), `table`/`kv_table` build their cells
+the same way, and plain lines go out through `say`. As a backstop, every command runs with
+sys.stdout/sys.stderr behind a `LiteralStream` (see `Group`), so a line written with
+click.echo or print cannot carry a raw control character either. JSON stays exact:
+`print_json` only spells the controls JSON would leave raw (DEL, C1, bidi) as \\uNNNN
+escapes, which parse back to the same values.
 """
 from __future__ import annotations
 
@@ -10,6 +20,8 @@ import base64
 import datetime as dt
 import json
 import os
+import sys
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,9 +30,10 @@ from typing import IO, Any, NoReturn
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 import pgqueue
-from pgqueue import connection, embedded
+from pgqueue import connection, embedded, observe
 
 #: Exit codes scripts can trust (also documented in `pgqueue --help`).
 EXIT_OK = 0
@@ -34,7 +47,8 @@ EXIT_CODES_HELP = (
     "  1  not found, or the operation was refused (e.g. dedup conflict)\n"
     "  2  usage error: a bad option or argument\n"
     "  3  cannot connect to Postgres, or its pgqueue schema is missing or too new\n"
-    "Errors are one line on stderr (pgqueue: error: ...); PGQUEUE_DEBUG=1 shows tracebacks.\n"
+    "Errors are one line on stderr (pgqueue: error: ...); PGQUEUE_DEBUG=1 also prints\n"
+    "the traceback (the exit code stays the same).\n"
 )
 
 #: When set, errors propagate with their traceback (for debugging the CLI itself).
@@ -47,7 +61,7 @@ class Failure(click.ClickException):
     exit_code = EXIT_FAILED
 
     def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"pgqueue: error: {self.format_message()}", err=True, file=file)
+        click.echo(f"pgqueue: error: {literal(self.format_message())}", err=True, file=file)
 
 
 class UsageFailure(Failure):
@@ -92,17 +106,24 @@ def translated_errors() -> Iterator[None]:
     try:
         yield
     except (pgqueue.PgQueueError, ValueError, TypeError) as exc:
-        if os.environ.get(DEBUG_ENV):
-            raise
+        _debug_traceback(exc)
         fail(_one_line(exc), exit_code_for(exc))
+
+
+def _debug_traceback(exc: BaseException) -> None:
+    """With $PGQUEUE_DEBUG set, the traceback on stderr; the error still becomes its one line
+    and its exit code (re-raising it would turn every code into Python's 1)."""
+    if os.environ.get(DEBUG_ENV):
+        traceback.print_exception(exc, file=sys.stderr)
 
 
 class Group(click.Group):
     """The root group: every subcommand runs inside `translated_errors`, so no command can
-    forget to translate an error into a one-line message and an exit code."""
+    forget to translate an error into a one-line message and an exit code, and inside
+    `literal_streams`, so no line it writes can carry a raw control character."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        with translated_errors():
+        with literal_streams(), translated_errors():
             return super().invoke(ctx)
 
 
@@ -131,8 +152,7 @@ def embedded_dsn() -> str:
     except (pgqueue.PgQueueError, ValueError, TypeError):
         raise
     except Exception as exc:  # the server did not start: its binaries report as they can
-        if os.environ.get(DEBUG_ENV):
-            raise
+        _debug_traceback(exc)
         fail(f"cannot start the embedded Postgres in {embedded.default_data_dir()}: "
              f"{_one_line(exc)}", EXIT_UNAVAILABLE)
 
@@ -160,22 +180,115 @@ def shown_dsn(value: str) -> str:
     return connection.redact(value)
 
 
-# -- output -----------------------------------------------------------------------------------
+# -- output: everything shown to people is shown literally ----------------------------------
+
+
+def _escapes() -> dict[int, str]:
+    """Code point -> its visible spelling: C0, DEL and C1 controls as \\xNN (tab, newline and
+    carriage return as \\t \\n \\r), and the invisible bidi and line-separator characters
+    (which reorder or break what an operator reads) as \\uNNNN."""
+    table = {cp: f"\\x{cp:02x}" for cp in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+    table.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
+    for cp in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A),
+               0x2028, 0x2029):
+        table[cp] = f"\\u{cp:04x}"
+    return table
+
+
+_ESCAPES = _escapes()
+#: The same, but newline and tab pass (text whose layout is the CLI's own).
+_LAYOUT_KEPT = {cp: text for cp, text in _ESCAPES.items() if cp not in (0x09, 0x0A)}
+#: What JSON text must still escape for a terminal: json.dumps already escapes C0 (as \u00NN).
+_JSON_ESCAPES = {cp: f"\\u{cp:04x}" for cp in _ESCAPES if cp >= 0x7F}
+
+
+def literal(value: Any) -> str:
+    """`value` as text fit for a terminal: shown as it is, with every control character
+    spelled out (ESC as \\x1b, a newline as \\n). Backslashes stay as they are, so text that
+    had no controls is unchanged (and escaping twice changes nothing). None is ""."""
+    return ("" if value is None else str(value)).translate(_ESCAPES)
+
+
+def say(message: Any = "", *, err: bool = False) -> None:
+    """One line for people on stdout (or stderr), shown literally (see `literal`)."""
+    click.echo(literal(message), err=err)
+
+
+def say_lines(text: str) -> None:
+    """Text of several lines that the CLI composed (SQL files): its layout (newlines, tabs)
+    kept, every other control character escaped."""
+    click.echo(text.translate(_LAYOUT_KEPT))
+
+
+class LiteralConsole(Console):
+    """A rich console that shows every string literally: never as markup or emoji codes, its
+    control characters escaped. rich turns each str it meets (print arguments, table cells
+    and titles) into Text through `render_str`, so one override covers them all; Text built
+    by the CLI itself (styled headings) is its own."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        kwargs.update(markup=False, emoji=False)
+        return super().render_str(literal(text), **kwargs)
 
 
 def console() -> Console:
-    """A rich console on the current stdout (looked up per call, so test runners capture it)."""
-    return Console(highlight=False)
+    """A literal console on the current stdout (looked up per call, so test runners capture
+    it). It writes to the real stream: its own styles are escape sequences."""
+    return LiteralConsole(file=_raw(sys.stdout), highlight=False, markup=False, emoji=False)
 
 
 def err_console() -> Console:
-    """A rich console on stderr, for progress bars that must not pollute stdout."""
-    return Console(stderr=True, highlight=False)
+    """A literal console on stderr, for progress bars that must not pollute stdout."""
+    return LiteralConsole(file=_raw(sys.stderr), highlight=False, markup=False, emoji=False)
+
+
+class LiteralStream:
+    """A text stream that spells out control characters (but newline and tab) before they
+    reach the real one: the backstop for a line a command writes with click.echo or print
+    instead of `say`. Bytes are decoded (UTF-8, invalid bytes replaced) and escaped too; it
+    has no `buffer`, so nothing reaches the real stream around it."""
+
+    def __init__(self, raw: IO[str]) -> None:
+        self.raw = raw
+
+    def write(self, text: str | bytes) -> int:
+        if isinstance(text, bytes | bytearray):
+            text = bytes(text).decode("utf-8", "replace")
+        return self.raw.write(text.translate(_LAYOUT_KEPT))
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "buffer":
+            raise AttributeError(name)
+        return getattr(self.raw, name)
+
+
+def _raw(stream: Any) -> IO[str]:
+    raw: IO[str] = stream.raw if isinstance(stream, LiteralStream) else stream
+    return raw
+
+
+@contextmanager
+def literal_streams() -> Iterator[None]:
+    """sys.stdout and sys.stderr behind a `LiteralStream` while a command runs."""
+    out, err = sys.stdout, sys.stderr
+    if not isinstance(out, LiteralStream):
+        sys.stdout = LiteralStream(out)
+    if not isinstance(err, LiteralStream):
+        sys.stderr = LiteralStream(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 def print_json(value: Any) -> None:
-    """One JSON document on stdout."""
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=_json_default))
+    """One JSON document on stdout: the exact values (controls JSON leaves raw are escaped
+    as \\uNNNN, which parses back to the same string)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=_json_default)
+    click.echo(text.translate(_JSON_ESCAPES))
 
 
 def _json_default(value: Any) -> Any:
@@ -184,13 +297,22 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot print a {type(value).__name__} as JSON")
 
 
-def encode_bytes(value: bytes | None) -> tuple[str | None, str | None]:
-    """(text, encoding): UTF-8 text when the bytes decode, else base64; (None, None) for None."""
+def encode_bytes(value: bytes | None, *, prefix: bool = False) -> tuple[str | None, str | None]:
+    """(text, encoding): UTF-8 text when the bytes decode, else base64; (None, None) for None.
+
+    :param prefix: the bytes are the start of a longer value (a preview): a UTF-8 character
+        cut in two at the end is dropped rather than making the whole preview base64.
+    """
     if value is None:
         return None, None
     try:
         return value.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as exc:
+        if prefix and exc.end == len(value) and exc.reason == "unexpected end of data":
+            try:
+                return value[: exc.start].decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                pass
         return base64.b64encode(value).decode("ascii"), "base64"
 
 
@@ -214,45 +336,72 @@ def checkpoint_json(cp: pgqueue.Checkpoint) -> dict[str, Any]:
     }
 
 
-def job_json(job: pgqueue.JobInfo) -> dict[str, Any]:
-    """Every field of a job snapshot as JSON; bytes say how they are encoded."""
-    payload, payload_encoding = encode_bytes(job.payload)
-    dedup_key, dedup_key_encoding = encode_bytes(job.dedup_key)
+#: How much of a payload people (and JSON without --full) see: the database cuts it.
+PREVIEW_BYTES = observe.PREVIEW_BYTES
+
+#: A job as commands get it: whole (`Queue.job`) or with its payload cut (`Queue.job_preview`).
+AnyJob = pgqueue.JobInfo | observe.JobPreview
+
+
+def unwrap(job: AnyJob) -> tuple[pgqueue.JobInfo, int, bool]:
+    """(snapshot, whole payload size, whether snapshot.payload is only its start)."""
+    if isinstance(job, observe.JobPreview):
+        return job.job, job.payload_size, job.payload_truncated
+    return job, len(job.payload), False
+
+
+def job_json(job: AnyJob) -> dict[str, Any]:
+    """Every field of a job snapshot as JSON; bytes say how they are encoded. payload_size is
+    the whole payload's, and payload_truncated says the payload is only its start."""
+    info, size, truncated = unwrap(job)
+    payload, payload_encoding = encode_bytes(info.payload, prefix=truncated)
+    dedup_key, dedup_key_encoding = encode_bytes(info.dedup_key)
     return {
-        "job_id": job.job_id,
-        "stream": job.stream,
-        "kind": job.kind,
-        "state": job.state,
-        "state_reason": job.state_reason,
-        "state_detail": job.state_detail,
-        "priority": job.priority,
-        "attempts": job.attempts,
-        "max_attempts": job.max_attempts,
+        "job_id": info.job_id,
+        "stream": info.stream,
+        "kind": info.kind,
+        "state": info.state,
+        "state_reason": info.state_reason,
+        "state_detail": info.state_detail,
+        "priority": info.priority,
+        "attempts": info.attempts,
+        "max_attempts": info.max_attempts,
         "payload": payload,
         "payload_encoding": payload_encoding,
+        "payload_size": size,
+        "payload_truncated": truncated,
         "dedup_key": dedup_key,
         "dedup_key_encoding": dedup_key_encoding,
-        "enqueued_at": iso(job.enqueued_at),
-        "not_before": iso(job.not_before),
-        "last_error": job.last_error,
-        "lease_id": job.lease_id,
-        "lease_expires_at": iso(job.lease_expires_at),
-        "worker_node": job.worker_node,
-        "worker_instance": job.worker_instance,
-        "died_at": iso(job.died_at),
-        "checkpoint": checkpoint_json(job.checkpoint),
+        "enqueued_at": iso(info.enqueued_at),
+        "not_before": iso(info.not_before),
+        "last_error": info.last_error,
+        "lease_id": info.lease_id,
+        "lease_expires_at": iso(info.lease_expires_at),
+        "worker_node": info.worker_node,
+        "worker_instance": info.worker_instance,
+        "died_at": iso(info.died_at),
+        "checkpoint": checkpoint_json(info.checkpoint),
     }
 
 
-def preview(value: bytes | None, width: int = 40) -> str:
-    """A short, one-line rendering of bytes for a table cell."""
-    text, encoding = encode_bytes(value)
+def size_note(size: int, shown: int | None) -> str:
+    """A payload's size for people, saying how much of it is shown when not all."""
+    if shown is None:
+        return f"{size:,} bytes"
+    return f"{size:,} bytes (showing the first {shown:,}; --full shows all)"
+
+
+def preview(value: bytes | None, width: int = 40, *, prefix: bool = False) -> str:
+    """A short, one-line rendering of bytes for a table cell (shown literally)."""
+    text, encoding = encode_bytes(value, prefix=prefix)
     if text is None:
         return ""
     if encoding == "base64":
         text = f"base64:{text}"
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    text = literal(text[: width + 1])  # escaping only lengthens: enough to fill `width`
+    if len(text) > width:
+        return text[: width - 1] + "…"
+    return text + "…" if prefix else text
 
 
 def ago(value: dt.datetime | None) -> str:
@@ -277,30 +426,39 @@ def age(seconds: float | None) -> str:
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
+def cell(value: Any) -> Text:
+    """A table cell shown literally, on any console."""
+    return Text(literal(value))
+
+
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
           *, right: Sequence[str] = (), nowrap: Sequence[str] = ()) -> Table:
-    """A rich table; columns named in `right` are right-aligned (numbers), those in `nowrap`
-    keep their width (ids, states) while the others fold when the terminal is narrow."""
-    t = Table(title=title, title_justify="left")
+    """A rich table whose title and cells are shown literally; columns named in `right` are
+    right-aligned (numbers), those in `nowrap` keep their width (ids, states) while the others
+    fold when the terminal is narrow."""
+    t = Table(title=None if title is None else Text(literal(title), style="table.title"),
+              title_justify="left")
     for name in columns:
-        t.add_column(name, justify="right" if name in right else "left",
+        t.add_column(literal(name), justify="right" if name in right else "left",
                      no_wrap=name in nowrap, overflow="ellipsis" if name in nowrap else "fold")
     for row in rows:
-        t.add_row(*("" if cell is None else str(cell) for cell in row))
+        t.add_row(*(cell(value) for value in row))
     return t
 
 
-def jobs_table(title: str | None, jobs: Sequence[pgqueue.JobInfo]) -> Table:
+def jobs_table(title: str | None, jobs: Sequence[AnyJob]) -> Table:
     """Job snapshots as a table for people."""
+    rows = []
+    for job in jobs:
+        j, _size, truncated = unwrap(job)
+        rows.append((j.job_id, j.stream, j.kind or "", j.state, j.priority,
+                     f"{j.attempts}/{j.max_attempts or '∞'}",
+                     preview(j.payload, prefix=truncated),
+                     preview(None if j.last_error is None else j.last_error.encode(), 30)))
     return table(
         title,
         ["id", "stream", "kind", "state", "prio", "tries", "payload", "last error"],
-        [
-            (j.job_id, j.stream, j.kind or "", j.state, j.priority,
-             f"{j.attempts}/{j.max_attempts or '∞'}", preview(j.payload),
-             preview(None if j.last_error is None else j.last_error.encode(), 30))
-            for j in jobs
-        ],
+        rows,
         right=["id", "prio", "tries"],
         nowrap=["id", "state", "prio", "tries"],
     )

@@ -13,7 +13,7 @@ import click
 
 from pgqueue import connection, queries, schema
 
-from .common import EXIT_USAGE, dsn, fail, print_json
+from .common import EXIT_USAGE, dsn, fail, print_json, say, say_lines
 
 
 @click.group()
@@ -48,8 +48,8 @@ def upgrade(revision: str) -> None:
     with _revision_errors(revision):
         schema.upgrade(target, revision)
     after = schema.current(target)
-    click.echo(f"pgqueue schema of {connection.describe(target)}: "
-               f"{_describe(before)} -> {_describe(after)}")
+    say(f"pgqueue schema of {connection.describe(target)}: "
+        f"{_describe(before)} -> {_describe(after)}")
 
 
 @db.command(context_settings={"ignore_unknown_options": True})  # so "-1" is a REVISION
@@ -73,8 +73,8 @@ def downgrade(revision: str, yes: bool) -> None:
     with _revision_errors(revision):
         schema.downgrade(target, revision)
     after = schema.current(target)
-    click.echo(f"pgqueue schema of {connection.describe(target)}: "
-               f"{_describe(before)} -> {_describe(after)}")
+    say(f"pgqueue schema of {connection.describe(target)}: "
+        f"{_describe(before)} -> {_describe(after)}")
 
 
 @db.command()
@@ -89,12 +89,11 @@ def current(as_json: bool) -> None:
                     "up_to_date": found == head})
         return
     if found is None:
-        click.echo(f"current: none (no pgqueue schema); head: {head}; "
-                   f"run `pgqueue db upgrade`")
+        say(f"current: none (no pgqueue schema); head: {head}; run `pgqueue db upgrade`")
     elif found == head:
-        click.echo(f"current: {found} (head, up to date)")
+        say(f"current: {found} (head, up to date)")
     else:
-        click.echo(f"current: {found}; head: {head}; run `pgqueue db upgrade`")
+        say(f"current: {found}; head: {head}; run `pgqueue db upgrade`")
 
 
 def revision_files() -> list[Path]:
@@ -119,16 +118,16 @@ def sql_(stage: str | None, down: bool) -> None:
         if not files:
             fail(f"no downgrade files in {schema.migrations_dir() / 'versions'}")
         for path in files:
-            click.echo(f"-- pgqueue revision file {path.name}")
-            click.echo(path.read_text(encoding="utf-8").rstrip("\n"))
-            click.echo("")
+            say(f"-- pgqueue revision file {path.name}")
+            say_lines(path.read_text(encoding="utf-8").rstrip("\n"))
+            say("")
         return
     if stage is None:
-        click.echo(queries.install_sql().rstrip("\n"))
+        say_lines(queries.install_sql().rstrip("\n"))
         return
     parts = {p.stage: p for p in queries.schema_parts()}
     if stage not in parts:
         fail(f"no schema stage named {stage!r}; stages: {', '.join(parts)}", EXIT_USAGE)
     part = parts[stage]
-    click.echo(f"-- {stage}.sql: tables\n{part.tables}-- {stage}.sql: functions\n"
-               f"{part.functions}".rstrip("\n"))
+    say_lines(f"-- {stage}.sql: tables\n{part.tables}-- {stage}.sql: functions\n"
+              f"{part.functions}".rstrip("\n"))

@@ -5,37 +5,67 @@ reset, through the library's transition, so the op log records it.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 
 import pgqueue
 
-from .common import EXIT_FAILED, console, fail, job_json, jobs_table, open_queue, print_json
+from .common import (
+    EXIT_FAILED,
+    PREVIEW_BYTES,
+    AnyJob,
+    console,
+    fail,
+    job_json,
+    jobs_table,
+    open_queue,
+    print_json,
+    say,
+)
+from .jobs import FULL, JSON, show_job
 
 
 @click.group()
 def dead() -> None:
-    """List and requeue dead letters."""
+    """List, show and requeue dead letters."""
 
 
 @dead.command("list")
 @click.option("--stream", default=None, help="Only this stream (default: every stream).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="At most this many, newest first.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def list_(stream: str | None, limit: int, as_json: bool) -> None:
+@FULL
+@JSON
+def list_(stream: str | None, limit: int, full: bool, as_json: bool) -> None:
     """List dead letters, newest first, with their last error."""
+    found: Sequence[AnyJob]
     with open_queue("default" if stream is None else stream) as q:
-        if stream is None:
+        if stream is None and full:
             found = q.jobs(state="dead", all_streams=True, limit=limit)
-        else:
+        elif stream is None:
+            found = q.jobs_preview(state="dead", all_streams=True, limit=limit,
+                                   preview_bytes=PREVIEW_BYTES)
+        elif full:
             found = q.dead_letters(limit)
+        else:
+            found = q.dead_letters_preview(limit, preview_bytes=PREVIEW_BYTES)
     if as_json:
         print_json([job_json(j) for j in found])
         return
     if not found:
-        click.echo("no dead letters")
+        say("no dead letters")
         return
     console().print(jobs_table(f"dead letters ({len(found)} shown, newest first)", found))
+
+
+@dead.command()
+@click.argument("job_id", metavar="ID", type=int)
+@FULL
+@JSON
+def show(job_id: int, full: bool, as_json: bool) -> None:
+    """Show dead letter ID with its last error; exits 1 when it is not a dead letter."""
+    show_job(job_id, full, as_json, dead_only=True)
 
 
 @dead.command()
@@ -56,4 +86,4 @@ def requeue(job_id: int) -> None:
             if exc.holder is not None and str(exc.holder) not in message:
                 message += f" (held by job {exc.holder})"
             fail(message, EXIT_FAILED)
-    click.echo(f"requeued job {job_id}")
+    say(f"requeued job {job_id}")

@@ -2,9 +2,13 @@
 
 Read-only: what an operator looks at first. A job that was acked is gone from every set (its
 history stays in the op log: `pgqueue oplog tail --job ID`).
+
+Payloads are previewed: the database sends only their first PREVIEW_BYTES bytes and their
+size, so a 200 MiB job shows as fast as a small one; --full fetches and prints the whole.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -13,15 +17,26 @@ import pgqueue
 
 from .common import (
     EXIT_FAILED,
+    PREVIEW_BYTES,
+    AnyJob,
     ago,
     console,
+    encode_bytes,
     fail,
     job_json,
     jobs_table,
     kv_table,
     open_queue,
     print_json,
+    say,
+    size_note,
+    unwrap,
 )
+
+FULL = click.option("--full", is_flag=True,
+                    help=f"The whole payload (default: its first {PREVIEW_BYTES:,} bytes and "
+                         "its size; JSON says payload_truncated).")
+JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
 @click.group()
@@ -35,32 +50,48 @@ def jobs() -> None:
               help="Only jobs in this state.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="At most this many jobs, newest first.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def list_(stream: str | None, state: str | None, limit: int, as_json: bool) -> None:
+@FULL
+@JSON
+def list_(stream: str | None, state: str | None, limit: int, full: bool, as_json: bool) -> None:
     """List jobs, newest first."""
     with open_queue("default" if stream is None else stream) as q:
-        found = q.jobs(state=state, all_streams=stream is None, limit=limit)
+        found: Sequence[AnyJob] = (
+            q.jobs(state=state, all_streams=stream is None, limit=limit) if full else
+            q.jobs_preview(state=state, all_streams=stream is None, limit=limit,
+                           preview_bytes=PREVIEW_BYTES))
     if as_json:
         print_json([job_json(j) for j in found])
         return
     if not found:
-        click.echo("no jobs")
+        say("no jobs")
         return
     console().print(jobs_table(f"jobs ({len(found)} shown, newest first)", found))
 
 
-def job_fields(job: pgqueue.JobInfo) -> dict[str, Any]:
+def fetch_job(q: pgqueue.Queue, job_id: int, full: bool) -> AnyJob | None:
+    """Job `job_id`, whole with `full`, else with its payload cut by the database."""
+    return q.job(job_id) if full else q.job_preview(job_id, preview_bytes=PREVIEW_BYTES)
+
+
+def job_fields(job: AnyJob, *, with_payload: bool = True) -> dict[str, Any]:
     """The fields of one job for people, in reading order."""
+    info, size, truncated = unwrap(job)
     data = job_json(job)
     cp = data.pop("checkpoint")
     fields: dict[str, Any] = {}
     for key, value in data.items():
-        if key.endswith("_encoding"):
+        if key.endswith("_encoding") or key == "payload_truncated":
+            continue
+        if key == "payload" and not with_payload:
             continue
         if key in ("payload", "dedup_key") and data[f"{key}_encoding"] == "base64":
             value = f"(base64) {value}"
+        if key == "payload" and truncated:
+            value = f"{value}…"
+        if key == "payload_size":
+            value = size_note(size, len(info.payload) if truncated else None)
         if key.endswith("_at") or key in ("not_before",):
-            value = ago(getattr(job, key))
+            value = ago(getattr(info, key))
         fields[key] = value
     for key, value in cp.items():
         if key == "cursor_encoding" or value in (None, {}):
@@ -71,17 +102,37 @@ def job_fields(job: pgqueue.JobInfo) -> dict[str, Any]:
     return fields
 
 
-@jobs.command()
-@click.argument("job_id", metavar="ID", type=int)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def show(job_id: int, as_json: bool) -> None:
-    """Show one job of any stream in any set; exits 1 when it is gone or never existed."""
+def print_job(job: AnyJob, full: bool) -> None:
+    """One job for people: its fields, and with --full the whole payload after them (a table
+    cell of many megabytes would take rich minutes to lay out)."""
+    info = unwrap(job)[0]
+    console().print(kv_table(f"job {info.job_id}", job_fields(job, with_payload=not full)))
+    if full:
+        text, encoding = encode_bytes(info.payload)
+        say(f"payload ({len(info.payload):,} bytes, {encoding}):")
+        say(text)
+
+
+def show_job(job_id: int, full: bool, as_json: bool, *, dead_only: bool = False) -> None:
+    """`jobs show` (and `dead show`, with dead_only)."""
     with open_queue() as q:
-        job = q.job(job_id)
+        job = fetch_job(q, job_id, full)
+    if job is not None and dead_only and unwrap(job)[0].state != "dead":
+        fail(f"job {job_id} is not a dead letter (it is {unwrap(job)[0].state}); see "
+             f"`pgqueue jobs show {job_id}`", EXIT_FAILED)
     if job is None:
         fail(f"job {job_id} not found (acked jobs are gone; see `pgqueue oplog tail --job "
              f"{job_id}`)", EXIT_FAILED)
     if as_json:
         print_json(job_json(job))
         return
-    console().print(kv_table(f"job {job.job_id}", job_fields(job)))
+    print_job(job, full)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID", type=int)
+@FULL
+@JSON
+def show(job_id: int, full: bool, as_json: bool) -> None:
+    """Show one job of any stream in any set; exits 1 when it is gone or never existed."""
+    show_job(job_id, full, as_json)

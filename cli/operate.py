@@ -9,57 +9,69 @@ import json
 from typing import Any
 
 import click
-from rich.table import Table
+from rich.text import Text
 
-import pgqueue
+from .common import (
+    EXIT_FAILED,
+    PREVIEW_BYTES,
+    AnyJob,
+    console,
+    fail,
+    job_json,
+    literal,
+    open_queue,
+    print_json,
+    say,
+    table,
+    unwrap,
+)
+from .jobs import FULL, JSON, fetch_job, jobs, print_job
 
-from .common import EXIT_FAILED, console, fail, job_json, kv_table, open_queue, print_json
-from .jobs import job_fields, jobs
 
-
-def _done(message: str, job: pgqueue.JobInfo | None, as_json: bool) -> None:
+def _done(message: str, job: AnyJob | None, as_json: bool) -> None:
     if as_json:
         print_json(None if job is None else job_json(job))
     else:
-        click.echo(message)
+        say(message)
 
 
 @jobs.command()
 @click.argument("job_id", metavar="ID", type=int)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def inspect(job_id: int, as_json: bool) -> None:
+@FULL
+@JSON
+def inspect(job_id: int, full: bool, as_json: bool) -> None:
     """A job's checkpoint, recorded step list, crashes by step, last error and parking reason."""
     with open_queue() as q:
-        job = q.job(job_id)
+        job = fetch_job(q, job_id, full)
         if job is None:
             fail(f"job {job_id} not found", EXIT_FAILED)
-        steps = q.step_list(job.checkpoint.step_set_hash) if job.checkpoint.step_set_hash else None
+        cp = unwrap(job)[0].checkpoint
+        steps = q.step_list(cp.step_set_hash) if cp.step_set_hash else None
     if as_json:
         print_json({**job_json(job), "steps": steps})
         return
-    console().print(kv_table(f"job {job.job_id}", job_fields(job)))
+    print_job(job, full)
     if steps:
-        cp = job.checkpoint
         names = [s["name"] for s in steps]
         done = names.index(cp.last_completed_step) + 1 if cp.last_completed_step in names else 0
-        table = Table(title="steps", title_justify="left")
-        for column in ("#", "step", "version", "status", "crashes"):
-            table.add_column(column)
-        for i, step in enumerate(steps):
-            status = ("completed" if i < done
-                      else "in progress" if step["name"] == cp.cursor_step else "to do")
-            table.add_row(str(i + 1), step["name"], str(step["version"]), status,
-                          str(cp.crashes_by_step.get(step["name"], "")))
-        console().print(table)
-    if job.state_detail:
-        console().print("[bold]state detail[/bold]")
-        console().print_json(json.dumps(job.state_detail, default=str))
+        console().print(table("steps", ["#", "step", "version", "status", "crashes"], [
+            (i + 1, step["name"], step["version"],
+             "completed" if i < done else "in progress" if step["name"] == cp.cursor_step
+             else "to do",
+             cp.crashes_by_step.get(step["name"], ""))
+            for i, step in enumerate(steps)]))
+    detail = unwrap(job)[0].state_detail
+    if detail:
+        console().print(Text("state detail", style="bold"))
+        console().print(Text("\n".join(
+            literal(line) for line in
+            json.dumps(detail, indent=2, ensure_ascii=False, default=str).split("\n"))))
 
 
 def _after(job_id: int, action: Any, message: str, as_json: bool) -> None:
     with open_queue() as q:
         action(q)
-        _done(message, q.job(job_id), as_json)
+        _done(message, q.job_preview(job_id, preview_bytes=PREVIEW_BYTES), as_json)
 
 
 @jobs.command()
@@ -99,7 +111,7 @@ def skip_step(job_id: int, as_json: bool) -> None:
     _after(job_id, lambda q: skipped.append(q.skip_step(job_id)),
            f"job {job_id}: step skipped", as_json)
     if skipped and not as_json:
-        click.echo(f"skipped step: {skipped[0]}")
+        say(f"skipped step: {skipped[0]}")
 
 
 @jobs.command("accept-step-set")
@@ -122,7 +134,7 @@ def cancel(job_id: int, as_json: bool) -> None:
     if as_json:
         print_json({"job_id": job_id, "cancelled": True})
     else:
-        click.echo(f"cancelled job {job_id}")
+        say(f"cancelled job {job_id}")
 
 
 @jobs.command("set-threshold")
@@ -136,4 +148,4 @@ def set_threshold(kind: str, stream: str, quarantine_after: int | None) -> None:
     with open_queue(stream) as q:
         q.configure_kind(kind, quarantine_after=quarantine_after)
     shown = quarantine_after if quarantine_after is not None else "the stream's default"
-    click.echo(f"{stream}/{kind}: quarantine after {shown}")
+    say(f"{stream}/{kind}: quarantine after {shown}")

@@ -6,6 +6,7 @@ apply function, so a replayed database holds exactly the source's state.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -15,8 +16,18 @@ from rich.table import Table
 import pgqueue
 from pgqueue import connection
 from pgqueue import oplog as pg_oplog
+from pgqueue.observe import OpPreview
 
-from .common import ago, console, err_console, open_queue, print_json, table
+from .common import (
+    PREVIEW_BYTES,
+    ago,
+    console,
+    err_console,
+    open_queue,
+    print_json,
+    say,
+    table,
+)
 
 
 @click.group()
@@ -24,14 +35,21 @@ def oplog() -> None:
     """Read and replay the op log."""
 
 
-def op_json(op: pgqueue.Op) -> dict[str, Any]:
-    """One op as JSON (its body is already JSON)."""
+def op_json(op: pgqueue.Op | OpPreview) -> dict[str, Any]:
+    """One op as JSON (its body is already JSON). A preview's body holds only the start of
+    its payload (base64, as in the whole body): payload_size is the whole payload's, and
+    payload_truncated says so."""
+    extra: dict[str, Any] = {}
+    if isinstance(op, OpPreview):
+        extra = {"payload_size": op.payload_size, "payload_truncated": op.payload_truncated}
+        op = op.op
     return {"seq": op.seq, "stream": op.stream, "op": op.op, "job_id": op.job_id,
-            "lease_id": op.lease_id, "xid": op.xid, "at": op.at.isoformat(), "body": op.body}
+            "lease_id": op.lease_id, "xid": op.xid, "at": op.at.isoformat(), "body": op.body,
+            **extra}
 
 
 def _body(body: dict[str, Any], width: int = 60) -> str:
-    text = json.dumps(body, separators=(",", ":"), default=str)
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=str)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -41,22 +59,32 @@ def _body(body: dict[str, Any], width: int = 60) -> str:
 @click.option("--stream", default=None, help="Only this stream (default: every stream).")
 @click.option("--job", "job_id", type=int, default=None, metavar="ID",
               help="Only ops about this job: its history, even after it was acked.")
+@click.option("--full", is_flag=True,
+              help=f"Whole payloads in bodies (default: their first {PREVIEW_BYTES:,} bytes; "
+                   "JSON says payload_size and payload_truncated).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def tail(limit: int, stream: str | None, job_id: int | None, as_json: bool) -> None:
+def tail(limit: int, stream: str | None, job_id: int | None, full: bool, as_json: bool) -> None:
     """The newest ops, oldest of them first (like tail), in JSON too."""
+    found: Sequence[pgqueue.Op | OpPreview]
     with open_queue("default" if stream is None else stream) as q:
-        ops = list(reversed(q.op_log(limit=limit, job_id=job_id, all_streams=stream is None)))
+        if full:
+            found = q.op_log(limit=limit, job_id=job_id, all_streams=stream is None)
+        else:
+            found = q.op_log_preview(limit=limit, job_id=job_id, all_streams=stream is None,
+                                     preview_bytes=PREVIEW_BYTES)
+    ops: list[pgqueue.Op | OpPreview] = list(reversed(found))
     if as_json:
         print_json([op_json(op) for op in ops])
         return
     if not ops:
-        click.echo("no ops")
+        say("no ops")
         return
+    plain: list[pgqueue.Op] = [o.op if isinstance(o, OpPreview) else o for o in ops]
     console().print(table(
         f"op log (last {len(ops)})",
         ["seq", "at (UTC)", "stream", "op", "job", "lease", "body"],
         [(op.seq, ago(op.at), op.stream, op.op, op.job_id, op.lease_id, _body(op.body))
-         for op in ops],
+         for op in plain],
         right=["seq", "job", "lease"],
         nowrap=["seq", "at (UTC)", "op", "job", "lease"],
     ))
@@ -113,7 +141,7 @@ def replay(source: str, target: str, as_json: bool) -> None:
                     "read": result.read, "applied": result.applied,
                     "last_seq": result.last_seq})
         return
-    click.echo(f"read {result.read} ops from {connection.describe(source)}, applied "
+    say(f"read {result.read} ops from {connection.describe(source)}, applied "
                f"{result.applied} to {connection.describe(target)} (last seq {result.last_seq})")
 
 
@@ -134,7 +162,7 @@ def prune(keep: float, stale_after: float, as_json: bool) -> None:
     if as_json:
         print_json({"pruned": n, "stale_replicas": stale})
         return
-    click.echo(f"pruned {n} op(s)")
+    say(f"pruned {n} op(s)")
     for name in stale:
-        click.echo(f"replica {name} has been silent longer than {stale_after:.0f}s: not waited on",
-                   err=True)
+        say(f"replica {name} has been silent longer than {stale_after:.0f}s: not waited on",
+            err=True)

@@ -15,7 +15,7 @@ from rich.table import Table
 
 import pgqueue
 
-from .common import EXIT_USAGE, age, console, fail, open_queue, print_json, table
+from .common import EXIT_USAGE, age, console, fail, open_queue, print_json, say, table
 
 
 def read_payload(payload: str, json_payload: bool) -> Any:
@@ -54,7 +54,7 @@ def enqueue(stream: str, payload: str, kind: str | None, priority: int, delay: f
     with open_queue(stream) as q:
         job_id = q.enqueue(value, kind=kind, priority=priority, delay=delay,
                            dedup_key=dedup_key, max_attempts=max_attempts)
-    click.echo(str(job_id))
+    say(job_id)
 
 
 @click.command()
@@ -71,7 +71,7 @@ def stats(as_json: bool) -> None:
         print_json(stats_json(rows))
         return
     if not rows:
-        click.echo("no jobs")
+        say("no jobs")
         return
     console().print(stats_table(rows))
 

@@ -13,7 +13,7 @@ import click
 
 from pgqueue import connection, replica
 
-from .common import EXIT_FAILED, console, fail, iso, print_json, table
+from .common import EXIT_FAILED, console, fail, iso, print_json, say, table
 
 LEADER = click.option("--leader", required=True, metavar="DSN", help="The leader database.")
 REPLICA = click.option("--replica", "replica_dsn", required=True, metavar="DSN",
@@ -38,8 +38,8 @@ def attach(leader: str, replica_dsn: str, name: str) -> None:
     seeded = (f"seeded {result.seeded_ops} op(s)" if not result.seeded_rows else
               f"seeded from the leader's state ({result.seeded_rows} row(s), "
               f"{result.seeded_ops} op(s) kept in its log)")
-    click.echo(f"replica {result.name} attached to {connection.describe(leader)} by logical "
-               f"replication; {seeded}")
+    say(f"replica {result.name} attached to {connection.describe(leader)} by logical "
+        f"replication; {seeded}")
 
 
 @replica_group.command()
@@ -60,7 +60,7 @@ def follow(leader: str, replica_dsn: str, name: str, poll_interval: float, once:
         while follower.poll() > 0:
             pass
         follower.poll()  # one more: the low-water mark (what the leader is told) catches up
-        click.echo(f"replica {name}: applied {follower.applied} op(s)")
+        say(f"replica {name}: applied {follower.applied} op(s)")
         return
     signal.signal(signal.SIGTERM, lambda *_: follower.stop())
     try:
@@ -86,7 +86,7 @@ def status(leader: str, stale_after: float, wait: float, as_json: bool) -> None:
         print_json([{**r, "seen_at": iso(r["seen_at"])} for r in rows])
         return
     if not rows:
-        click.echo("no replicas")
+        say("no replicas")
         return
     console().print(table("replicas", [
         "name", "method", "applied seq", "lag ops", "lag s", "active", "stale"], [
@@ -108,10 +108,10 @@ def verify(leader: str, replica_dsn: str, timeout: float, as_json: bool) -> None
         print_json({"identical": result.identical, "op_seq": result.op_seq,
                     "differences": result.differences})
     elif result.identical:
-        click.echo(f"identical at op seq {result.op_seq}")
+        say(f"identical at op seq {result.op_seq}")
     else:
         for line in result.differences:
-            click.echo(line)
+            say(line)
     if not result.identical:
         fail(f"replica differs from the leader at op seq {result.op_seq}", EXIT_FAILED)
 
@@ -125,7 +125,7 @@ def promote(replica_dsn: str, old_leader: str | None, timeout: float) -> None:
     """Make the replica the leader: demote the old leader (when reachable) and wait for its
     whole op log, stop consuming, move id sequences past every applied id, bump the epoch."""
     result = replica.promote(replica_dsn, old_leader_dsn=old_leader, timeout=timeout)
-    click.echo(f"{connection.describe(replica_dsn)} is the leader now (epoch {result.epoch}, "
-               f"op log applied up to seq {result.applied_seq})")
+    say(f"{connection.describe(replica_dsn)} is the leader now (epoch {result.epoch}, "
+        f"op log applied up to seq {result.applied_seq})")
     for note in result.notes:
-        click.echo(f"warning: {note}", err=True)
+        say(f"warning: {note}", err=True)

@@ -5,6 +5,8 @@ change and show schedules. Times are shown in each schedule's own zone.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -12,7 +14,18 @@ import click
 import pgqueue
 from pgqueue import schedule as schedule_mod
 
-from .common import EXIT_FAILED, console, encode_bytes, fail, iso, kv_table, open_queue, print_json, table
+from .common import (
+    EXIT_FAILED,
+    console,
+    encode_bytes,
+    fail,
+    iso,
+    kv_table,
+    open_queue,
+    print_json,
+    say,
+    table,
+)
 from .queue_cmds import read_payload
 
 STREAM = click.option("--stream", default="default", show_default=True,
@@ -49,10 +62,27 @@ def _show(s: pgqueue.Schedule, as_json: bool) -> None:
     console().print(kv_table(f"schedule {s.stream}/{s.name}", fields))
 
 
+def _elsewhere(q: pgqueue.Queue, name: str, message: str) -> str:
+    """`message` (NAME is not in q's stream), naming the streams where NAME does exist."""
+    others = [s for s in q.schedule_streams(name) if s != q.stream]
+    if others:
+        message += f"; {name} exists in stream(s) {', '.join(others)}: pass --stream"
+    return message
+
+
+@contextmanager
+def _missing_named(q: pgqueue.Queue, name: str) -> Iterator[None]:
+    """A change refused because NAME is not in q's stream says where NAME is (exit 1)."""
+    try:
+        yield
+    except pgqueue.JobNotFound as exc:
+        fail(_elsewhere(q, name, str(exc)), EXIT_FAILED)
+
+
 def _get(q: pgqueue.Queue, name: str) -> pgqueue.Schedule:
     found = q.schedule(name)
     if found is None:
-        fail(f"no schedule {name!r} in stream {q.stream!r}", EXIT_FAILED)
+        fail(_elsewhere(q, name, f"no schedule {name!r} in stream {q.stream!r}"), EXIT_FAILED)
     return found
 
 
@@ -99,7 +129,7 @@ def list_(stream: str, as_json: bool) -> None:
         print_json([schedule_json(s) for s in found])
         return
     if not found:
-        click.echo("no schedules")
+        say("no schedules")
         return
     console().print(table(f"schedules of {stream}", [
         "name", "cron", "timezone", "kind", "catch_up", "paused", "next run", "last fired"], [
@@ -122,9 +152,9 @@ def show(name: str, stream: str, as_json: bool) -> None:
 @STREAM
 def pause(name: str, stream: str) -> None:
     """Stop firing NAME."""
-    with open_queue(stream) as q:
+    with open_queue(stream) as q, _missing_named(q, name):
         q.pause_schedule(name)
-    click.echo(f"paused {stream}/{name}")
+    say(f"paused {stream}/{name}")
 
 
 @schedules.command()
@@ -132,19 +162,19 @@ def pause(name: str, stream: str) -> None:
 @STREAM
 def resume(name: str, stream: str) -> None:
     """Fire NAME again from its next tick after now."""
-    with open_queue(stream) as q:
+    with open_queue(stream) as q, _missing_named(q, name):
         s = q.resume_schedule(name)
-    click.echo(f"resumed {stream}/{name}; next run {_local(s, s.next_run_at)}")
+    say(f"resumed {stream}/{name}; next run {_local(s, s.next_run_at)}")
 
 
 @schedules.command()
 @click.argument("name")
 @STREAM
 def remove(name: str, stream: str) -> None:
-    """Delete NAME."""
-    with open_queue(stream) as q:
+    """Delete NAME (exit 1 when the stream has none; the message names the streams that do)."""
+    with open_queue(stream) as q, _missing_named(q, name):
         q.remove_schedule(name)
-    click.echo(f"removed {stream}/{name}")
+    say(f"removed {stream}/{name}")
 
 
 @schedules.command("next")
@@ -161,4 +191,4 @@ def next_(name: str, stream: str, count: int, as_json: bool) -> None:
         print_json([t.isoformat() for t in times])
         return
     for t in times:
-        click.echo(t.isoformat())
+        say(t.isoformat())

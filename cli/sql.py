@@ -10,7 +10,7 @@ import click
 
 from pgqueue import queries
 
-from .common import EXIT_FAILED, console, fail, print_json, table
+from .common import EXIT_FAILED, console, fail, print_json, say, say_lines, table
 
 
 def summary(sql: str) -> str:
@@ -62,5 +62,5 @@ def show(name: str, as_json: bool) -> None:
     if as_json:
         print_json({"name": query.name, "stage": query.stage, "sql": query.sql})
         return
-    click.echo(f"-- {query.stage}.sql: {query.name}")
-    click.echo(query.sql + ";")
+    say(f"-- {query.stage}.sql: {query.name}")
+    say_lines(query.sql + ";")

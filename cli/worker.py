@@ -11,11 +11,13 @@ import importlib
 import logging
 import os
 import sys
+from typing import Any
 
 import click
 
 import pgqueue
 from pgqueue import connection, maintain
+from pgqueue.worker import HEARTBEAT_SECONDS
 
 from . import common
 
@@ -107,7 +109,7 @@ def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> N
         if as_json:
             common.print_json(dataclasses.asdict(result))
         else:
-            click.echo(f"reclaimed {result.reclaimed} expired lease(s); fired "
+            common.say(f"reclaimed {result.reclaimed} expired lease(s); fired "
                        f"{result.schedules_fired} schedule tick(s); pruned {result.ops_pruned} "
                        f"op(s); forgot {result.workers_pruned} silent worker(s)")
         return
@@ -125,17 +127,36 @@ def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> N
 maintain_cmd.name = "maintain"
 
 
+#: A worker whose last heartbeat is older than this is shown stale: it missed three beats.
+STALE_AFTER = 3 * HEARTBEAT_SECONDS
+
+
+def is_stale(row: dict[str, Any], stale_after: float) -> bool:
+    """The worker has not heartbeat for longer than `stale_after` seconds (the database's
+    clock measures the age, as it stamps the heartbeats)."""
+    return bool(row["heartbeat_age_seconds"] > stale_after)
+
+
 @click.command()
+@click.option("--stale-after", type=click.FloatRange(min=0), default=STALE_AFTER,
+              show_default=True, metavar="SECONDS",
+              help="Mark a worker stale when its last heartbeat is older than this (workers "
+                   f"heartbeat every {HEARTBEAT_SECONDS:g}s; a stale one was probably killed "
+                   "and maintenance forgets it later).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def workers(as_json: bool) -> None:
+def workers(stale_after: float, as_json: bool) -> None:
     """Registered worker processes, their heartbeat and the leases each holds."""
     with common.open_queue() as q:
         rows = q.workers()
     if as_json:
         common.print_json([{**r, "started_at": common.iso(r["started_at"]),
-                            "heartbeat_at": common.iso(r["heartbeat_at"])} for r in rows])
+                            "heartbeat_at": common.iso(r["heartbeat_at"]),
+                            "stale": is_stale(r, stale_after)} for r in rows])
         return
     common.console().print(common.table(
-        "workers", ["id", "node", "host", "pid", "streams", "concurrency", "leases", "heartbeat"],
+        "workers", ["id", "node", "host", "pid", "streams", "concurrency", "leases", "heartbeat",
+                    "age", "stale"],
         [[r["id"], r["node"], r["host"], r["pid"], ",".join(r["streams"]), r["concurrency"],
-          r["leases"], common.ago(r["heartbeat_at"])] for r in rows]))
+          r["leases"], common.ago(r["heartbeat_at"]), common.age(r["heartbeat_age_seconds"]),
+          "stale" if is_stale(r, stale_after) else ""] for r in rows],
+        right=["id", "node", "pid", "concurrency", "leases", "age"]))

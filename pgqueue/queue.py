@@ -416,3 +416,46 @@ class Queue:
         """Run one tick pass over every stream's due schedules (maintenance does this)."""
         with self.connection() as conn:
             return schedule.tick(conn, now=now)
+
+    # -- previews: what a person reads (the CLI) ---------------------------------------------
+
+    @_follow_leader(idempotent=True)
+    def job_preview(self, job_id: int, *,
+                    preview_bytes: int = observe.PREVIEW_BYTES) -> observe.JobPreview | None:
+        """A job of any stream in any set with its payload cut to the first `preview_bytes`
+        bytes by the database (its whole size beside it); None when acked or unknown."""
+        with self.connection() as conn:
+            return observe.job_preview(conn, job_id, preview_bytes)
+
+    @_follow_leader(idempotent=True)
+    def jobs_preview(self, *, state: str | None = None, all_streams: bool = False,
+                     limit: int = 100,
+                     preview_bytes: int = observe.PREVIEW_BYTES) -> list[observe.JobPreview]:
+        """`jobs`, each payload cut to its first `preview_bytes` bytes by the database."""
+        with self.connection() as conn:
+            return observe.jobs_preview(conn, stream=None if all_streams else self.stream,
+                                        state=state, limit=limit, preview_bytes=preview_bytes)
+
+    @_follow_leader(idempotent=True)
+    def dead_letters_preview(self, limit: int = 100, *,
+                             preview_bytes: int = observe.PREVIEW_BYTES
+                             ) -> list[observe.JobPreview]:
+        """`dead_letters`, each payload cut to its first `preview_bytes` bytes."""
+        with self.connection() as conn:
+            return observe.dead_letters_preview(conn, self.stream, limit, preview_bytes)
+
+    @_follow_leader(idempotent=True)
+    def op_log_preview(self, *, limit: int = 20, job_id: int | None = None,
+                       all_streams: bool = False,
+                       preview_bytes: int = observe.PREVIEW_BYTES) -> list[observe.OpPreview]:
+        """`op_log` (newest first), any payload in a body cut to its first `preview_bytes`."""
+        with self.connection() as conn:
+            return observe.op_log_preview(conn, limit=limit, job_id=job_id,
+                                          stream=None if all_streams else self.stream,
+                                          preview_bytes=preview_bytes)
+
+    @_follow_leader(idempotent=True)
+    def schedule_streams(self, name: str) -> list[str]:
+        """Every stream (not only this one) holding a schedule called `name`, sorted."""
+        with self.connection() as conn:
+            return schedule.streams_named(conn, name)

@@ -28,8 +28,10 @@ UPDATE pgqueue.worker SET heartbeat_at = now() WHERE id = %(id)s RETURNING id
 DELETE FROM pgqueue.worker WHERE id = %(id)s
 
 -- name: list_workers
--- Registered workers with the number of leases each holds right now.
+-- Registered workers with the number of leases each holds right now, and how long ago each
+-- last heartbeat was by the database's clock (the heartbeats' own), not the reader's.
 SELECT w.id, w.node, w.host, w.pid, w.streams, w.concurrency, w.started_at, w.heartbeat_at,
+       extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age_seconds,
        (SELECT count(*) FROM pgqueue.job j
         WHERE j.state = 'leased' AND j.worker_node = w.node AND j.worker_instance = w.id) AS leases
 FROM pgqueue.worker w

@@ -29,8 +29,8 @@ def test_a_frozen_maintenance_runner_hands_reclaim_to_another_worker(
     wait_for(lambda: election_holder(dsn), 30, "the first worker to win the election")
     holder = election_holder(dsn)
     workers.start(maintenance_interval=0.5)
-    with pgqueue.Queue(dsn) as q:
-        job_id = q.enqueue(b"abandoned", kind="nobody-runs-this")
+    with pgqueue.Queue(dsn, stream="orphans") as q:  # a stream no worker serves
+        job_id = q.enqueue(b"abandoned")
         (lease,) = q.lease(limit=1, visibility_timeout=1.0)  # a lease nobody renews
         assert lease.job_id == job_id
         first.send_signal(signal.SIGSTOP)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 
 import pytest
 
 import pgqueue
-from pgqueue import connection
+from pgqueue import connection, queries
 
 
 def by_key(stats: list[pgqueue.StreamStats]) -> dict[tuple[str, str], int]:
@@ -142,3 +143,83 @@ def test_every_public_queue_method_follows_the_leader() -> None:
         if name.startswith("_") or name in exempt:
             continue
         assert getattr(member, "__wrapped__", None) is not None, f"Queue.{name} does not follow the leader"
+
+
+# -- previews: payloads cut by the database --------------------------------------------------
+
+
+def test_job_preview_cuts_the_payload_and_gives_its_size(q: pgqueue.Queue) -> None:
+    payload = bytes(range(256)) * 40  # 10,240 bytes
+    job_id = q.enqueue(payload, kind="k", dedup_key="d")
+    small = q.enqueue(b"tiny")
+    found = q.job_preview(job_id, preview_bytes=100)
+    assert found is not None
+    assert (found.job.payload, found.payload_size, found.payload_truncated) == (
+        payload[:100], len(payload), True)
+    whole = q.job(job_id)
+    assert whole is not None
+    # every other field is the whole snapshot's
+    assert dataclasses.replace(found.job, payload=whole.payload) == whole
+    tiny = q.job_preview(small)
+    assert tiny is not None and tiny.job == q.job(small)
+    assert (tiny.payload_size, tiny.payload_truncated) == (4, False)
+    at_zero = q.job_preview(job_id, preview_bytes=0)
+    assert at_zero is not None and at_zero.job.payload == b"" and at_zero.payload_truncated
+    assert q.job_preview(job_id + 1000) is None
+    assert q.job_preview(2**63) is None
+    with pytest.raises(ValueError, match="preview_bytes"):
+        q.job_preview(job_id, preview_bytes=-1)
+
+
+def test_jobs_and_dead_letter_previews_list_like_the_whole_readers(dsn: str) -> None:
+    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+        qa.enqueue_many([pgqueue.NewJob(b"x" * 5000, max_attempts=1),
+                         pgqueue.NewJob(b"y" * 10, max_attempts=1)])
+        qb.enqueue(b"z" * 3000)
+        for held in qa.lease(limit=2):
+            assert qa.nack(held, error="e")
+        for all_streams, state in ((True, None), (False, None), (False, "dead"), (True, "pending")):
+            previews = qa.jobs_preview(all_streams=all_streams, state=state, preview_bytes=64)
+            whole = qa.jobs(all_streams=all_streams, state=state)
+            assert [p.job.job_id for p in previews] == [j.job_id for j in whole]
+            for p, j in zip(previews, whole, strict=True):
+                assert p.job.payload == j.payload[:64] and p.payload_size == len(j.payload)
+        dead = qa.dead_letters_preview(preview_bytes=64)
+        assert [p.job.job_id for p in dead] == [j.job_id for j in qa.dead_letters()]
+        assert [(p.payload_size, p.payload_truncated) for p in dead] == [
+            (len(j.payload), len(j.payload) > 64) for j in qa.dead_letters()]
+        assert sorted(p.payload_size for p in dead) == [10, 5000]
+        assert qb.dead_letters_preview() == []
+
+
+def test_op_log_preview_is_op_body_with_the_payload_cut(q: pgqueue.Queue) -> None:
+    """For payloads within the preview, the preview's bodies are exactly op_body's (so the
+    query that rebuilds Enqueue bodies cannot drift from pgqueue.op_body); beyond it only the
+    payload is cut, also in bodies that hold a payload themselves (Upcast, UpsertSchedule)."""
+    big = bytes(range(256)) * 20  # 5,120 bytes
+    q.enqueue(b"\x00hi", kind="k", priority=3, dedup_key="dk", max_attempts=5)
+    q.enqueue(b"later", delay=60)
+    job_id = q.enqueue(big, kind="big")
+    q.upsert_schedule("nightly", "0 3 * * *", big)
+    [held] = q.lease()  # the first job (FIFO at one priority)
+    with q.connection() as conn:
+        assert queries.scalar(conn, "upcast_job", {
+            "job_id": held.job_id, "lease_id": held.lease_id, "payload": big,
+            "schema_version": 2})
+    whole = q.op_log(limit=100)
+    wide = q.op_log_preview(limit=100, preview_bytes=len(big))
+    assert [p.op for p in wide] == whole
+    assert all(not p.payload_truncated for p in wide)
+    cut = q.op_log_preview(limit=100, preview_bytes=100)
+    assert [p.op.seq for p in cut] == [o.seq for o in whole]
+    by_op = {(p.op.op, p.op.job_id): p for p in cut}
+    for key in (("Enqueue", job_id), ("Upcast", held.job_id), ("UpsertSchedule", None)):
+        p = by_op[key]
+        assert (p.payload_size, p.payload_truncated) == (len(big), True), key
+        assert base64.b64decode(p.op.body["payload"]) == big[:100], key
+        full = next(o for o in whole if o.seq == p.op.seq)
+        assert {k: v for k, v in p.op.body.items() if k != "payload"} == \
+            {k: v for k, v in full.body.items() if k != "payload"}, key
+    assert by_op[("Lease", held.job_id)].payload_size is None
+    assert [p.op.job_id for p in q.op_log_preview(job_id=job_id)] == [job_id]
+    assert len(q.op_log_preview(limit=2)) == 2
