@@ -39,12 +39,13 @@ def read_payload(payload: str, json_payload: bool) -> Any:
               help="Do not lease before this many seconds from now.")
 @click.option("--dedup-key", default=None,
               help="While a live job of the stream holds this key, print its id instead.")
-@click.option("--max-attempts", type=int, default=25, show_default=True,
-              help="Failures before the job goes to the dead letters (0 = unlimited).")
+@click.option("--max-attempts", type=int, default=None,
+              help="Failures before the job goes to the dead letters (0 = unlimited) "
+                   "[default: the handler's max_attempts, else 25].")
 @click.option("--json-payload", is_flag=True,
               help="Parse PAYLOAD as JSON (it is stored as compact JSON text).")
 def enqueue(stream: str, payload: str, kind: str | None, priority: int, delay: float | None,
-            dedup_key: str | None, max_attempts: int, json_payload: bool) -> None:
+            dedup_key: str | None, max_attempts: int | None, json_payload: bool) -> None:
     """Enqueue PAYLOAD on STREAM and print the job id (only the integer, on stdout).
 
     PAYLOAD is stored as UTF-8 text; "-" reads the payload from stdin as raw bytes. With a

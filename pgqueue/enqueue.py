@@ -31,7 +31,7 @@ def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
     delays_ms: list[int | None] = []
     not_befores: list[Any] = []
     dedup_keys: list[bytes | None] = []
-    max_attempts: list[int] = []
+    max_attempts: list[int | None] = []
     schema_versions: list[int | None] = []
     for i, job in enumerate(jobs):
         if not isinstance(job, NewJob):
@@ -51,7 +51,8 @@ def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
                                else validate.aware_datetime(job.not_before, "not_before"))
             dedup_keys.append(validate.dedup_key(job.dedup_key, "dedup_key"))
             max_attempts.append(
-                validate.integer(job.max_attempts, "max_attempts", low=0, high=2**31 - 1))
+                None if job.max_attempts is None
+                else validate.integer(job.max_attempts, "max_attempts", low=0, high=2**31 - 1))
             schema_versions.append(
                 None if job.schema_version is None
                 else validate.integer(job.schema_version, "schema_version", low=0,

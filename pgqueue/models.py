@@ -91,7 +91,9 @@ class NewJob:
     delay: float | dt.timedelta | None = None
     not_before: dt.datetime | None = None
     dedup_key: str | bytes | None = None
-    max_attempts: int = 25
+    #: Failures before the job dies (0 = unlimited). None: the handler's max_attempts when a
+    #: worker's handler sets one, else 25; a value given here always wins.
+    max_attempts: int | None = None
     #: The payload's schema version (step jobs record it so a newer worker can upcast).
     schema_version: int | None = None
 

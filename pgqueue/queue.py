@@ -155,7 +155,7 @@ class Queue:
         delay: float | dt.timedelta | None = None,
         not_before: dt.datetime | None = None,
         dedup_key: str | bytes | None = None,
-        max_attempts: int = 25,
+        max_attempts: int | None = None,
         schema_version: int | None = None,
         conn: Conn | None = None,
         _request: uuid.UUID | None = None,

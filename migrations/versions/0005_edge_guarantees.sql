@@ -7,3 +7,7 @@ CREATE INDEX op_log_request_idx ON pgqueue.op_log (request) WHERE request IS NOT
 -- 11.3 payload limits: per stream, 16 MiB by default, at most 64 MiB.
 ALTER TABLE pgqueue.stream_config ADD COLUMN max_payload_bytes bigint NOT NULL DEFAULT 16777216
     CHECK (max_payload_bytes BETWEEN 1 AND 67108864);
+
+-- 11.4 max_attempts: whether the producer set it (a handler's applies only when it did not).
+ALTER TABLE pgqueue.job ADD COLUMN max_attempts_given boolean NOT NULL DEFAULT true;
+ALTER TABLE pgqueue.dead_letter ADD COLUMN max_attempts_given boolean NOT NULL DEFAULT true;

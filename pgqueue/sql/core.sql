@@ -75,7 +75,10 @@ CREATE TABLE pgqueue.job (
     checkpoint_updated_at timestamptz,
     schema_version        int,
     step_set_hash         text,
-    crashes_by_step       jsonb NOT NULL DEFAULT '{}'
+    crashes_by_step       jsonb NOT NULL DEFAULT '{}',
+    -- whether the producer set max_attempts: when not, a worker's handler may set it (its
+    -- app.job(max_attempts=...)) at the job's first failure; a value set at enqueue wins
+    max_attempts_given    boolean NOT NULL DEFAULT true
 ) WITH (fillfactor = 70);  -- room on each page so renewals stay HOT updates
 
 -- Lease order: priority DESC then id, within a stream. Nothing a renewal writes is indexed.
@@ -109,7 +112,8 @@ CREATE TABLE pgqueue.dead_letter (
     checkpoint_updated_at timestamptz,
     schema_version        int,
     step_set_hash         text,
-    crashes_by_step       jsonb NOT NULL DEFAULT '{}'
+    crashes_by_step       jsonb NOT NULL DEFAULT '{}',
+    max_attempts_given    boolean NOT NULL DEFAULT true
 );
 CREATE INDEX dead_letter_stream_idx ON pgqueue.dead_letter (stream, id);
 
@@ -243,10 +247,10 @@ AS $$
     WITH gone AS (DELETE FROM pgqueue.job WHERE id = p_job_id RETURNING *)
     INSERT INTO pgqueue.dead_letter (id, stream, kind, payload, priority, enqueued_at, dedup_key,
         attempts, max_attempts, last_error, died_at, last_completed_step, cursor_step, cursor,
-        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step)
+        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, max_attempts_given)
     SELECT id, stream, kind, payload, priority, enqueued_at, dedup_key,
         p_attempts, max_attempts, p_error, p_died_at, last_completed_step, cursor_step, cursor,
-        checkpoint_updated_at, schema_version, step_set_hash, p_crashes
+        checkpoint_updated_at, schema_version, step_set_hash, p_crashes, max_attempts_given
     FROM gone
 $$;
 

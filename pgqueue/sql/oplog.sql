@@ -75,14 +75,17 @@ AS $$
 BEGIN
     CASE p_op
     WHEN 'Enqueue' THEN
+        -- max_attempts is null in an op of a job whose producer did not set it (0005 on)
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
-                                 enqueued_at, dedup_key, attempts, max_attempts, schema_version)
+                                 enqueued_at, dedup_key, attempts, max_attempts, schema_version,
+                                 max_attempts_given)
         VALUES (p_job_id, b ->> 'stream', b ->> 'kind', pgqueue.unb64(b ->> 'payload'),
                 (b ->> 'priority')::smallint, b ->> 'state',
                 pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
                 pgqueue.from_ms((b ->> 'enqueued_at_ms')::bigint),
                 pgqueue.unb64(b ->> 'dedup_key'), (b ->> 'attempts')::int,
-                (b ->> 'max_attempts')::int, (b ->> 'schema_version')::int)
+                coalesce((b ->> 'max_attempts')::int, 25), (b ->> 'schema_version')::int,
+                (b ->> 'max_attempts') IS NOT NULL)
         ON CONFLICT (id) DO NOTHING;
     WHEN 'Lease' THEN
         UPDATE pgqueue.job
@@ -124,12 +127,13 @@ BEGIN
         WITH d AS (DELETE FROM pgqueue.dead_letter WHERE id = p_job_id RETURNING *)
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before, enqueued_at,
             dedup_key, attempts, max_attempts, last_error, last_completed_step, cursor_step, cursor,
-            checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step)
+            checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
+            max_attempts_given)
         SELECT d.id, d.stream, d.kind, d.payload, d.priority, b ->> 'state',
             pgqueue.from_ms((b ->> 'not_before_ms')::bigint), d.enqueued_at, d.dedup_key,
             (b ->> 'attempts')::int, d.max_attempts, d.last_error, d.last_completed_step,
             d.cursor_step, d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash,
-            d.crashes_by_step
+            d.crashes_by_step, d.max_attempts_given
         FROM d;
     WHEN 'ReturnLease', 'MarkUndecodable', 'Upcast', 'Release', 'Rewind', 'Restart', 'SkipStep',
          'AcceptStepSet' THEN

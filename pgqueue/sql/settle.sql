@@ -52,8 +52,11 @@ BEGIN
     END IF;
     j.attempts := j.attempts + 1;
     j.last_error := coalesce(p_error, j.last_error);
-    -- A handler's own limit (app.job(max_attempts=...)) overrides the enqueue-time one.
-    j.max_attempts := coalesce(p_max_attempts, j.max_attempts);
+    -- A handler's own limit (app.job(max_attempts=...)) applies when the producer set none;
+    -- a limit set at enqueue always wins.
+    IF NOT j.max_attempts_given THEN
+        j.max_attempts := coalesce(p_max_attempts, j.max_attempts);
+    END IF;
     IF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
         v_state := 'dead';
         UPDATE pgqueue.job SET max_attempts = j.max_attempts WHERE id = j.id;
