@@ -23,36 +23,26 @@ everything it committed, stop consuming, move sequences past every applied id, f
 and bump the epoch. The sequences move past every id the database holds, not only those its
 op log shows (a replica seeded from state holds jobs, dead letters and leases whose ops it
 never had).
+
+Modules: this one (attach, status, verify, prune, promote), follow.py (the follow reader) and
+seed.py (preparing and seeding a replica database).
 """
 from __future__ import annotations
 
 import logging
-import re
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-from psycopg.types.json import Jsonb
-
-from pgqueue import connection, oplog, queries, schema, validate
+from pgqueue import connection, oplog, queries, validate
 from pgqueue.errors import ConnectionFailed, PgQueueError
+from pgqueue.follow import Follower as Follower  # re-exported: replica.Follower
+from pgqueue.seed import _NAME, check_name, prepare_replica, seed_from_state
 
 log = logging.getLogger("pgqueue.replica")
 
 PUBLICATION = "pgqueue_oplog"
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
-BATCH = 2000
-
-
-def check_name(name: str) -> str:
-    """A replica name: lowercase letters, digits and _, starting with a letter (it names a
-    subscription and a replication slot)."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"replica name must match {_NAME.pattern}, got {name!r}")
-    return name
 
 
 def subscription_name(name: str) -> str:
@@ -85,78 +75,6 @@ class AttachResult:
     seeded_rows: int = 0
 
 
-def _check_not_pruned(lead: queries.Conn, name: str, applied: int) -> None:
-    """A follower catches up from the op log: refuse when the leader pruned ops this replica
-    has not applied (a stale follower; a new, empty replica is seeded from state instead)."""
-    pruned = int(queries.scalar(lead, "pruned_through") or 0)
-    if pruned > applied:
-        raise PgQueueError(
-            f"replica {name}: the leader pruned its op log up to seq {pruned}, and this replica "
-            f"has applied only up to {applied}; it cannot catch up from the log (rebuild it: "
-            "an empty replica database is seeded from the leader's state; keep replicas "
-            "attached so pruning waits for them)")
-
-
-SEED_PAGE = 5000
-
-
-def _seed_from_state(leader_dsn: str, replica_dsn: str, name: str) -> tuple[int, int]:
-    """Copy the leader's queue state and what is left of its op log, from one snapshot, into an
-    empty replica: for a leader that pruned its op log, whose state replaying the log can no
-    longer rebuild. The replica records the snapshot, so an op that arrives later but was
-    already committed in it is logged without being applied twice. (state rows, ops) copied."""
-    state_rows = ops = 0
-    with connection.connect(leader_dsn, autocommit=False) as lead, \
-            connection.connect(replica_dsn, autocommit=False) as rep:
-        lead.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        lead.read_only = True
-        bounds = queries.fetch_one(lead, "seed_bounds")  # opens the snapshot read below
-        assert bounds is not None
-        if not queries.scalar(rep, "replica_is_empty"):
-            raise PgQueueError(
-                f"replica {name}: the leader pruned its op log up to seq "
-                f"{bounds['pruned_through']}, so a replica is seeded from the leader's state, "
-                "which needs an empty replica; this one already holds jobs or ops")
-
-        def insert(table: str, rows: list[Any]) -> int:
-            return int(queries.scalar(rep, "seed_insert", {"table": table, "rows": Jsonb(rows)})
-                       or 0)
-
-        for small in queries.fetch(lead, "seed_small_tables"):
-            state_rows += insert(small["tbl"], small["rows"])
-        for table, query in (("job", "seed_job_page"), ("dead_letter", "seed_dead_letter_page")):
-            after = 0
-            while page := queries.fetch(lead, query, {"after": after, "limit": SEED_PAGE}):
-                state_rows += insert(table, [r["row"] for r in page])
-                after = page[-1]["key"]
-        after = 0
-        while page := queries.fetch(lead, "oplog_visible_batch", {"after": after, "limit": SEED_PAGE}):
-            ops += insert("op_log", [r["op"] for r in page])
-            after = page[-1]["seq"]
-        queries.fetch(rep, "seed_finish", bounds)
-        rep.commit()
-        lead.rollback()
-    log.info("replica %s seeded from the leader's state: %d rows, %d ops (op log pruned up to "
-             "seq %s)", name, state_rows, ops, bounds["pruned_through"])
-    return state_rows, ops
-
-
-def _prepare_replica(leader_dsn: str, replica_dsn: str, name: str) -> None:
-    """Migrate the replica and set its role. A database in leader role that has ops of its
-    own is refused: its seqs would collide with the leader's."""
-    schema.migrate(replica_dsn)
-    with connection.connect(replica_dsn) as conn:
-        node = queries.fetch_one(conn, "node_get")
-        span = queries.fetch_one(conn, "oplog_span")
-        assert node is not None and span is not None
-        if node["role"] == "leader" and span["ops"]:
-            raise PgQueueError(
-                f"{connection.describe(replica_dsn)} is a leader with {span['ops']} ops of its "
-                "own; a replica must start from an empty pgqueue database")
-        queries.fetch(conn, "node_set_role", {
-            "role": "replica", "name": name, "leader": connection.redact(leader_dsn)})
-
-
 def attach(leader_dsn: str, replica_dsn: str, name: str) -> AttachResult:
     """Attach a replica through Postgres logical replication (the leader needs
     wal_level=logical; use follow() otherwise)."""
@@ -172,7 +90,7 @@ def attach(leader_dsn: str, replica_dsn: str, name: str) -> AttachResult:
         pruned = int(queries.scalar(conn, "pruned_through") or 0)
         if not queries.scalar(conn, "publication_exists", {"name": PUBLICATION}):
             queries.fetch(conn, "create_publication")
-    _prepare_replica(leader_dsn, replica_dsn, name)
+    prepare_replica(leader_dsn, replica_dsn, name)
     with connection.connect(replica_dsn) as conn:
         queries.fetch(conn, "enable_apply_trigger")
         if queries.fetch_one(conn, "subscription_of", {"name": sub}) is None:
@@ -181,7 +99,7 @@ def attach(leader_dsn: str, replica_dsn: str, name: str) -> AttachResult:
     # through it, and the seed below covers everything committed before.
     state_rows = 0
     if pruned:
-        state_rows, seeded_ops = _seed_from_state(leader_dsn, replica_dsn, name)
+        state_rows, seeded_ops = seed_from_state(leader_dsn, replica_dsn, name)
     else:
         seeded_ops = oplog.replay(leader_dsn, replica_dsn).applied
         with connection.connect(leader_dsn) as conn:
@@ -197,126 +115,6 @@ def attach(leader_dsn: str, replica_dsn: str, name: str) -> AttachResult:
             "dsn": connection.redact(replica_dsn)})
     log.info("replica %s attached by logical replication (%d ops seeded)", name, seeded_ops)
     return AttachResult(name=name, method="logical", seeded_ops=seeded_ops, seeded_rows=state_rows)
-
-
-# -- follow (polling reader) --------------------------------------------------------------------
-
-
-@dataclass
-class Follower:
-    """Consumes the leader's op log into the replica without logical replication."""
-
-    leader_dsn: str
-    replica_dsn: str
-    name: str
-    poll_interval: float = 0.5
-    batch: int = BATCH
-    applied: int = 0
-    polls: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        check_name(self.name)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def setup(self) -> None:
-        """Migrate the replica, set its role and register it on the leader (from then on the
-        leader prunes nothing this follower has not confirmed). An empty replica of a leader
-        whose op log was pruned is seeded from the leader's state first."""
-        _prepare_replica(self.leader_dsn, self.replica_dsn, self.name)
-        with connection.connect(self.leader_dsn) as conn:
-            connection.check_schema(conn)
-            queries.fetch(conn, "replica_register", {
-                "name": self.name, "method": "follow", "slot": None,
-                "dsn": connection.redact(self.replica_dsn)})
-            pruned = int(queries.scalar(conn, "pruned_through") or 0)
-        with connection.connect(self.replica_dsn) as rep:
-            fresh = (queries.scalar(rep, "replica_is_empty")
-                     and queries.fetch_one(rep, "follow_state_get", {"name": self.name}) is None)
-        if pruned and fresh:
-            _seed_from_state(self.leader_dsn, self.replica_dsn, self.name)
-
-    def poll(self) -> int:
-        """One pass: apply every committed op not yet applied; returns how many were new.
-        Returns -1 when the replica was promoted meanwhile (the follower must stop)."""
-        with connection.connect(self.leader_dsn, autocommit=True) as lead, \
-                connection.connect(self.replica_dsn, autocommit=False) as rep:
-            state = queries.fetch_one(rep, "follow_state_get", {"name": self.name}) or {
-                "low_seq": 0, "mark_seq": 0, "mark_xmax": None}
-            # ops up to the leader's prune point at a seed from its state are in that state
-            seeded_through = int(queries.scalar(rep, "seeded_through") or 0)
-            rep.commit()
-            head = int(queries.scalar(lead, "oplog_head") or 0)  # before the snapshot
-            _check_not_pruned(lead, self.name, max(int(state["low_seq"]), seeded_through))
-            lead.autocommit = False
-            lead.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            lead.read_only = True
-            bounds = queries.fetch_one(lead, "snapshot_bounds")
-            assert bounds is not None
-            xmin, xmax = int(bounds["xmin"]), int(bounds["xmax"])
-            low = int(state["low_seq"])
-            # Every seq at or below the previous poll's head is final once every transaction
-            # that could hold one (xid below that poll's xmax) has finished, i.e. xmin has
-            # passed it; this poll reads them all (it pages to the end of its snapshot).
-            mark_seq, mark_xmax = int(state["mark_seq"]), state["mark_xmax"]
-            new_low = low
-            if mark_xmax is not None and xmin >= int(mark_xmax):
-                new_low = max(low, mark_seq)
-                mark_xmax = None
-            if mark_xmax is None:
-                mark_seq, mark_xmax = head, str(xmax)
-            after, new = low, 0
-            while True:
-                rows = queries.fetch(lead, "oplog_committed_batch",
-                                     {"after": after, "limit": self.batch})
-                node = queries.fetch_one(rep, "node_lock")
-                if node is None or node["role"] != "replica":
-                    rep.rollback()
-                    return -1
-                if rows:
-                    new += int(queries.scalar(rep, "oplog_ingest",
-                                              {"ops": Jsonb([r["op"] for r in rows])}) or 0)
-                    after = rows[-1]["seq"]
-                if not rows:
-                    # Read to the end of the snapshot (a batch is also cut short by size, so
-                    # only an empty one says the end). The position moves in the same
-                    # transaction as the last ops applied.
-                    queries.fetch(rep, "follow_state_put", {
-                        "name": self.name, "low_seq": new_low, "mark_seq": mark_seq,
-                        "mark_xmax": mark_xmax})
-                    rep.commit()
-                    break
-                rep.commit()
-            lead.rollback()
-            low = new_low
-            lead.read_only = False
-            lead.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
-            queries.fetch(lead, "replica_confirm", {"name": self.name, "seq": low})
-            lead.commit()
-        self.applied += new
-        self.polls += 1
-        return new
-
-    def run(self, *, setup: bool = True) -> None:
-        """Poll until stop() or promotion; lost connections are retried with backoff."""
-        if setup:
-            self.setup()
-        delay = self.poll_interval
-        while not self._stop.is_set():
-            try:
-                new = self.poll()
-                if new < 0:
-                    log.info("replica %s was promoted; follower stops", self.name)
-                    return
-                delay = self.poll_interval
-                if new >= self.batch:
-                    continue
-            except ConnectionFailed as exc:
-                log.warning("follower %s: %s; retrying in %.1fs", self.name, exc, delay)
-                delay = min(delay * 2, 10.0)
-            self._stop.wait(delay)
 
 
 # -- status, verify, prune ------------------------------------------------------------------------

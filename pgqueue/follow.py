@@ -1,0 +1,141 @@
+"""The follow reader: consumes a leader's op log into a replica where logical replication is
+not available (see replica.py for the two ways and their guarantees).
+
+It polls the leader and applies ops whose writing transaction is below its snapshot's xmin;
+its low-water mark moves past a seq only once every transaction that could still hold a lower
+seq has finished, so a late commit is never skipped; its position is stored in the replica in
+the same transaction as the ops it applied, and reported to the leader.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgqueue import connection, queries
+from pgqueue.errors import ConnectionFailed
+from pgqueue.seed import check_name, check_not_pruned, prepare_replica, seed_from_state
+
+log = logging.getLogger("pgqueue.replica")
+
+BATCH = 2000
+
+
+@dataclass
+class Follower:
+    """Consumes the leader's op log into the replica without logical replication."""
+
+    leader_dsn: str
+    replica_dsn: str
+    name: str
+    poll_interval: float = 0.5
+    batch: int = BATCH
+    applied: int = 0
+    polls: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def setup(self) -> None:
+        """Migrate the replica, set its role and register it on the leader (from then on the
+        leader prunes nothing this follower has not confirmed). An empty replica of a leader
+        whose op log was pruned is seeded from the leader's state first."""
+        prepare_replica(self.leader_dsn, self.replica_dsn, self.name)
+        with connection.connect(self.leader_dsn) as conn:
+            connection.check_schema(conn)
+            queries.fetch(conn, "replica_register", {
+                "name": self.name, "method": "follow", "slot": None,
+                "dsn": connection.redact(self.replica_dsn)})
+            pruned = int(queries.scalar(conn, "pruned_through") or 0)
+        with connection.connect(self.replica_dsn) as rep:
+            fresh = (queries.scalar(rep, "replica_is_empty")
+                     and queries.fetch_one(rep, "follow_state_get", {"name": self.name}) is None)
+        if pruned and fresh:
+            seed_from_state(self.leader_dsn, self.replica_dsn, self.name)
+
+    def poll(self) -> int:
+        """One pass: apply every committed op not yet applied; returns how many were new.
+        Returns -1 when the replica was promoted meanwhile (the follower must stop)."""
+        with connection.connect(self.leader_dsn, autocommit=True) as lead, \
+                connection.connect(self.replica_dsn, autocommit=False) as rep:
+            state = queries.fetch_one(rep, "follow_state_get", {"name": self.name}) or {
+                "low_seq": 0, "mark_seq": 0, "mark_xmax": None}
+            # ops up to the leader's prune point at a seed from its state are in that state
+            seeded_through = int(queries.scalar(rep, "seeded_through") or 0)
+            rep.commit()
+            head = int(queries.scalar(lead, "oplog_head") or 0)  # before the snapshot
+            check_not_pruned(lead, self.name, max(int(state["low_seq"]), seeded_through))
+            lead.autocommit = False
+            lead.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            lead.read_only = True
+            bounds = queries.fetch_one(lead, "snapshot_bounds")
+            assert bounds is not None
+            xmin, xmax = int(bounds["xmin"]), int(bounds["xmax"])
+            low = int(state["low_seq"])
+            # Every seq at or below the previous poll's head is final once every transaction
+            # that could hold one (xid below that poll's xmax) has finished, i.e. xmin has
+            # passed it; this poll reads them all (it pages to the end of its snapshot).
+            mark_seq, mark_xmax = int(state["mark_seq"]), state["mark_xmax"]
+            new_low = low
+            if mark_xmax is not None and xmin >= int(mark_xmax):
+                new_low = max(low, mark_seq)
+                mark_xmax = None
+            if mark_xmax is None:
+                mark_seq, mark_xmax = head, str(xmax)
+            after, new = low, 0
+            while True:
+                rows = queries.fetch(lead, "oplog_committed_batch",
+                                     {"after": after, "limit": self.batch})
+                node = queries.fetch_one(rep, "node_lock")
+                if node is None or node["role"] != "replica":
+                    rep.rollback()
+                    return -1
+                if rows:
+                    new += int(queries.scalar(rep, "oplog_ingest",
+                                              {"ops": Jsonb([r["op"] for r in rows])}) or 0)
+                    after = rows[-1]["seq"]
+                if not rows:
+                    # Read to the end of the snapshot (a batch is also cut short by size, so
+                    # only an empty one says the end). The position moves in the same
+                    # transaction as the last ops applied.
+                    queries.fetch(rep, "follow_state_put", {
+                        "name": self.name, "low_seq": new_low, "mark_seq": mark_seq,
+                        "mark_xmax": mark_xmax})
+                    rep.commit()
+                    break
+                rep.commit()
+            lead.rollback()
+            low = new_low
+            lead.read_only = False
+            lead.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+            queries.fetch(lead, "replica_confirm", {"name": self.name, "seq": low})
+            lead.commit()
+        self.applied += new
+        self.polls += 1
+        return new
+
+    def run(self, *, setup: bool = True) -> None:
+        """Poll until stop() or promotion; lost connections are retried with backoff."""
+        if setup:
+            self.setup()
+        delay = self.poll_interval
+        while not self._stop.is_set():
+            try:
+                new = self.poll()
+                if new < 0:
+                    log.info("replica %s was promoted; follower stops", self.name)
+                    return
+                delay = self.poll_interval
+                if new >= self.batch:
+                    continue
+            except ConnectionFailed as exc:
+                log.warning("follower %s: %s; retrying in %.1fs", self.name, exc, delay)
+                delay = min(delay * 2, 10.0)
+            self._stop.wait(delay)
