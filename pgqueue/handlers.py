@@ -5,11 +5,18 @@ loops fill, run each with `steps.run` and the worker's settler, and nack a job w
 raised. A job that ends without an ack (nack, lost lease, undecodable) is released here; an
 acked one stays held until the acker has written its ack (held.py). Kept apart from the
 worker's lifecycle so the path one job takes through a handler thread reads in one place.
+
+A thread starts a job only if it wins the job's claim (the drain may have given it back
+meanwhile; held.py), logs every failure at WARNING (kind, job id, attempt, the error's type and
+message, and the retry time or dead), and never dies: an error outside the handler is logged
+with its traceback and the thread takes the next job.
 """
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import queue as queue_mod
+import re
 import threading
 import traceback
 from collections.abc import Callable
@@ -17,14 +24,48 @@ from collections.abc import Callable
 from pgqueue import steps
 from pgqueue.app import App
 from pgqueue.errors import LeaseLost
-from pgqueue.held import HeldLeases
-from pgqueue.settler import JobSettler
+from pgqueue.held import HeldLeases, label
+from pgqueue.settler import JobSettler, Nacked
 from pgqueue.steps import Held
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
 
 MAX_ERROR_CHARS = 4000
+#: How much of an error's message a log line shows (the job's last_error keeps the traceback).
+MAX_LOGGED_ERROR_CHARS = 300
+
+# A password in a message: `password=...` (libpq keywords, PGPASSWORD) and URL user info.
+_PASSWORD = re.compile(r"(?i)(passw(?:or)?d|pwd)(\s*[=:]\s*)('[^']*'|\"[^\"]*\"|[^\s,;&)]+)")
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*):[^\s@/]*@")
+
+
+def error_summary(exc: BaseException) -> str:
+    """`Type: message` of an exception for a log line: one line, passwords masked, at most
+    MAX_LOGGED_ERROR_CHARS."""
+    kind = type(exc).__qualname__
+    if type(exc).__module__ not in ("builtins", "__main__"):
+        kind = f"{type(exc).__module__}.{kind}"
+    message = str(exc)[:4 * MAX_LOGGED_ERROR_CHARS]
+    message = _PASSWORD.sub(r"\1\2***", _URL_PASSWORD.sub(r"\1:***@", message))
+    text = " ".join(f"{kind}: {message}".split()) if message else kind
+    if len(text) > MAX_LOGGED_ERROR_CHARS:
+        text = text[:MAX_LOGGED_ERROR_CHARS - 3] + "..."
+    return text
+
+
+def outcome(nacked: Nacked) -> str:
+    """What became of a failed job, for its log line."""
+    if nacked.dead is None:
+        return ("the failure was not recorded (its lease was lost, or the database stayed "
+                "unreachable): the job runs again when its lease has expired")
+    if nacked.dead:
+        return "dead: moved to the dead letters"
+    if nacked.retry_at is None:
+        return "it will be retried after the stream's backoff"
+    wait = (nacked.retry_at - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    at = nacked.retry_at.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds")
+    return f"retry at {at} (in {max(wait, 0.0):.1f}s)"
 
 
 class HandlerThreads:
@@ -67,21 +108,28 @@ class HandlerThreads:
             held = self.work.get()
             if held is None:
                 return
-            if held.lost.is_set():
-                self._leases.release(held)  # lost before it started: nothing to do for it
-                continue
-            if self._stopping.is_set():
-                continue  # not started: the drain returns it without costing an attempt
             try:
-                self._execute(held)
-            except Exception:
-                log.exception("worker %s: job %s: unexpected error", self._worker_id(),
-                              held.lease.job_id)
-            finally:
-                if not held.acking.is_set():  # an acked job is released by the acker
-                    self._leases.release(held)
+                if held.lost.is_set():
+                    self._leases.release(held)  # lost before it started: nothing to do for it
+                elif not self._stopping.is_set():  # else the drain returns it (no attempt)
+                    self._execute(held)
+            except BaseException:
+                # never let a handler thread die: the worker would silently run with less
+                # concurrency (SystemExit in a thread ends it without a word)
+                log.exception("worker %s: %s: unexpected error", self._worker_id(), label(held))
 
     def _execute(self, held: Held) -> None:
+        """Run a job taken off the work queue, if this thread wins its claim (the drain may
+        have given it back meanwhile), and let go of it unless the acker has it."""
+        if not held.claim():
+            return  # the drain returned it first: not ours to start
+        try:
+            self._run(held)
+        finally:
+            if not held.acking.is_set():  # an acked job is released by the acker
+                self._leases.release(held)
+
+    def _run(self, held: Held) -> None:
         kind = held.lease.kind
         handler = self._app.handlers.get(kind or "")
         try:
@@ -92,12 +140,19 @@ class HandlerThreads:
                 return
             steps.run(handler, held, self._settler)
         except LeaseLost as exc:
-            log.warning("worker %s: job %s: %s; result discarded", self._worker_id(),
-                        held.lease.job_id, exc)
+            log.warning("worker %s: %s: %s; result discarded", self._worker_id(), label(held), exc)
         except Exception as exc:
-            if held.lost.is_set():
-                log.warning("worker %s: job %s failed after its lease was lost: %s",
-                            self._worker_id(), held.lease.job_id, exc)
-                return
-            error = "".join(traceback.format_exception(exc))[-MAX_ERROR_CHARS:]
-            self._settler.nack(held, error, handler.max_attempts if handler is not None else None)
+            if not held.lost.is_set():
+                error = "".join(traceback.format_exception(exc))[-MAX_ERROR_CHARS:]
+                try:
+                    nacked = self._settler.nack(
+                        held, error, handler.max_attempts if handler is not None else None)
+                except LeaseLost:
+                    pass  # lost meanwhile: said below
+                else:
+                    log.warning("worker %s: %s failed: %s; %s", self._worker_id(),
+                                label(held, nacked.max_attempts), error_summary(exc),
+                                outcome(nacked))
+                    return
+            log.warning("worker %s: %s failed after its lease was lost (result discarded): %s",
+                        self._worker_id(), label(held), error_summary(exc))

@@ -45,8 +45,18 @@ lease batch and the acker once per ack batch.
 Flags shared between threads are ``steps.Flag``: one-way (never cleared), so any thread may
 set or read one without a lock. ``Held.lost`` is set by whoever learns the lease is gone
 (renewer, acker, settler, drain) and read by the handler thread. ``Held.acking`` is set once
-by the handler thread when it hands the job to the acker; from then the renewer skips the
-job and only the acker releases it.
+by the handler thread when it hands the job to the acker; from then only the acker releases
+the job, and the renewer goes on renewing it until it is released (an ack in flight keeps its
+lease: a slow or stuck acker must not let a finished job expire and be charged a crash). A
+renewal that finds an acking job's row gone does not mark it lost: the ack removed it, or the
+acker finds out and says so.
+
+``Held.claim()`` (one-way, taken atomically without a lock) decides who owns the start of a
+job: the handler thread takes it just before it runs the job, the drain takes it for every
+job it gives back, before the give-back. The first taker wins. A handler thread that loses
+skips the job (the drain returns it); a drain that loses is giving back a job that is already
+running past the grace period (its handler's next write or ``advance`` finds the lease lost,
+and its result is discarded). So no job is started after the drain returned it.
 """
 from __future__ import annotations
 
@@ -64,12 +74,27 @@ from pgqueue.steps import Held
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
 
+
 T = TypeVar("T")
 
 #: Acks carry on past the worker's finish (the drain waits for them), up to their deadline.
 _NEVER = threading.Event()
 ACK_BATCH = 1000
 HEARTBEAT_SECONDS = 5.0
+
+
+def attempt_of(attempt: int, max_attempts: int) -> str:
+    """`attempt 2 of 25`, or `attempt 2, no limit` (max_attempts 0)."""
+    return (f"attempt {attempt} of {max_attempts}" if max_attempts > 0
+            else f"attempt {attempt}, no limit")
+
+
+def label(held: Held, max_attempts: int | None = None) -> str:
+    """How the worker's log lines name a held job: `job 17 (kind mail, attempt 1 of 25)`,
+    never with its payload. The attempt is this lease's; `max_attempts` replaces the job's."""
+    lease_ = held.lease
+    limit = lease_.max_attempts if max_attempts is None else max_attempts
+    return f"job {lease_.job_id} (kind {lease_.kind}, {attempt_of(lease_.attempts + 1, limit)})"
 
 
 class Db(Protocol):
@@ -194,8 +219,9 @@ class HeldLeases:
         for h in batch:
             if acked is None or h.lease.job_id not in acked:
                 h.lost.set()
-                log.warning("worker %s: ack of job %s failed: its lease %s is no longer current",
-                            self._worker_id(), h.lease.job_id, h.lease.lease_id)
+                why = "" if acked is not None else " (it expired before the ack was written)"
+                log.warning("worker %s: %s finished, but its lease %s was lost%s: it will run "
+                            "again", self._worker_id(), label(h), h.lease.lease_id, why)
         self.release(*batch)
 
     # -- the renewer -------------------------------------------------------------------------
@@ -213,15 +239,19 @@ class HeldLeases:
                     last_beat = time.monotonic()
             except PgQueueError as exc:
                 log.warning("worker %s: renewal failed: %s", self._worker_id(), exc)
+            except Exception:
+                # never let the renewer die: every lease would expire under running handlers;
+                # the next round (one interval on) is the retry
+                log.exception("worker %s: renewal round failed unexpectedly; retrying in %.1fs",
+                              self._worker_id(), interval)
 
     def renew_round(self) -> None:
-        """Renew every held lease not handed to the acker in one statement, carrying each
+        """Renew every held lease in one statement, acks in flight included, carrying each
         dirty checkpoint; a lease the database no longer has is marked lost. One attempt:
         the renewer's next round is the retry."""
         with self._lock:
             snapshot = list(self._held.values())
-        held = sorted((h for h in snapshot if not h.acking.is_set()),
-                      key=lambda h: h.lease.lease_id)
+        held = sorted(snapshot, key=lambda h: h.lease.lease_id)
         if not held:
             return
         for h in held:
@@ -236,8 +266,9 @@ class HeldLeases:
                     h.mark_flushed(version)
                 elif not h.acking.is_set():  # an ack that raced this renewal removed the row
                     h.lost.set()
-                    log.warning("worker %s: lease %s of job %s was lost", self._worker_id(),
-                                h.lease.lease_id, h.lease.job_id)
+                    log.warning("worker %s: %s: its lease %s was lost (expired and reclaimed, "
+                                "or changed by an operator); its result will be discarded",
+                                self._worker_id(), label(h), h.lease.lease_id)
         finally:
             for h in held:
                 h.write_lock.release()
@@ -257,8 +288,15 @@ class HeldLeases:
         return [h for h in snapshot if not h.acking.is_set()]
 
     def give_back(self, remaining: Iterable[Held]) -> None:
-        """Flush the checkpoints of unfinished jobs and give their leases back (no attempt)."""
+        """Flush the checkpoints of unfinished jobs and give their leases back (no attempt).
+        Each job's claim is taken first: one not started yet never will be; one already
+        running (past the grace period) learns at its next write that its lease is gone."""
         held = sorted(remaining, key=lambda h: h.lease.lease_id)
+        running = [h for h in held if not h.claim()]
+        for h in running:
+            log.warning("worker %s: %s still running after the grace period: its lease is "
+                        "given back and its result will be discarded", self._worker_id(),
+                        label(h))
         for h in held:
             h.write_lock.acquire()
             h.lost.set()  # from here on the handler's advance() raises: no work past the snapshot

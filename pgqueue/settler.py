@@ -9,10 +9,15 @@ that what a job writes can be read, and replaced in tests, apart from the worker
 Every write about one job holds that job's ``write_lock`` (the lock discipline is in held.py)
 and is retried until the lease would have expired: after that another worker owns the job.
 Acks are not written here but handed to the acker, which writes them in batches.
+
+After a nack the job's row is read back for the log line about the failure (the attempt
+limit the database applied, and when a retry is due): one primary-key read, on the failure
+path only, and only while the worker's WARNING lines are on.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -21,13 +26,27 @@ from typing import Any, TypeVar
 from psycopg.types.json import Jsonb
 
 from pgqueue import lease, queries, settle
-from pgqueue.held import HeldLeases, RetryDb
+from pgqueue.errors import PgQueueError
+from pgqueue.held import HeldLeases, RetryDb, label
 from pgqueue.steps import Held
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Nacked:
+    """What a nack did, for the log line about the failure."""
+
+    #: True: the job went to the dead letters; False: it will be retried; None: nothing was
+    #: recorded (the lease was no longer current, or the database stayed unreachable).
+    dead: bool | None
+    #: The attempt limit the job has now (0: no limit).
+    max_attempts: int
+    #: When a retried job becomes due (None when not known).
+    retry_at: dt.datetime | None = None
 
 
 class JobSettler:
@@ -73,13 +92,16 @@ class JobSettler:
         self._leases.ack(held)
 
     def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:
-        log.warning("worker %s: job %s is undecodable (%s): %s", self._worker_id(),
-                    held.lease.job_id, reason, detail.get("message", ""))
+        log.warning("worker %s: %s is undecodable (%s), parked without using an attempt: %s",
+                    self._worker_id(), label(held), reason, detail.get("message", ""))
         marked = self.write(held, "mark undecodable", lambda c: queries.scalar(
             c, "mark_undecodable", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id,
                                     "reason": reason, "detail": Jsonb(detail)}))
         if not marked:
             held.lost.set()
+            log.warning("worker %s: %s could not be parked: its lease %s was lost (or the "
+                        "database stayed unreachable)", self._worker_id(), label(held),
+                        held.lease.lease_id)
 
     def upcast(self, held: Held, payload: bytes, schema_version: int) -> None:
         done = self.write(held, "upcast", lambda c: queries.scalar(
@@ -98,6 +120,21 @@ class JobSettler:
 
     # -- the handler threads -----------------------------------------------------------------
 
-    def nack(self, held: Held, error: str, max_attempts: int | None) -> None:
+    def nack(self, held: Held, error: str, max_attempts: int | None) -> Nacked:
         """Record one failure of the job (retry with backoff, or dead)."""
-        self.write(held, "nack", lambda c: settle.nack(c, held.lease, error, None, max_attempts))
+        dead = self.write(held, "nack", lambda c: settle.nack(c, held.lease, error, None, max_attempts))
+        row = self._read_back(held) if dead is not None and log.isEnabledFor(logging.WARNING) \
+            else None
+        if row is None:  # what the lease said before the nack
+            return Nacked(dead, held.lease.max_attempts)
+        # the database decides which limit applies (the job's own or the handler's)
+        return Nacked(dead, int(row["max_attempts"]), None if dead else row["not_before"])
+
+    def _read_back(self, held: Held) -> dict[str, Any] | None:
+        """The job's row (any set, payload left out); None when it cannot be read at once."""
+        try:
+            return self._retry_db(lambda c: queries.fetch_one(
+                c, "job_preview_by_id", {"job_id": held.lease.job_id, "preview": 0}),
+                f"read-back of job {held.lease.job_id}", deadline=time.monotonic())
+        except PgQueueError:
+            return None

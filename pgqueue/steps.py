@@ -44,7 +44,7 @@ class Held:
     writes about this job, so a renewal carrying an older checkpoint can never land after a
     step-boundary write. The order they are taken in, and who takes them: pgqueue/held.py."""
 
-    __slots__ = ("acking", "checkpoint", "flushed_version", "lease", "lost", "payload",
+    __slots__ = ("_claim", "acking", "checkpoint", "flushed_version", "lease", "lost", "payload",
                  "state_lock", "version", "visibility_timeout", "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
@@ -55,9 +55,19 @@ class Held:
         self.version = 0          # bumped on every in-memory checkpoint change
         self.flushed_version = 0  # the version the database holds
         self.lost = Flag()
-        self.acking = Flag()      # handed to the worker's acker; renewals stop
+        self.acking = Flag()      # handed to the worker's acker, which alone releases it
+        self._claim = [True]      # popped by whoever owns the start: see claim()
         self.state_lock = threading.Lock()
         self.write_lock = threading.Lock()
+
+    def claim(self) -> bool:
+        """Take this job's one-way claim: True for the first caller only, never again. Who
+        owns the start of the job (its handler thread, or the drain): pgqueue/held.py. A
+        list's pop is one atomic operation, so no lock is needed (nor the GIL)."""
+        try:
+            return self._claim.pop()
+        except IndexError:
+            return False
 
     @property
     def dirty(self) -> bool:

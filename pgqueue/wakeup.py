@@ -4,6 +4,9 @@ Two things wake the lease loops: a job enqueued on one of the worker's streams (
 LISTEN/NOTIFY, received by the listener thread here) and capacity freed by a finished job
 (held.py). Both set one `Wakeup`, which several lease loops wait on at once. Polling stays
 the fallback, so a lost notification only costs latency.
+
+The listener reconnects quietly (DEBUG) when its connection fails, and logs anything else with
+its traceback; either way it goes on after a backoff.
 """
 from __future__ import annotations
 
@@ -11,7 +14,10 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+import psycopg
+
 from pgqueue import connection, queries
+from pgqueue.errors import PgQueueError
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
@@ -52,7 +58,12 @@ def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
                     for note in conn.notifies(timeout=1.0):
                         if note.payload in streams:
                             wake.set()
-        except Exception as exc:
+        except (PgQueueError, psycopg.Error) as exc:  # the connection: reconnect
             log.debug("worker %s: listener reconnecting: %s", worker_id(), exc)
+            finished.wait(delay)
+            delay = min(delay * 2, 5.0)
+        except Exception:
+            log.exception("worker %s: listener failed unexpectedly; reconnecting in %.1fs",
+                          worker_id(), delay)
             finished.wait(delay)
             delay = min(delay * 2, 5.0)

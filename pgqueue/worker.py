@@ -18,6 +18,11 @@ returns the rest without costing them an attempt (checkpoint kept), and returns 
 Lost connections (a Postgres restart) are retried with backoff everywhere; finding a replica
 where the leader was moves the worker to the new leader (failover).
 
+No thread dies of an unexpected error: each loop (lease loops, renewer, acker, listener,
+handler threads) logs it with its traceback and goes on after a short pause, and a background
+thread whose loop raised anyway (the maintenance thread's included) is logged and restarted.
+Whatever ends the main thread's lease loop (a BaseException), the drain still runs.
+
 This module is the lifecycle: start, signals, lease loops, drain, failover. The rest:
 - held.py: the table of held leases (capacity, the renewer's and the acker's batches, lost
   leases) and the lock discipline every thread follows;
@@ -66,6 +71,8 @@ T = TypeVar("T")
 
 #: Leased capacity above which a second lease loop runs beside the first (see _lease_loop).
 PARALLEL_LEASE_CAPACITY = 256
+#: The pause before a loop that failed unexpectedly runs again.
+RESTART_SECONDS = 1.0
 
 
 class Worker:
@@ -137,6 +144,7 @@ class Worker:
                                         stopping=self._stopping, worker_id=self._id)
         self._leasers: list[threading.Thread] = []
         self._threads: list[threading.Thread] = []
+        self._acker: threading.Thread | None = None
         self._maintainer: Maintainer | None = None
 
     # -- public ------------------------------------------------------------------------------
@@ -161,7 +169,7 @@ class Worker:
         restore = self._install_signals()
         try:
             self._start()
-            self._lease_loop()
+            self._lease_forever(0)
         finally:
             try:
                 self._drain()
@@ -243,7 +251,13 @@ class Worker:
             old.close()
         log.warning("worker %s: moved to the leader at %s", self.worker_id,
                     connection.describe(leader))
-        threading.Thread(target=self._register, daemon=True).start()
+        threading.Thread(target=self._reregister, name="pgqueue-register", daemon=True).start()
+
+    def _reregister(self) -> None:
+        try:
+            self._register()
+        except Exception:
+            log.exception("worker %s: registering with the new leader failed", self.worker_id)
 
     def _start(self) -> None:
         self._pool = self._retry(self._open, "connect", until=self._stopping)
@@ -252,18 +266,37 @@ class Worker:
         log.info("worker %s started: streams=%s concurrency=%d", self.worker_id,
                  ",".join(self.streams), self.concurrency)
         for i in range(1, self.lease_loops):
-            self._leasers.append(_thread(f"leaser-{i}", functools.partial(self._leaser, i)))
+            self._leasers.append(self._thread(f"leaser-{i}",
+                                              functools.partial(self._lease_forever, i)))
+        self._acker = self._thread("acker", self._leases.ack_loop)
         self._threads += [
-            _thread("renewer", functools.partial(self._leases.renew_loop, self.renew_interval,
-                                                 self._finished, self._heartbeat)),
-            _thread("listener", functools.partial(listen_loop, self._wake, self.streams,
-                                                  dsn=self._leader, finished=self._finished,
-                                                  worker_id=self._id)),
-            _thread("acker", self._leases.ack_loop)]
+            self._thread("renewer", functools.partial(
+                self._leases.renew_loop, self.renew_interval, self._finished, self._heartbeat)),
+            self._thread("listener", functools.partial(
+                listen_loop, self._wake, self.streams, dsn=self._leader, finished=self._finished,
+                worker_id=self._id)),
+            self._acker]
         self._handlers.start(self.concurrency)
         if self.maintenance:  # a plain bool: written once, before any thread starts
             self._maintainer = Maintainer(self.dsn, interval=self.maintenance_interval)
-            self._threads.append(_thread("maintenance", self._maintainer.run))
+            self._threads.append(self._thread("maintenance", self._maintainer.run))
+
+    def _thread(self, name: str, loop: Callable[[], None]) -> threading.Thread:
+        """Start a daemon thread running `loop`; if the loop raises (each catches what it
+        expects), log it and run it again after a pause. A loop that returns ends the thread."""
+        def keep_alive() -> None:
+            while True:
+                try:
+                    loop()
+                    return
+                except Exception:
+                    log.exception("worker %s: the %s thread failed unexpectedly; restarting it "
+                                  "in %.0fs", self.worker_id, name, RESTART_SECONDS)
+                    time.sleep(RESTART_SECONDS)
+
+        t = threading.Thread(target=keep_alive, name=f"pgqueue-{name}", daemon=True)
+        t.start()
+        return t
 
     def _heartbeat(self) -> None:
         self._db(lambda c: queries.fetch(c, "heartbeat_worker", {"id": self.worker_id}))
@@ -371,19 +404,25 @@ class Worker:
             hand_out(held)
         return len(fresh)
 
-    def _leaser(self, turn: int) -> None:
-        """A second lease loop (its own thread): an unexpected error is logged and the loop
-        goes on, as the main loop's would end the worker instead."""
+    def _lease_forever(self, turn: int) -> None:
+        """A lease loop (the main thread's is turn 0) until stop(): an unexpected error is
+        logged and the loop goes on after a pause, so the worker neither stops leasing nor
+        ends with its handlers, renewals and acks still running."""
         while not self._stopping.is_set():
             try:
                 self._lease_loop(turn)
             except Exception:
-                log.exception("worker %s: lease loop %d failed; restarting it", self.worker_id, turn)
-                self._stopping.wait(1.0)
+                log.exception("worker %s: lease loop %d failed unexpectedly; restarting it in "
+                              "%.0fs", self.worker_id, turn, RESTART_SECONDS)
+                self._stopping.wait(RESTART_SECONDS)
 
     # -- shutdown ----------------------------------------------------------------------------
 
     def _drain(self) -> None:
+        # Set here too, not only by stop(): a main lease loop that raised must not leave the
+        # other lease loop running (and this drain joining it forever).
+        self._stopping.set()
+        self._wake.set()
         for t in self._leasers:  # no lease may land after the held set is read below
             t.join()
         # Nothing is put on the work queue after this; the jobs the handlers skip now are
@@ -398,6 +437,8 @@ class Worker:
         if remaining and self._pool is not None:
             self._leases.give_back(remaining)
         self._leases.stop_acker()
+        if self._acker is not None:  # acks in flight are renewed until they are written
+            self._acker.join(timeout=5.0)
         self._finished.set()
         if self._maintainer is not None:
             self._maintainer.stop()
@@ -412,9 +453,3 @@ class Worker:
                     log.warning("worker %s: deregister failed: %s", self.worker_id, exc)
             self._pool.close()
         log.info("worker %s stopped after %d job(s)", self.worker_id, self.processed)
-
-
-def _thread(name: str, target: Callable[[], None]) -> threading.Thread:
-    t = threading.Thread(target=target, name=f"pgqueue-{name}", daemon=True)
-    t.start()
-    return t

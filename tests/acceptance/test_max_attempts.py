@@ -28,7 +28,7 @@ def test_the_enqueue_value_wins_and_the_handler_s_applies_when_none_was_given(
         handlers = q.enqueue("handler's", kind="flaky")
         plain = q.enqueue("no handler limit")
         assert q.job(plain) is not None and q.job(plain).max_attempts == 25  # type: ignore[union-attr]
-        log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115
+        log = open(tmp_path / "worker.log", "wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "pgqueue", "worker", "--app", "tests.acceptance.attempts_app:app",
              "--concurrency", "2", "--poll-interval", "0.1"],

@@ -1,9 +1,14 @@
-"""The worker's wake-up signal: several lease loops wait on it and none may miss a wake-up."""
+"""The worker's wake-up signal: several lease loops wait on it and none may miss a wake-up; and
+the listener thread, which never dies."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
+import pytest
+
+from pgqueue.wakeup import listen_loop
 from pgqueue.worker import Wakeup
 
 
@@ -39,3 +44,44 @@ def test_every_waiter_is_woken_and_a_current_generation_waits_for_the_timeout() 
     started = time.monotonic()
     wake.wait(wake.generation, 0.2)  # nothing new: waits out its timeout
     assert time.monotonic() - started >= 0.19
+
+
+# -- the listener thread: it never dies, and says so when something unexpected happens --------
+
+
+def test_the_listener_logs_an_unexpected_error_and_keeps_going(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="pgqueue.worker")
+    finished = threading.Event()
+    calls: list[float] = []
+
+    def dsn() -> str:
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            finished.set()
+        raise RuntimeError("a bug in the listener")
+
+    listen_loop(Wakeup(), ["default"], dsn=dsn, finished=finished, worker_id=lambda: 7)
+    assert len(calls) == 2  # it went on after the first error
+    failed = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(failed) == 2
+    assert all(r.exc_info is not None and "a bug in the listener" in str(r.exc_info[1])
+               for r in failed)
+
+
+def test_the_listener_reconnects_quietly_when_the_server_is_unreachable(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="pgqueue.worker")
+    finished = threading.Event()
+    calls: list[float] = []
+
+    def dsn() -> str:
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            finished.set()
+        return "host=/nonexistent-pgqueue-socket-dir port=1 dbname=x connect_timeout=1"
+
+    listen_loop(Wakeup(), ["default"], dsn=dsn, finished=finished, worker_id=lambda: 7)
+    assert len(calls) == 2
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("reconnecting" in r.getMessage() for r in caplog.records)
