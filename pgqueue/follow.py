@@ -57,6 +57,7 @@ class Follower:
         with connection.connect(self.replica_dsn) as rep:
             fresh = (queries.scalar(rep, "replica_is_empty")
                      and queries.fetch_one(rep, "follow_state_get", {"name": self.name}) is None)
+            queries.fetch(rep, "follow_state_forget_mark", {"name": self.name})
         if pruned and fresh:
             seed_from_state(self.leader_dsn, self.replica_dsn, self.name)
 
@@ -135,7 +136,9 @@ class Follower:
                 delay = self.poll_interval
                 if new >= self.batch:
                     continue
-            except ConnectionFailed as exc:
+            except (ConnectionFailed, psycopg.OperationalError) as exc:
+                # OperationalError: a commit or rollback on a connection the server ended (a
+                # terminated backend, a restart) is raised by the driver itself
                 log.warning("follower %s: %s; retrying in %.1fs", self.name, exc, delay)
                 delay = min(delay * 2, 10.0)
             self._stop.wait(delay)

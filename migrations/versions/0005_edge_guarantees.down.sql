@@ -10,3 +10,6 @@ ALTER TABLE pgqueue.stream_config DROP COLUMN max_payload_bytes;
 -- 11.4 max_attempts
 ALTER TABLE pgqueue.dead_letter DROP COLUMN max_attempts_given;
 ALTER TABLE pgqueue.job DROP COLUMN max_attempts_given;
+
+-- promoted_through
+ALTER TABLE pgqueue.node DROP COLUMN promoted_through;

@@ -11,3 +11,6 @@ ALTER TABLE pgqueue.stream_config ADD COLUMN max_payload_bytes bigint NOT NULL D
 -- 11.4 max_attempts: whether the producer set it (a handler's applies only when it did not).
 ALTER TABLE pgqueue.job ADD COLUMN max_attempts_given boolean NOT NULL DEFAULT true;
 ALTER TABLE pgqueue.dead_letter ADD COLUMN max_attempts_given boolean NOT NULL DEFAULT true;
+
+-- soak finding: a promoted database's older ops carry another leader's xid and lsn.
+ALTER TABLE pgqueue.node ADD COLUMN promoted_through bigint NOT NULL DEFAULT 0;

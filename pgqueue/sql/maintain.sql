@@ -23,6 +23,8 @@ AS $$
 DECLARE
     v_cutoff timestamptz := now() - p_keep;
     v_xmin xid8 := pg_snapshot_xmin(pg_current_snapshot());
+    -- ops from before a promotion are committed whatever their (another leader's) xid says
+    v_promoted bigint := (SELECT n.promoted_through FROM pgqueue.node n);
     v_last bigint;
     v_applied bigint;
     v_n int;
@@ -31,13 +33,14 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'prune_op_log: limit must be >= 1, got %', p_limit USING ERRCODE = '22023';
     END IF;
-    PERFORM 1 FROM (SELECT o.at, o.xid FROM pgqueue.op_log o ORDER BY o.seq LIMIT 1) f
-    WHERE f.at < v_cutoff AND f.xid < v_xmin;
+    PERFORM 1 FROM (SELECT o.seq, o.at, o.xid FROM pgqueue.op_log o ORDER BY o.seq LIMIT 1) f
+    WHERE f.at < v_cutoff AND (f.seq <= v_promoted OR f.xid < v_xmin);
     IF NOT FOUND THEN
         RETURN 0;  -- the oldest op is young (or unfinished): nothing to prune
     END IF;
     SELECT max(p.seq) INTO v_last
-    FROM (SELECT o.seq, bool_and(o.at < v_cutoff AND o.xid < v_xmin) OVER (ORDER BY o.seq) AS old
+    FROM (SELECT o.seq, bool_and(o.at < v_cutoff AND (o.seq <= v_promoted OR o.xid < v_xmin))
+                            OVER (ORDER BY o.seq) AS old
           FROM (SELECT seq, at, xid FROM pgqueue.op_log ORDER BY seq LIMIT p_limit) o) p
     WHERE p.old;
     IF v_last IS NULL THEN

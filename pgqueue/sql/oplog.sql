@@ -261,7 +261,10 @@ AS $$
         SELECT o.seq, coalesce(octet_length(o.payload), 0) + octet_length(o.body::text) AS size
         FROM pgqueue.op_log o
         WHERE o.seq > p_after
-          AND (NOT p_committed_only OR o.xid < pg_snapshot_xmin(pg_current_snapshot()))
+          AND (NOT p_committed_only
+               -- ops from before this database's promotion: committed, another leader's xid
+               OR o.seq <= (SELECT n.promoted_through FROM pgqueue.node n)
+               OR o.xid < pg_snapshot_xmin(pg_current_snapshot()))
         ORDER BY o.seq
         LIMIT p_limit
     ), kept AS (

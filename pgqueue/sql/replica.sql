@@ -15,7 +15,11 @@ CREATE TABLE pgqueue.node (
     -- state was copied in, and the leader's pruned_through then. An op whose transaction that
     -- snapshot saw committed is already in the copied state: it is logged, never applied again.
     seed_snapshot  pg_snapshot,
-    seeded_through bigint NOT NULL DEFAULT 0
+    seeded_through bigint NOT NULL DEFAULT 0,
+    -- The highest op seq this database held when it was promoted. Those ops were written by
+    -- another leader: their xid and lsn columns are that leader's, meaningless against this
+    -- database's own snapshots and slots, and every one of them is committed.
+    promoted_through bigint NOT NULL DEFAULT 0
 );
 INSERT INTO pgqueue.node DEFAULT VALUES;
 
@@ -59,6 +63,10 @@ BEGIN
         role = p_role, name = coalesce(p_name, name),
         leader = CASE WHEN p_role = 'leader' THEN NULL ELSE p_leader END,
         seed_snapshot = CASE WHEN p_role = 'leader' THEN NULL ELSE seed_snapshot END,
+        promoted_through = CASE WHEN p_role = 'leader' AND role <> 'leader'
+                                THEN greatest(promoted_through,
+                                              (SELECT coalesce(max(o.seq), 0) FROM pgqueue.op_log o))
+                                ELSE promoted_through END,
         changed_at = now()
     RETURNING * INTO n;
     RETURN n;
@@ -158,6 +166,7 @@ AS $$
 --    confirmed position (the slot keeps the start of every later one), so it is applied.
 -- Ops neither rule proves count as lag: the figures are exact or an upper bound, never low.
 DECLARE
+    v_promoted bigint := (SELECT n.promoted_through FROM pgqueue.node n);
     r pgqueue.replica;
     v_snap pg_snapshot;
     v_wal pg_lsn;
@@ -196,8 +205,10 @@ BEGIN
             INTO lag_ops, lag_seconds, applied_seq
             FROM pgqueue.op_log o
             WHERE o.seq <= coalesce(p_upto, 9223372036854775807)
-              AND NOT ((v_exact AND pg_visible_in_snapshot(o.xid, v_snap))
-                       OR (v_restart IS NOT NULL AND o.lsn < v_restart));
+              -- ops from before a promotion carry another leader's xid and lsn: proved only
+              -- by the exact snapshot (they committed), never by this database's slot
+              AND NOT ((v_exact AND (o.seq <= v_promoted OR pg_visible_in_snapshot(o.xid, v_snap)))
+                       OR (v_restart IS NOT NULL AND o.seq > v_promoted AND o.lsn < v_restart));
             IF applied_seq IS NULL THEN
                 -- everything examined is applied; when nothing is kept, whatever was pruned was
                 SELECT coalesce(p_upto, max(o.seq), (SELECT pruned_through FROM pgqueue.node), 0)
@@ -324,6 +335,12 @@ INSERT INTO pgqueue.follow_state (name, low_seq, mark_seq, mark_xmax, updated_at
 VALUES (%(name)s, %(low_seq)s, %(mark_seq)s, %(mark_xmax)s::xid8, now())
 ON CONFLICT (name) DO UPDATE SET low_seq = excluded.low_seq, mark_seq = excluded.mark_seq,
     mark_xmax = excluded.mark_xmax, updated_at = now()
+
+-- name: follow_state_forget_mark
+-- A follower (re)starting forgets the xid mark of its previous poll: that xid may be another
+-- leader's (the follower now reads a promoted replica), meaningless against this one's
+-- snapshots. Its low-water mark stays; the next poll takes a fresh mark (only later progress).
+UPDATE pgqueue.follow_state SET mark_seq = 0, mark_xmax = NULL WHERE name = %(name)s
 
 -- name: oplog_span
 -- The op log's extent: a replica has caught up when it holds every seq in the leader's span.

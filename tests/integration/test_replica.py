@@ -33,6 +33,7 @@ pytest_plugins = ["tests.integration.replicas_fixtures"]
 from tests.dbhelp import pinned, wait_for  # noqa: E402
 from tests.integration.replicas_fixtures import (  # noqa: E402
     Cluster,
+    FollowerThread,
     Server,
     Workload,
     one,
@@ -1004,3 +1005,69 @@ def test_attach_refuses_a_leader_without_wal_level_logical_and_follow_works(
     finally:
         plain.destroy()
 
+
+
+def _xid(dsn: str) -> int:
+    return int(one(dsn, "SELECT pg_current_xact_id()::text::bigint"))
+
+
+def test_a_follower_of_a_promoted_replica_applies_the_ops_another_leader_wrote(
+        cluster: Cluster) -> None:
+    """Found by the chaos soak: a promoted replica's ops from before its promotion carry the
+    old leader's xids. Its own transaction counter may be far behind them, so a follow reader
+    of the new leader (which takes only ops below its snapshot's xmin) skipped them, applied
+    later ops first, and then reported lag 0."""
+    leader = cluster.leader
+    logical_db, follow_db = cluster.replica_db(0), cluster.replica_db(1)
+    replica.attach(leader, logical_db, "logical")
+    # the old leader's xids run well ahead of the replica server's own counter
+    gap = max(0, _xid(logical_db) - _xid(leader)) + 300
+    with connection.connect(leader) as conn:
+        for _ in range(gap):
+            conn.execute("SELECT pg_current_xact_id()")
+    assert _xid(leader) > _xid(logical_db) + 200
+    first = cluster.follow(follow_db, "follower")
+    with pgqueue.Queue(leader) as q:
+        job_id = q.enqueue(b"a", dedup_key="k")
+        wait_for(lambda: caught_up(leader, "follower", "logical"), 60, "both replicas")
+        first.stop()
+        (lease,) = q.lease(limit=1)
+        q.ack(lease)  # the follow replica has not seen the lease or the ack
+        more = q.enqueue_many([pgqueue.NewJob(b"b"), pgqueue.NewJob(b"c")])
+    wait_for(lambda: caught_up(leader, "logical"), 60, "the logical replica")
+    replica.promote(logical_db, old_leader_dsn=leader)
+    # the follower now reads the promoted replica (a new process in real life)
+    cluster.followers.append(FollowerThread(logical_db, follow_db, "follower").start())
+    with pgqueue.Queue(logical_db) as q:
+        again = q.enqueue(b"a again", dedup_key="k")  # the key is free: job a was acked
+    assert again not in (job_id, *more)
+    wait_for(lambda: caught_up(logical_db, "follower"), 60, "the follower of the new leader")
+    assert_identical(logical_db, follow_db)
+    assert one(follow_db, "SELECT count(*) FROM pgqueue.job WHERE id = %s", [job_id]) == 0
+
+
+def test_a_follower_whose_leader_backend_is_terminated_mid_poll_carries_on(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the chaos soak: a terminated backend surfacing at the poll's commit or
+    rollback (raised by the driver, not a query) ended `pgqueue replica follow`."""
+    leader, follow_db = cluster.leader, cluster.replica_db(1)
+    enqueue_some(leader, 10, settle=False)
+    real_fetch = queries.fetch
+    terminated: list[int] = []
+
+    def fetch(conn: Any, name: str, params: Any = None) -> Any:
+        found = real_fetch(conn, name, params)
+        if name == "oplog_committed_batch" and not found and not terminated:
+            pid = conn.info.backend_pid
+            with connection.connect(leader) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [pid])
+            terminated.append(pid)
+        return found
+
+    monkeypatch.setattr(queries, "fetch", fetch)  # the follower's module calls it through here
+    ft = cluster.follow(follow_db, "follower")
+    wait_for(lambda: terminated, 30, "the follower's leader backend to be terminated mid-poll")
+    enqueue_some(leader, 5, settle=False)
+    wait_for(lambda: caught_up(leader, "follower") or ft.error, 60, "the follower to go on")
+    assert ft.error is None and ft.thread.is_alive()
+    assert_identical(leader, follow_db)
