@@ -69,16 +69,17 @@ def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
 
 
 def enqueue_many(conn: queries.Conn, stream: str, jobs: Sequence[NewJob], *,
-                 request: uuid.UUID | None = None) -> list[int]:
+                 request: uuid.UUID | None = None, resent: bool = False) -> list[int]:
     """Insert jobs into `stream` in the caller's transaction (or autocommit); ids in order.
-    A call re-sent with the same `request` token returns its first attempt's ids."""
+    A call `resent` with the same `request` token returns its first attempt's ids."""
     validate.stream(stream)
     if isinstance(jobs, NewJob | str | bytes):
         raise TypeError("jobs must be a sequence of pgqueue.NewJob")
     jobs = list(jobs)
     if not jobs:
         return []
-    params: dict[str, Any] = {"stream": stream, **_columns(jobs), "request": request}
+    params: dict[str, Any] = {"stream": stream, **_columns(jobs), "request": request,
+                              "resent": resent}
     for optional in ("kinds", "delays_ms", "not_befores", "dedup_keys", "schema_versions"):
         if all(value is None for value in params[optional]):
             params[optional] = None  # NULL for every job: nothing to encode and send
@@ -89,7 +90,7 @@ def enqueue_many(conn: queries.Conn, stream: str, jobs: Sequence[NewJob], *,
 
 
 def enqueue_one(conn: queries.Conn, stream: str, job: NewJob, *,
-                request: uuid.UUID | None = None) -> int:
+                request: uuid.UUID | None = None, resent: bool = False) -> int:
     """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
     validate.stream(stream)
     cols = _columns([job])
@@ -98,7 +99,7 @@ def enqueue_one(conn: queries.Conn, stream: str, job: NewJob, *,
         "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],
         "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
         "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
-        "request": request,
+        "request": request, "resent": resent,
     })
     if found is None:
         raise _lost_holder(request)

@@ -48,6 +48,8 @@ def follow_leader(*, idempotent: bool, token: bool = False, flag_retry: bool = F
                     # The server ended the session before the statement ran (a restart): a
                     # fresh connection, or the new leader, runs it.
                     self._move_to_leader()
+                    if token:
+                        kwargs["_resent"] = True
                     return method(self, *args, **kwargs)
                 if not (idempotent or token or flag_retry):
                     raise ConnectionFailed(
@@ -57,6 +59,8 @@ def follow_leader(*, idempotent: bool, token: bool = False, flag_retry: bool = F
                 self._move_to_leader()
                 if flag_retry:
                     kwargs["_retried"] = True
+                if token:
+                    kwargs["_resent"] = True
                 return method(self, *args, **kwargs)
 
         return wrapper

@@ -24,8 +24,9 @@ def lease(
     worker_node: int,
     worker_instance: int,
     request: uuid.UUID | None = None,
+    resent: bool = False,
 ) -> list[Lease]:
-    """Lease up to `limit` jobs of `stream` for `visibility_timeout` seconds. A call re-sent
+    """Lease up to `limit` jobs of `stream` for `visibility_timeout` seconds. A call `resent`
     with the same `request` token returns the leases its first attempt granted that are still
     current, instead of leasing more."""
     validate.stream(stream)
@@ -36,6 +37,7 @@ def lease(
     rows = queries.fetch_tuples(conn, "lease_jobs", {
         "stream": stream, "limit": limit, "visibility_ms": vt_ms,
         "worker_node": worker_node, "worker_instance": worker_instance, "request": request,
+        "resent": resent,
     })
     vt = vt_ms / 1000.0
     return [Lease.from_lease_row(r, vt) for r in rows]

@@ -106,6 +106,7 @@ class Queue(QueueOperations):
         schema_version: int | None = None,
         conn: Conn | None = None,
         _request: uuid.UUID | None = None,
+        _resent: bool = False,
     ) -> int:
         """Enqueue one job; returns its id (or the id of the live job holding dedup_key).
 
@@ -117,26 +118,28 @@ class Queue(QueueOperations):
         if conn is not None:
             return enqueue.enqueue_one(conn, self.stream, job)
         with self.connection() as own:
-            return enqueue.enqueue_one(own, self.stream, job, request=_request)
+            return enqueue.enqueue_one(own, self.stream, job, request=_request, resent=_resent)
 
     @follow_leader(idempotent=False, token=True)
     def enqueue_many(self, jobs: Sequence[NewJob], *, conn: Conn | None = None,
-                     _request: uuid.UUID | None = None) -> list[int]:
+                     _request: uuid.UUID | None = None, _resent: bool = False) -> list[int]:
         """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
         if conn is not None:
             return enqueue.enqueue_many(conn, self.stream, jobs)
         with self.connection() as own:
-            return enqueue.enqueue_many(own, self.stream, jobs, request=_request)
+            return enqueue.enqueue_many(own, self.stream, jobs, request=_request,
+                                        resent=_resent)
 
     # -- lease and settle --------------------------------------------------------------------
 
     @follow_leader(idempotent=False, token=True)
     def lease(self, limit: int = 1, *, visibility_timeout: float = 30.0, worker_node: int = 0,
-              worker_instance: int = 0, _request: uuid.UUID | None = None) -> list[Lease]:
+              worker_instance: int = 0, _request: uuid.UUID | None = None,
+              _resent: bool = False) -> list[Lease]:
         """Lease up to `limit` ready jobs, highest priority first, FIFO within a priority."""
         with self.connection() as conn:
             return lease.lease(conn, self.stream, limit, visibility_timeout, worker_node,
-                               worker_instance, _request)
+                               worker_instance, _request, _resent)
 
     @follow_leader(idempotent=True)
     def renew(self, lease_: Lease, *, visibility_timeout: float | None = None,

@@ -58,6 +58,7 @@ from pgqueue.errors import ConnectionFailed, Contention, NotLeader, PgQueueError
 from pgqueue.handlers import MAX_ERROR_CHARS, HandlerThreads
 from pgqueue.held import HEARTBEAT_SECONDS, HeldLeases
 from pgqueue.maintain import Maintainer
+from pgqueue.models import Lease
 from pgqueue.settler import JobSettler
 from pgqueue.steps import Held
 from pgqueue.wakeup import NOTIFY_CHANNEL, Wakeup, listen_loop
@@ -388,10 +389,16 @@ class Worker:
         # One token for the call and its re-sends: a lease whose reply was lost returns the
         # leases its first attempt granted, which are not left to expire and be charged.
         request = uuid.uuid4()
+        sent: list[bool] = []  # the first call is not a re-send; every later one is
+
+        def take(conn: queries.Conn) -> list[Lease]:
+            resent = bool(sent)
+            sent.append(True)
+            return lease.lease(conn, stream, want, self.visibility_timeout, self.node,
+                               self.worker_id, request, resent)
+
         try:
-            got = self._retry_db(lambda conn: lease.lease(
-                conn, stream, want, self.visibility_timeout, self.node, self.worker_id, request),
-                "lease", until=self._stopping) or []
+            got = self._retry_db(take, "lease", until=self._stopping) or []
             for leased in got:
                 handler = self.app.handlers.get(leased.kind or "")
                 vt = (handler.visibility_timeout if handler and handler.visibility_timeout

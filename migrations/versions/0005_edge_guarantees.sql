@@ -2,7 +2,7 @@
 
 -- 11.2 request tokens: the first op of an enqueue or lease call carries the call's token.
 ALTER TABLE pgqueue.op_log ADD COLUMN request uuid;
-CREATE INDEX op_log_request_idx ON pgqueue.op_log (request) WHERE request IS NOT NULL;
+CREATE UNIQUE INDEX op_log_request_idx ON pgqueue.op_log (request) WHERE request IS NOT NULL;
 
 -- 11.3 payload limits: per stream, 16 MiB by default, at most 64 MiB.
 ALTER TABLE pgqueue.stream_config ADD COLUMN max_payload_bytes bigint NOT NULL DEFAULT 16777216

@@ -59,7 +59,8 @@ CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_dedup_keys bytea[],
     p_max_attempts int[],
     p_schema_versions int[],
-    p_request uuid DEFAULT NULL
+    p_request uuid DEFAULT NULL,
+    p_resent boolean DEFAULT false
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -69,6 +70,7 @@ DECLARE
     v_limit    bigint;
     v_big      bigint;
     v_size     bigint;
+    v_constraint text;
     v_now      timestamptz := pgqueue.now_ms();
     v_n        int := coalesce(cardinality(p_payloads), 0);
     v_ids      bigint[];
@@ -117,14 +119,28 @@ BEGIN
             v_big - 1, v_size, v_limit, p_stream USING ERRCODE = 'PQ413',
             HINT = 'pgqueue.configure_stream(stream, p_max_payload_bytes => N) sets the limit, up to 67108864 (64 MiB)';
     END IF;
-    IF p_request IS NOT NULL THEN
-        -- A call re-sent after its reply was lost: what its first attempt returned.
+    IF p_request IS NOT NULL AND p_resent THEN
+        -- A call re-sent after its reply was lost: what its first attempt returned, when that
+        -- committed; else run it as a first attempt. If the first attempt is still running,
+        -- recording the same token waits for it (a unique index) and fails if it commits.
         v_seen := pgqueue.request_seen(p_request);
-        IF v_seen.seq IS NOT NULL THEN
-            RETURN QUERY SELECT unnest(pgqueue.request_enqueued(v_seen.seq, v_seen.xid,
-                                                                p_stream, p_dedup_keys, v_n));
-            RETURN;
+        IF v_seen.seq IS NULL THEN
+            BEGIN
+                RETURN QUERY SELECT pgqueue.enqueue(p_stream, p_payloads, p_kinds, p_priorities,
+                    p_delays_ms, p_not_befores, p_dedup_keys, p_max_attempts, p_schema_versions,
+                    p_request, false);
+                RETURN;
+            EXCEPTION WHEN unique_violation THEN
+                GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
+                IF v_constraint IS DISTINCT FROM 'op_log_request_idx' THEN
+                    RAISE;
+                END IF;
+                v_seen := pgqueue.request_seen(p_request);
+            END;
         END IF;
+        RETURN QUERY SELECT unnest(pgqueue.request_enqueued(v_seen.seq, v_seen.xid,
+                                                            p_stream, p_dedup_keys, v_n));
+        RETURN;
     END IF;
     IF coalesce(cardinality(array_remove(p_dedup_keys, NULL)), 0) = 0 THEN
         -- No dedup keys (the common batch): no conflicts to arbitrate, so a plain INSERT in
@@ -259,12 +275,13 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
     p_stream text, p_payload bytea, p_kind text, p_priority int, p_delay_ms bigint,
     p_not_before timestamptz, p_dedup_key bytea, p_max_attempts int, p_schema_version int,
-    p_request uuid DEFAULT NULL
+    p_request uuid DEFAULT NULL, p_resent boolean DEFAULT false
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_seen record;
+    v_constraint text;
     v_limit bigint;
     v_now timestamptz := pgqueue.now_ms();
     v_at  timestamptz;
@@ -285,12 +302,23 @@ BEGIN
             octet_length(p_payload), v_limit, p_stream USING ERRCODE = 'PQ413',
             HINT = 'pgqueue.configure_stream(stream, p_max_payload_bytes => N) sets the limit, up to 67108864 (64 MiB)';
     END IF;
-    IF p_request IS NOT NULL THEN  -- see pgqueue.enqueue
+    IF p_request IS NOT NULL AND p_resent THEN  -- see pgqueue.enqueue
         v_seen := pgqueue.request_seen(p_request);
-        IF v_seen.seq IS NOT NULL THEN
-            RETURN (pgqueue.request_enqueued(v_seen.seq, v_seen.xid, p_stream,
-                                             ARRAY[p_dedup_key], 1))[1];
+        IF v_seen.seq IS NULL THEN
+            BEGIN
+                RETURN pgqueue.enqueue_one(p_stream, p_payload, p_kind, p_priority, p_delay_ms,
+                    p_not_before, p_dedup_key, p_max_attempts, p_schema_version, p_request,
+                    false);
+            EXCEPTION WHEN unique_violation THEN
+                GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
+                IF v_constraint IS DISTINCT FROM 'op_log_request_idx' THEN
+                    RAISE;
+                END IF;
+                v_seen := pgqueue.request_seen(p_request);
+            END;
         END IF;
+        RETURN (pgqueue.request_enqueued(v_seen.seq, v_seen.xid, p_stream,
+                                         ARRAY[p_dedup_key], 1))[1];
     END IF;
     FOR round IN 1 .. 20 LOOP
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
@@ -340,10 +368,11 @@ $$;
 SELECT id FROM pgqueue.enqueue(
     %(stream)s, %(payloads)b::bytea[], %(kinds)b::text[], %(priorities)b::int[],
     %(delays_ms)b::bigint[], %(not_befores)b::timestamptz[], %(dedup_keys)b::bytea[],
-    %(max_attempts)b::int[], %(schema_versions)b::int[], %(request)s::uuid) AS t(id)
+    %(max_attempts)b::int[], %(schema_versions)b::int[], %(request)s::uuid, %(resent)s::boolean)
+    AS t(id)
 
 -- name: enqueue_job
 -- Enqueue one job (no arrays): its id, or the id of the live job holding its dedup key.
 SELECT pgqueue.enqueue_one(%(stream)s::text, %(payload)b::bytea, %(kind)s::text,
     %(priority)s::int, %(delay_ms)s::bigint, %(not_before)s::timestamptz, %(dedup_key)s::bytea,
-    %(max_attempts)s::int, %(schema_version)s::int, %(request)s::uuid) AS id
+    %(max_attempts)s::int, %(schema_version)s::int, %(request)s::uuid, %(resent)s::boolean) AS id

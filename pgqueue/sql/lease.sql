@@ -40,7 +40,7 @@ $$;
 -- plans failed with "structure of query does not match function result type").
 CREATE OR REPLACE FUNCTION pgqueue.lease(
     p_stream text, p_limit int, p_visibility_ms bigint, p_worker_node int, p_worker_instance int,
-    p_request uuid DEFAULT NULL
+    p_request uuid DEFAULT NULL, p_resent boolean DEFAULT false
 ) RETURNS TABLE (
     id bigint, lease_id bigint, stream text, kind text, payload bytea, priority smallint,
     attempts int, max_attempts int, enqueued_at timestamptz, lease_expires_at timestamptz,
@@ -53,6 +53,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_seen record;
+    v_constraint text;
     v_now timestamptz := pgqueue.now_ms();
     v_exp timestamptz := v_now + p_visibility_ms * interval '1 millisecond';
     -- The same for every job of the call (job and lease ids are the op row's own columns), so
@@ -65,11 +66,25 @@ BEGIN
     IF p_limit < 1 OR p_visibility_ms < 0 THEN
         RAISE EXCEPTION 'lease: limit must be >= 1 and visibility >= 0' USING ERRCODE = '22023';
     END IF;
-    IF p_request IS NOT NULL THEN
+    IF p_request IS NOT NULL AND p_resent THEN
         -- A lease re-sent after its reply was lost: the leases its first attempt granted that
         -- are still current, not a second set (which would be orphaned until reclaim charged
-        -- each job an attempt and a crash).
+        -- each job an attempt and a crash); as for pgqueue.enqueue, a first attempt still
+        -- running is waited for through the token's unique index.
         v_seen := pgqueue.request_seen(p_request);
+        IF v_seen.seq IS NULL THEN
+            BEGIN
+                RETURN QUERY SELECT * FROM pgqueue.lease(p_stream, p_limit, p_visibility_ms,
+                    p_worker_node, p_worker_instance, p_request, false);
+                RETURN;
+            EXCEPTION WHEN unique_violation THEN
+                GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
+                IF v_constraint IS DISTINCT FROM 'op_log_request_idx' THEN
+                    RAISE;
+                END IF;
+                v_seen := pgqueue.request_seen(p_request);
+            END;
+        END IF;
         IF v_seen.seq IS NOT NULL THEN
             RETURN QUERY
             SELECT j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
@@ -173,7 +188,7 @@ SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, en
        schema_version, step_set_hash,
        nullif(crashes_by_step, '{}'::jsonb) AS crashes_by_step  -- nothing to decode when none
 FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
-                   %(worker_instance)s::int, %(request)s::uuid)
+                   %(worker_instance)s::int, %(request)s::uuid, %(resent)s::boolean)
 
 -- name: renew_leases
 -- Extend many leases and write their checkpoints in one UPDATE; returns those still current.

@@ -42,8 +42,10 @@ COMMENT ON COLUMN pgqueue.op_log.payload IS
 CREATE INDEX op_log_job_idx ON pgqueue.op_log (job_id);
 -- No index on lsn: no query reads op_log by it, and every op paid ~0.2 ms per 1,000 for one.
 CREATE INDEX op_log_at_idx ON pgqueue.op_log USING brin (at);
--- One entry per enqueue or lease call (not per job), looked up only by a retried call.
-CREATE INDEX op_log_request_idx ON pgqueue.op_log (request) WHERE request IS NOT NULL;
+-- One entry per enqueue or lease call (not per job). Unique: a re-sent call whose first
+-- attempt is still running waits here for it, and fails if it committed (then it returns
+-- what that attempt did); looked up only by a re-sent call.
+CREATE UNIQUE INDEX op_log_request_idx ON pgqueue.op_log (request) WHERE request IS NOT NULL;
 
 -- schema: functions -------------------------------------------------------------------------
 
@@ -233,15 +235,12 @@ BEGIN
 END
 $$;
 
--- A request token's first use: the seq and transaction of the op that carries it, or no row.
--- Takes a transaction-scoped advisory lock on the token first, so a retry whose first attempt
--- is still running (its connection gone, its backend not yet) waits for it to commit or roll
--- back instead of missing it.
+-- A request token's first use: the seq and transaction of the op that carries it (NULLs
+-- when none committed). Only a re-sent call asks; a first attempt just records its token.
 CREATE OR REPLACE FUNCTION pgqueue.request_seen(p_request uuid, OUT seq bigint, OUT xid xid8)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('pgqueue.request ' || p_request::text, 0));
     SELECT o.seq, o.xid INTO seq, xid FROM pgqueue.op_log o WHERE o.request = p_request;
 END
 $$;

@@ -11,7 +11,7 @@ import pytest
 
 import pgqueue
 from pgqueue import connection
-from tests.dbhelp import op_counts
+from tests.dbhelp import op_counts, wait_for
 from tests.pgbed import Bed
 from tests.proxy import LossyProxy, lossy_proxy
 
@@ -129,3 +129,36 @@ def test_a_worker_whose_lease_reply_was_lost_runs_those_jobs_without_a_reclaim(
     assert sorted(ran) == ids  # each once
     counts = op_counts(dsn)
     assert counts["Lease"] == 5 and "Reclaim" not in counts  # the lost reply's leases were used
+
+
+@pytest.mark.parametrize("first_commits", [True, False])
+def test_a_resent_enqueue_waits_for_a_first_attempt_still_running(
+        dsn: str, first_commits: bool) -> None:
+    """The first attempt's backend can outlive its client; the re-sent call (same token) waits
+    for it through the token's unique index, then returns its id, or enqueues if it rolled
+    back: one job either way."""
+    import threading
+    import uuid
+
+    from pgqueue import enqueue
+
+    token = uuid.uuid4()
+    with connection.connect(dsn, autocommit=False) as first, connection.connect(dsn) as second:
+        first_id = enqueue.enqueue_one(first, "default", pgqueue.NewJob("x"), request=token)
+        got: list[int] = []
+        thread = threading.Thread(target=lambda: got.append(enqueue.enqueue_one(
+            second, "default", pgqueue.NewJob("x"), request=token, resent=True)))
+        thread.start()
+        with connection.connect(dsn) as watcher:
+            wait_for(lambda: watcher.execute(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                (second.info.backend_pid,)).fetchone() == (True,), 10, "the re-send to wait")
+        if first_commits:
+            first.commit()
+        else:
+            first.rollback()
+        thread.join(timeout=10)
+    assert len(got) == 1
+    assert [r[0] for r in job_rows(dsn)] == got
+    assert (got[0] == first_id) is first_commits
+    assert op_counts(dsn) == {"Enqueue": 1}
