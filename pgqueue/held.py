@@ -22,7 +22,7 @@ The worker's locks, in the one order a thread may take them (never the reverse):
    version counters (``version``, ``flushed_version``). Held for a few attribute reads and
    writes: alone by the handler thread (``advance``), or inside ``write_lock`` to snapshot
    before a write and mark it flushed after.
-3. ``Worker._failover_lock`` (worker.py): one failover at a time. Held across connecting to
+3. ``WorkerDb._failover_lock`` (worker_db.py): one failover at a time. Held across connecting to
    the candidate leaders; taken inside a ``write_lock`` when that write finds a replica.
 
 And leaves, never held while taking another lock, a database round trip, or a log call:

@@ -28,11 +28,13 @@ This module is the lifecycle: start, signals, lease loops, drain, failover. The 
   leases) and the lock discipline every thread follows;
 - handlers.py: the handler threads; settler.py: the writes a running job makes about itself
   (checkpoints, ack hand-off, nack, undecodable, upcast), the object steps.run calls back;
-- wakeup.py: the lease loops' wake-up and the listener thread.
+- wakeup.py: the lease loops' wake-up and the listener thread;
+- worker_db.py: the pool on the leader, database calls with failover and retries.
 
 State this module shares between threads: `_stopping` and `_finished` are Events; `_wake`
 is a Condition-based Wakeup; `dsn` and `_pool` are set before the threads start and then
-rebound only under `_failover_lock`, and a reader uses the reference it read; `worker_id`
+rebound only under WorkerDb's failover lock (worker_db.py), and a reader uses the reference
+it read; `worker_id`
 is an int rebound by `_register` (before the threads start, and after a failover), which
 readers only log or pass on.
 """
@@ -50,11 +52,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from pgqueue import connection, lease, queries, validate
 from pgqueue.app import App, StepJob
-from pgqueue.errors import ConnectionFailed, Contention, NotLeader, PgQueueError
+from pgqueue.errors import PgQueueError
 from pgqueue.handlers import MAX_ERROR_CHARS, HandlerThreads
 from pgqueue.held import HEARTBEAT_SECONDS, HeldLeases
 from pgqueue.maintain import Maintainer
@@ -62,6 +64,7 @@ from pgqueue.models import Lease
 from pgqueue.settler import JobSettler
 from pgqueue.steps import Held
 from pgqueue.wakeup import NOTIFY_CHANNEL, Wakeup, listen_loop
+from pgqueue.worker_db import WorkerDb
 
 __all__ = ["HEARTBEAT_SECONDS", "MAX_ERROR_CHARS", "NOTIFY_CHANNEL", "PARALLEL_LEASE_CAPACITY",
            "Wakeup", "Worker"]
@@ -104,7 +107,6 @@ class Worker:
             raise ValueError("streams must name at least one stream")
         self.app = app
         self.dsns = connection.dsn_list(dsn)
-        self.dsn = self.dsns[0]  # the leader among dsns, found at start and after failover
         self.concurrency = validate.integer(concurrency, "concurrency", low=1, high=10_000)
         # Jobs leased ahead of a free handler thread, so a deep queue of short jobs is leased
         # in bigger batches (fewer lease round trips and ack commits per job). Off by default:
@@ -128,14 +130,18 @@ class Worker:
         self.node = validate.integer(node, "node", low=0, high=2**31 - 1)
         self.worker_id = 0
 
-        self._pool: ConnectionPool[Any] | None = None
-        self._failover_lock = threading.Lock()  # one failover at a time; see _failover
         self._stopping = threading.Event()   # stop leasing
         self._finished = threading.Event()   # background threads exit
         self._wake = Wakeup()
         # Two lease loops when the capacity is large: one leases while the other's batch is
         # being handed out and acked, so a deep queue keeps both server cores busy.
         self.lease_loops = 2 if self.concurrency + self.prefetch >= PARALLEL_LEASE_CAPACITY else 1
+        self._dbs = WorkerDb(self.dsns, pool_size=self.concurrency + 1 + self.lease_loops,
+                             worker_id=self._id, finished=self._finished,
+                             moved=self._moved)
+        self._db = self._dbs.db
+        self._retry = self._dbs.retry
+        self._retry_db = self._dbs.retry_db
         self._leases = HeldLeases(capacity=self.concurrency + self.prefetch,
                                   lease_loops=self.lease_loops, db=self._db,
                                   retry_db=self._retry_db, freed=self._wake.set,
@@ -186,6 +192,21 @@ class Worker:
     def _leader(self) -> str:
         return self.dsn
 
+    @property
+    def dsn(self) -> str:
+        """The leader among `dsns`, found at start and after a failover."""
+        return self._dbs.dsn
+
+    @property
+    def _pool(self) -> ConnectionPool[Any] | None:
+        return self._dbs.pool
+
+    def _moved(self, leader: str) -> None:
+        """After a failover: maintenance follows, and the worker registers with the leader."""
+        if self._maintainer is not None:
+            self._maintainer.dsn = leader
+        threading.Thread(target=self._reregister, name="pgqueue-register", daemon=True).start()
+
     def _install_signals(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
@@ -208,14 +229,6 @@ class Worker:
 
         return restore
 
-    def _open_pool(self, dsn: str) -> ConnectionPool[Any]:
-        return connection.open_pool(dsn, max_size=self.concurrency + 1 + self.lease_loops,
-                                    name="pgqueue-worker")
-
-    def _open(self) -> ConnectionPool[Any]:
-        self.dsn = connection.find_leader(self.dsns)
-        return self._open_pool(self.dsn)
-
     def _register(self) -> bool:
         row = self._retry(lambda: self._db(lambda c: queries.fetch_one(c, "register_worker", {
             "node": self.node, "host": socket.gethostname(), "pid": os.getpid(),
@@ -228,32 +241,6 @@ class Worker:
                     until=self._stopping)
         return True
 
-    def _failover(self) -> None:
-        """The database turned out to be a replica: move to the leader among self.dsns.
-
-        Several threads can find out at once; the lock lets one of them move and the others
-        then see the new leader. It is held across connecting to the candidates (that is the
-        point: nobody else opens a pool meanwhile) and guards nothing else, so no other lock
-        is ever taken while it is held."""
-        with self._failover_lock:
-            try:
-                leader = connection.find_leader(self.dsns)
-            except PgQueueError as exc:
-                log.warning("worker %s: no leader to move to yet: %s", self.worker_id, exc)
-                return
-            if leader == self.dsn:
-                return
-            old = self._pool
-            self.dsn = leader
-            self._pool = self._open_pool(leader)
-        if self._maintainer is not None:
-            self._maintainer.dsn = leader
-        if old is not None:
-            old.close()
-        log.warning("worker %s: moved to the leader at %s", self.worker_id,
-                    connection.describe(leader))
-        threading.Thread(target=self._reregister, name="pgqueue-register", daemon=True).start()
-
     def _reregister(self) -> None:
         try:
             self._register()
@@ -261,8 +248,8 @@ class Worker:
             log.exception("worker %s: registering with the new leader failed", self.worker_id)
 
     def _start(self) -> None:
-        self._pool = self._retry(self._open, "connect", until=self._stopping)
-        if self._pool is None or not self._register():
+        if self._retry(self._dbs.open, "connect", until=self._stopping) is None \
+                or not self._register():
             return
         log.info("worker %s started: streams=%s concurrency=%d", self.worker_id,
                  ",".join(self.streams), self.concurrency)
@@ -314,48 +301,6 @@ class Worker:
                     queries.fetch(conn, "configure_kind", {
                         "stream": stream, "kind": handler.kind,
                         "quarantine_after": handler.quarantine_after})
-
-    # -- database access with retries --------------------------------------------------------
-
-    def _db(self, fn: Callable[[queries.Conn], T]) -> T:
-        pool = self._pool
-        assert pool is not None
-        try:
-            with pool.connection(timeout=10.0) as conn:
-                return fn(conn)
-        except PoolTimeout as exc:
-            if len(self.dsns) > 1:
-                self._failover()
-            raise ConnectionFailed(
-                f"no connection to Postgres at {connection.describe(self.dsn)}: {exc}") from None
-        except NotLeader as exc:
-            if len(self.dsns) < 2:
-                raise
-            self._failover()
-            raise ConnectionFailed(f"{exc}; moving to the leader") from None
-
-    def _retry(self, fn: Callable[[], T], what: str, *, deadline: float | None = None,
-               until: threading.Event | None = None) -> T | None:
-        """Call fn until it succeeds; None when the worker finishes, `until` is set, or the
-        deadline passes first."""
-        delay = 0.1
-        until = until or self._finished
-        while True:
-            try:
-                return fn()
-            except (ConnectionFailed, PoolTimeout, Contention) as exc:
-                if until.is_set() or (deadline is not None and time.monotonic() > deadline):
-                    log.warning("worker %s: giving up on %s: %s", self.worker_id, what, exc)
-                    return None
-                log.warning("worker %s: %s failed (%s); retrying in %.1fs",
-                            self.worker_id, what, exc, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _retry_db(self, fn: Callable[[queries.Conn], T], what: str, *,
-                  deadline: float | None = None, until: threading.Event | None = None) -> T | None:
-        """One database call, retried as `_retry` does (held.RetryDb)."""
-        return self._retry(lambda: self._db(fn), what, deadline=deadline, until=until)
 
     # -- the lease loops ---------------------------------------------------------------------
 
