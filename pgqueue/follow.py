@@ -36,6 +36,8 @@ class Follower:
     applied: int = 0
     polls: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
+    #: The leader server's start time at the previous poll (None: no poll yet in this process).
+    _leader_started: str | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -71,6 +73,7 @@ class Follower:
             # ops up to the leader's prune point at a seed from its state are in that state
             seeded_through = int(queries.scalar(rep, "seeded_through") or 0)
             rep.commit()
+            started = str(queries.scalar(lead, "leader_started"))
             head = int(queries.scalar(lead, "oplog_head") or 0)  # before the snapshot
             check_not_pruned(lead, self.name, max(int(state["low_seq"]), seeded_through))
             lead.autocommit = False
@@ -84,6 +87,15 @@ class Follower:
             # that could hold one (xid below that poll's xmax) has finished, i.e. xmin has
             # passed it; this poll reads them all (it pages to the end of its snapshot).
             mark_seq, mark_xmax = int(state["mark_seq"]), state["mark_xmax"]
+            if started != self._leader_started:
+                # First poll of this process, or the leader restarted (or is another server,
+                # after a failover). A crash can hand out again the seqs and xids of
+                # transactions that never committed, so neither the mark nor a low-water mark
+                # past the ops this replica holds can be trusted: every committed op at or
+                # below `low` is applied here, so read again from the highest one held.
+                low = min(low, int(queries.scalar(rep, "applied_head") or 0))
+                mark_seq, mark_xmax = 0, None
+                rep.commit()
             new_low = low
             if mark_xmax is not None and xmin >= int(mark_xmax):
                 new_low = max(low, mark_seq)
@@ -118,6 +130,7 @@ class Follower:
             lead.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
             queries.fetch(lead, "replica_confirm", {"name": self.name, "seq": low})
             lead.commit()
+        self._leader_started = started
         self.applied += new
         self.polls += 1
         return new

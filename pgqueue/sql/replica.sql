@@ -342,6 +342,15 @@ ON CONFLICT (name) DO UPDATE SET low_seq = excluded.low_seq, mark_seq = excluded
 -- snapshots. Its low-water mark stays; the next poll takes a fresh mark (only later progress).
 UPDATE pgqueue.follow_state SET mark_seq = 0, mark_xmax = NULL WHERE name = %(name)s
 
+-- name: leader_started
+-- When the server was started: a restart after a crash may hand out again op seqs and xids
+-- of transactions that never committed (their WAL was not flushed), so a follower rewinds.
+SELECT pg_postmaster_start_time()::text AS started
+
+-- name: applied_head
+-- The highest op seq this replica holds (applied or, seeded, logged).
+SELECT coalesce(max(seq), 0) AS seq FROM pgqueue.op_log
+
 -- name: oplog_span
 -- The op log's extent: a replica has caught up when it holds every seq in the leader's span.
 SELECT coalesce(min(seq), 0) AS min_seq, coalesce(max(seq), 0) AS max_seq, count(*) AS ops
