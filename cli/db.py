@@ -129,5 +129,6 @@ def sql_(stage: str | None, down: bool) -> None:
     if stage not in parts:
         fail(f"no schema stage named {stage!r}; stages: {', '.join(parts)}", EXIT_USAGE)
     part = parts[stage]
-    say_lines(f"-- {stage}.sql: tables\n{part.tables}-- {stage}.sql: functions\n"
-              f"{part.functions}".rstrip("\n"))
+    sections = [(name, text) for name, text in (("tables", part.tables),
+                                                ("functions", part.functions)) if text.strip()]
+    say_lines("".join(f"-- {stage}.sql: {name}\n{text}" for name, text in sections).rstrip("\n"))

@@ -5,7 +5,6 @@ still open when the verb ran; messages read as sentences."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -94,7 +93,6 @@ def test_a_verb_racing_an_uncommitted_enqueue_of_its_key_raises_dedup_conflict(
             # the verb's write waits on the rival's uncommitted index entry
             wait_for(lambda: not worker.is_alive() or _someone_waits_on_a_lock(dsn), 10,
                      f"{verb} to wait for the open enqueue")
-            time.sleep(0.05)
             rival_tx.commit()
             worker.join(30)
             assert not worker.is_alive()
@@ -123,7 +121,8 @@ def test_a_verb_whose_rival_enqueue_rolls_back_goes_ahead(
             worker = threading.Thread(
                 target=lambda: outcome.setdefault("result", act(other, job_id)), daemon=True)
             worker.start()
-            time.sleep(0.2)
+            wait_for(lambda: not worker.is_alive() or _someone_waits_on_a_lock(dsn), 10,
+                     f"{verb} to wait for the open enqueue")
             rival_tx.rollback()
             worker.join(30)
             assert not worker.is_alive()
