@@ -81,11 +81,16 @@ class Follower:
             lead.read_only = True
             bounds = queries.fetch_one(lead, "snapshot_bounds")
             assert bounds is not None
-            xmin, xmax = int(bounds["xmin"]), int(bounds["xmax"])
+            xmin = int(bounds["xmin"])
             low = int(state["low_seq"])
-            # Every seq at or below the previous poll's head is final once every transaction
-            # that could hold one (xid below that poll's xmax) has finished, i.e. xmin has
-            # passed it; this poll reads them all (it pages to the end of its snapshot).
+            # A mark is a seq read as the head, and an xid assigned after it was read. A
+            # transaction has its xid before it draws an op seq (op_log's default), so every
+            # transaction holding a seq at or below the head has an xid below the mark's. Once
+            # xmin has passed the mark's xid they have all finished, and this poll (which pages
+            # to the end of its snapshot) reads every one that committed: the low-water mark
+            # moves to the head. Not the snapshot's xmax: that is the latest finished xid + 1,
+            # and a transaction that had its xid and seq but had not finished could be above it
+            # (the soak caught a Renew skipped that way).
             mark_seq, mark_xmax = int(state["mark_seq"]), state["mark_xmax"]
             if started != self._leader_started:
                 # First poll of this process, or the leader restarted (or is another server,
@@ -101,7 +106,7 @@ class Follower:
                 new_low = max(low, mark_seq)
                 mark_xmax = None
             if mark_xmax is None:
-                mark_seq, mark_xmax = head, str(xmax)
+                mark_seq, mark_xmax = head, str(queries.scalar(lead, "xid_after_head"))
             after, new = low, 0
             while True:
                 rows = queries.fetch(lead, "oplog_committed_batch",

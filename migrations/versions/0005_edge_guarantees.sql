@@ -14,3 +14,17 @@ ALTER TABLE pgqueue.dead_letter ADD COLUMN max_attempts_given boolean NOT NULL D
 
 -- soak finding: a promoted database's older ops carry another leader's xid and lsn.
 ALTER TABLE pgqueue.node ADD COLUMN promoted_through bigint NOT NULL DEFAULT 0;
+
+-- soak finding: an op's seq is drawn only once its transaction has an xid (see op_log in
+-- pgqueue/sql/oplog.sql). The identity becomes a plain sequence of the same name, owned by the
+-- column, that goes on where the identity's stopped.
+CREATE SEQUENCE pgqueue.op_log_seq_next;
+SELECT setval('pgqueue.op_log_seq_next', s.last_value, s.is_called)
+FROM (SELECT coalesce(pg_sequence_last_value('pgqueue.op_log_seq_seq'), 1) AS last_value,
+             pg_sequence_last_value('pgqueue.op_log_seq_seq') IS NOT NULL AS is_called) s;
+ALTER TABLE pgqueue.op_log ALTER COLUMN seq DROP IDENTITY;
+ALTER SEQUENCE pgqueue.op_log_seq_next RENAME TO op_log_seq_seq;
+ALTER TABLE pgqueue.op_log ALTER COLUMN seq
+    SET DEFAULT CASE WHEN pg_current_xact_id() IS NOT NULL
+                     THEN nextval('pgqueue.op_log_seq_seq') END;
+ALTER SEQUENCE pgqueue.op_log_seq_seq OWNED BY pgqueue.op_log.seq;

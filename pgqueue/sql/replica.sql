@@ -36,7 +36,7 @@ CREATE TABLE pgqueue.replica (
 
 -- A follower's progress, kept in the replica in the same transaction as the ops it applied:
 -- every op at or below low_seq is applied (or will never commit); mark_seq/mark_xmax are the
--- op-log sequence and the next xid seen at the previous poll (see pgqueue/replica.py).
+-- op-log head a poll read and an xid assigned after it (see pgqueue/follow.py).
 CREATE TABLE pgqueue.follow_state (
     name       text PRIMARY KEY,
     low_seq    bigint NOT NULL DEFAULT 0,
@@ -322,9 +322,14 @@ SELECT pgqueue.prune_op_log(%(keep)s * interval '1 second', %(stale_after)s * in
 SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')), 0) AS seq
 
 -- name: snapshot_bounds
--- This transaction's snapshot: every xid below xmin has finished; xmax is the next xid.
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin,
-       pg_snapshot_xmax(pg_current_snapshot())::text AS xmax
+-- This transaction's snapshot: every xid below xmin has finished.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin
+
+-- name: xid_after_head
+-- An xid assigned now, after the follower read the op-log head: every transaction that drew a
+-- seq at or below that head had its xid before, so below this one (a follower's mark). Not
+-- pg_snapshot_xmax, the latest finished xid + 1: a running transaction may be above it.
+SELECT pg_current_xact_id()::text AS xid
 
 -- name: follow_state_get
 SELECT name, low_seq, mark_seq, mark_xmax::text AS mark_xmax FROM pgqueue.follow_state

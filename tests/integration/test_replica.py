@@ -394,6 +394,35 @@ def test_the_follow_reader_does_not_skip_a_row_whose_transaction_commits_late(
     assert_identical(leader, target)
 
 
+def test_the_follow_reader_does_not_skip_the_newest_transaction_while_it_is_open(
+        cluster: Cluster) -> None:
+    """The open transaction holds the newest xid and nothing finishes after it: the snapshot's
+    xmax (latest finished xid + 1) is then at or below its xid, so a mark taken from xmax
+    was passed by xmin while it still ran (the soak caught a Renew skipped that way)."""
+    leader = cluster.leader
+    target = cluster.replica_db(0)
+    follower = replica.Follower(leader, target, "newest")
+    follower.setup()
+    follower.poll()
+    with pgqueue.Queue(leader) as q:
+        q.enqueue(b"committed before")
+        late = connection.connect(leader, autocommit=False)
+        try:
+            late_id = q.enqueue(b"the newest xid, still open", conn=late)
+            late_seq = one(leader, "SELECT last_value FROM pgqueue.op_log_seq_seq")
+            for _ in range(3):
+                follower.poll()
+                low = one(target, "SELECT low_seq FROM pgqueue.follow_state WHERE name = 'newest'")
+                assert low < late_seq, "the reader moved past an open transaction"
+            late.commit()
+        finally:
+            late.close()
+    for _ in range(3):
+        follower.poll()
+    assert rows(target, "SELECT id FROM pgqueue.job WHERE id = %s", [late_id])
+    assert_identical(leader, target)
+
+
 # -- status and retention ---------------------------------------------------------------------------
 
 

@@ -194,6 +194,34 @@ def test_a_downgrade_to_each_revision_and_back_round_trips(bed: Bed, dsn: str,
         bed.drop(up_to)
 
 
+def test_op_seqs_go_on_across_the_0005_sequence_change_both_ways(bed: Bed) -> None:
+    """0005 turns op_log.seq's identity into a plain sequence (drawn once the transaction has
+    an xid); the next op after an upgrade or a downgrade follows the last one, never reuses."""
+    db = bed.new_database(migrated=False)
+    try:
+        schema.upgrade(db, "0004")
+        run_sql(db, enqueue_sql("u"))
+        with connection.connect(db) as conn:
+            before = conn.execute("SELECT max(seq) FROM pgqueue.op_log").fetchone()
+        schema.upgrade(db, "0005")
+        run_sql(db, enqueue_sql("v"))
+        with connection.connect(db) as conn:
+            seqs = [r[0] for r in conn.execute("SELECT seq FROM pgqueue.op_log ORDER BY seq")]
+            default = conn.execute(
+                "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+                "WHERE adrelid = 'pgqueue.op_log'::regclass AND adnum = 1").fetchone()
+        assert before is not None and seqs == list(range(1, len(seqs) + 1))
+        assert seqs[-1] > before[0]
+        assert default is not None and "pg_current_xact_id()" in default[0]
+        schema.downgrade(db, "0004")
+        run_sql(db, enqueue_sql("w"))
+        with connection.connect(db) as conn:
+            after = [r[0] for r in conn.execute("SELECT seq FROM pgqueue.op_log ORDER BY seq")]
+        assert after[:len(seqs)] == seqs and after == list(range(1, len(after) + 1))
+    finally:
+        bed.drop(db)
+
+
 def test_the_catalog_diff_names_each_object_that_differs(bed: Bed, dsn: str) -> None:
     changed = bed.new_database()
     try:
