@@ -213,7 +213,29 @@ def run_phase(state: SystemState, phase: str, dsn: str, timeout: float, *,
 
 
 def describe_setting(setting: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in setting.items())
+    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "defaults"
+
+
+def defaults_share(state: SystemState) -> str | None:
+    """`pgqueue defaults: 45,200 jobs/s, 93 % of its best setting (...)` when a system's
+    candidates include its defaults (an empty setting): from the runs' processing phases
+    (--jobs jobs each), and from the tuning trials."""
+    if {} not in state.settings or state.best is None:
+        return None
+    best_setting = describe_setting(state.settings[state.best])
+    if state.settings[state.best] == {}:
+        return f"{state.name} defaults: its best setting"
+    parts = []
+    mine, best = state.values.get("process_defaults_per_s"), state.values.get("process_per_s")
+    if mine and best:
+        m, b = statistics.median(mine), statistics.median(best)
+        parts.append(f"{m:,.0f} jobs/s, {100 * m / b:.0f} % of its best setting ({best_setting}, "
+                     f"{b:,.0f} jobs/s) on the runs' processing")
+    i = state.settings.index({})
+    if i < len(state.tuning) and state.tuning[i] and state.tuning[state.best]:
+        m, b = statistics.median(state.tuning[i]), statistics.median(state.tuning[state.best])
+        parts.append(f"{100 * m / b:.0f} % in the shorter tuning trials")
+    return f"{state.name} defaults: " + "; ".join(parts) if parts else None
 
 
 def probe(state: SystemState) -> None:
@@ -345,6 +367,29 @@ def one_run(states: list[SystemState], server_dsn: str, args: argparse.Namespace
             failed(state, run, exc, console)
         finally:
             drop_database(server_dsn, name)
+        if {} in state.settings and state.settings[state.best] != {}:
+            defaults_run(state, server_dsn, args, run, console)
+
+
+def defaults_run(state: SystemState, server_dsn: str, args: argparse.Namespace, run: int,
+                 console: Console) -> None:
+    """Process --jobs jobs with the system's defaults too (its empty setting), to compare
+    with its best setting on the same number of jobs (a tuning trial is short, and a setting
+    that starts with a small lease starts its clock before its first big one)."""
+    name = f"peers_{state.name}_defaults"
+    try:
+        dsn = fresh_database(server_dsn, name)
+        result = run_phase(state, "process", dsn, args.max_seconds + 300.0, setup=True,
+                           jobs=args.jobs, batch=args.batch, setting=state.settings.index({}),
+                           max_seconds=args.max_seconds, server_dsn=server_dsn)
+        state.values.setdefault("process_defaults_per_s", []).append(
+            float(result["process_per_s"]))
+        console.print(f"  run {run} {state.name:<13} processing with the defaults "
+                      f"{result['process_per_s']:>8,.0f} jobs/s")
+    except (PhaseError, psycopg.Error) as exc:
+        state.notes.append(f"run {run}: processing with the defaults: {exc}")
+    finally:
+        drop_database(server_dsn, name)
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -499,6 +544,10 @@ def main() -> None:
     console.print()
     console.print(results_table(states, args.runs))
     console.print(settings_table(states))
+    for state in states:
+        share = defaults_share(state)
+        if share:
+            console.print(share)
     console.print(
         f"Postgres {facts['server_version']} (fsync {facts['fsync']}, synchronous_commit "
         f"{facts['synchronous_commit']}, shared_buffers {facts['shared_buffers']}), "

@@ -22,6 +22,30 @@ from pgqueue.worker import HEARTBEAT_SECONDS
 from . import common
 
 
+class PrefetchType(click.ParamType):  # type: ignore[type-arg]
+    """`auto` (None: the worker's automatic prefetch) or a number of jobs, 0 to 100000."""
+
+    name = "auto|N"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        if text == "auto":
+            return None
+        try:
+            number = int(text)
+        except ValueError:
+            self.fail(f"{value!r} is neither auto nor a number of jobs", param, ctx)
+        if not 0 <= number <= 100_000:
+            self.fail(f"{number} is not between 0 and 100000", param, ctx)
+        return number
+
+
+PREFETCH = PrefetchType()
+
+
 def load_app(spec: str) -> pgqueue.App:
     """Import `module:attr` (the current directory is importable, as with `python -m`)."""
     module_name, sep, attr = spec.partition(":")
@@ -68,13 +92,14 @@ def _logging(verbose: bool) -> None:
                    "returned.")
 @click.option("--node", type=click.IntRange(min=0), default=0, show_default=True,
               help="This machine's node number (recorded on every lease).")
-@click.option("--prefetch", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Jobs leased ahead of a free handler thread (throughput for short jobs; if "
-                   "the process dies, a crash is counted against prefetched jobs too).")
+@click.option("--prefetch", type=PREFETCH, default="auto", show_default=True,
+              help="Jobs leased ahead of a free handler thread: a number, or auto (about a "
+                   "quarter second of work at the worker's recent rate, at most 4000). A job "
+                   "leased ahead is charged nothing if the worker dies before it starts.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility_timeout: float,
            renew_interval: float | None, poll_interval: float, maintenance_interval: float,
-           no_maintenance: bool, grace_period: float, node: int, prefetch: int,
+           no_maintenance: bool, grace_period: float, node: int, prefetch: int | None,
            verbose: bool) -> None:
     """Run the handlers of an App until SIGTERM or SIGINT, then drain and exit 0."""
     app = load_app(app_spec)

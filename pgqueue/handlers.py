@@ -18,6 +18,7 @@ import logging
 import queue as queue_mod
 import re
 import threading
+import time
 import traceback
 from collections.abc import Callable
 
@@ -123,9 +124,12 @@ class HandlerThreads:
         have given it back meanwhile), and let go of it unless the acker has it."""
         if not held.claim():
             return  # the drain returned it first: not ours to start
+        held.started.set()  # the renewer's next round says so, if the lease did not
+        began = time.monotonic()
         try:
             self._run(held)
         finally:
+            self._leases.ran(time.monotonic() - began)
             if not held.acking.is_set():  # an acked job is released by the acker
                 self._leases.release(held)
 

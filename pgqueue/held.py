@@ -51,6 +51,15 @@ lease: a slow or stuck acker must not let a finished job expire and be charged a
 renewal that finds an acking job's row gone does not mark it lost: the ack removed it, or the
 acker finds out and says so.
 
+Prefetch: ``Held.started`` is a Flag the handler thread sets when it starts the job;
+``Held.start_said`` (whether the database counts the lease as started: said by the lease, or
+by a write since) is written under the job's ``write_lock`` by the write that said it (the
+renewer's round, or the settler's checkpoint write). ``reserve`` gives a lease a `start`
+count only when no other lease is in flight, and holds back the other lease loops until its
+jobs are queued (``admit``): the jobs the lease said started are the first the free handler
+threads take. The automatic prefetch reads the handlers' mean running time, which handler
+threads write without a lock (``ran``).
+
 ``Held.claim()`` (one-way, taken atomically without a lock) decides who owns the start of a
 job: the handler thread takes it just before it runs the job, the drain takes it for every
 job it gives back, before the give-back. The first taker wins. A handler thread that loses
@@ -65,7 +74,7 @@ import queue as queue_mod
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from pgqueue import lease, queries, settle
 from pgqueue.errors import PgQueueError
@@ -81,6 +90,24 @@ T = TypeVar("T")
 _NEVER = threading.Event()
 ACK_BATCH = 1000
 HEARTBEAT_SECONDS = 5.0
+#: Automatic prefetch (the default): as many jobs ahead of the handlers as they finish in
+#: AUTO_PREFETCH_SECONDS, from the mean time a handler took (concurrency x seconds / mean), at
+#: most AUTO_PREFETCH_MAX. Known after the first jobs, so a deep queue of short jobs is leased
+#: in batches of thousands from the second lease on (few round trips and commits per job),
+#: while a worker whose jobs take seconds holds a few ahead, and one with jobs of minutes none.
+AUTO_PREFETCH_SECONDS = 0.25
+AUTO_PREFETCH_MAX = 4000
+#: The weight of each new handler time in the mean (an exponential moving average).
+DURATION_WEIGHT = 0.1
+
+
+class Reservation(NamedTuple):
+    """Capacity promised to one lease call: `want` jobs, of which the first `start` go to
+    handler threads that are free now (the lease says they started; the others are leased
+    ahead until a renewal says their handler started)."""
+
+    want: int
+    start: int
 
 
 def attempt_of(attempt: int, max_attempts: int) -> str:
@@ -115,16 +142,24 @@ class RetryDb(Protocol):
 class HeldLeases:
     """The leases one worker holds, by lease id, and the batched writes about them."""
 
-    def __init__(self, *, capacity: int, lease_loops: int, db: Db, retry_db: RetryDb,
-                 freed: Callable[[], None], worker_id: Callable[[], int]) -> None:
+    def __init__(self, *, concurrency: int, prefetch: int | None, lease_loops: int, db: Db,
+                 retry_db: RetryDb, freed: Callable[[], None],
+                 worker_id: Callable[[], int]) -> None:
         """
-        :param capacity: how many leases may be held at once (concurrency + prefetch).
+        :param concurrency: handler threads; at most this many held jobs run at once.
+        :param prefetch: jobs held beyond those, leased ahead; None: automatic (see
+            AUTO_PREFETCH_SECONDS).
         :param lease_loops: how many lease loops share the capacity.
         :param freed: called after leases were let go of (wakes the lease loops).
         :param worker_id: the worker's registry id, for log lines (it changes on failover).
         """
-        self._capacity = capacity
-        self._share = -(-capacity // lease_loops)
+        self._concurrency = concurrency
+        self._prefetch = prefetch
+        self._loops = lease_loops
+        #: the mean handler time in seconds (None: no job ran yet); written by handler
+        #: threads without a lock (a lost update among racing threads only skips a sample)
+        self._mean_run: float | None = None
+        self._starting = False              # a lease with start > 0 is in flight
         self._db = db
         self._retry_db = retry_db
         self._freed = freed
@@ -148,21 +183,69 @@ class HeldLeases:
 
     # -- the lease loops ---------------------------------------------------------------------
 
-    def reserve(self) -> int:
-        """Capacity for one lease call: what is free, at most one lease loop's share. The
-        caller must `admit` the same amount back, whatever the lease call does."""
+    @property
+    def prefetch(self) -> int:
+        """How many jobs may be held ahead of the handlers now."""
         with self._lock:
-            want = min(self._share, self._capacity - len(self._held) - self._reserved)
-            if want > 0:
-                self._reserved += want
-            return max(want, 0)
+            return self._prefetch_now()
 
-    def admit(self, reserved: int, fresh: Iterable[Held]) -> None:
-        """Give back a reservation and hold the leases its lease call returned."""
+    def _prefetch_now(self) -> int:
+        """Under the lock: the fixed prefetch, or the automatic one."""
+        if self._prefetch is not None:
+            return self._prefetch
+        mean = self._mean_run
+        if mean is None:
+            return 0
+        return int(min(AUTO_PREFETCH_MAX, self._concurrency * AUTO_PREFETCH_SECONDS
+                       / max(mean, 1e-6)))
+
+    def ran(self, seconds: float) -> None:
+        """A handler thread ran a job for `seconds` (the automatic prefetch follows the mean)."""
+        mean = self._mean_run
+        self._mean_run = seconds if mean is None else (
+            mean + DURATION_WEIGHT * (seconds - mean))
+
+    def reserve(self) -> Reservation:
+        """Capacity for one lease call: what is free, at most one lease loop's share, and how
+        many of those jobs free handler threads start at once. The caller must `admit` it,
+        whatever the lease call does.
+
+        `start` is what the handlers leave free once they have taken the jobs queued for them
+        (a job waiting for its ack holds no thread). It is given only to a lease with no
+        other in flight, and no other lease is made until its jobs are queued, so no job
+        leased ahead can be queued before them."""
         with self._lock:
-            self._reserved -= reserved
+            if self._starting:
+                return Reservation(0, 0)
+            busy = len(self._held) - self._acks.qsize()
+            capacity = self._concurrency + self._prefetch_now()
+            share = -(-capacity // self._loops)
+            want = min(share, capacity - len(self._held) - self._reserved)
+            if want <= 0:
+                return Reservation(0, 0)
+            start = 0
+            if self._reserved == 0:
+                start = max(0, min(want, self._concurrency - busy))
+            self._reserved += want
+            self._starting = start > 0
+            return Reservation(want, start)
+
+    def admit(self, reservation: Reservation, fresh: list[Held],
+              hand_out: Callable[[Held], None]) -> None:
+        """Give back a reservation, hold the leases its lease call returned and queue them
+        for the handler threads, in the order returned (the first `start` were said started)."""
+        with self._lock:
+            self._reserved -= reservation.want
             for held in fresh:
                 self._held[held.lease.lease_id] = held
+        try:
+            for held in fresh:
+                hand_out(held)
+        finally:
+            if reservation.start:
+                with self._lock:
+                    self._starting = False
+                self._freed()  # another lease loop may be waiting for this one
 
     # -- letting go --------------------------------------------------------------------------
 
@@ -260,10 +343,15 @@ class HeldLeases:
             snapshots = [h.snapshot() for h in held]
             items = [(h.lease, h.visibility_timeout, cp if h.dirty else None)
                      for h, (cp, _v) in zip(held, snapshots, strict=True)]
-            renewed = self._db(lambda c: lease.renew_many(c, items))
-            for h, (_cp, version) in zip(held, snapshots, strict=True):
+            # jobs leased ahead whose handlers have started since: said in the same UPDATE
+            started = [h.start_unsaid() for h in held]
+            renewed = self._db(lambda c: lease.renew_many(
+                c, items, started if any(started) else None))
+            for h, (_cp, version), said in zip(held, snapshots, started, strict=True):
                 if h.lease.lease_id in renewed:
                     h.mark_flushed(version)
+                    if said:
+                        h.start_said = True
                 elif not h.acking.is_set():  # an ack that raced this renewal removed the row
                     h.lost.set()
                     log.warning("worker %s: %s: its lease %s was lost (expired and reclaimed, "

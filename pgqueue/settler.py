@@ -76,9 +76,11 @@ class JobSettler:
         """Write the held job's checkpoint now (and extend its lease)."""
         def write(conn: queries.Conn) -> bool:
             checkpoint, version = held.snapshot()
-            renewed = lease.renew_many(conn, [(held.lease, held.visibility_timeout, checkpoint)])
+            renewed = lease.renew_many(conn, [(held.lease, held.visibility_timeout, checkpoint)],
+                                       [True])  # its handler is running: it has started
             if held.lease.lease_id in renewed:
                 held.mark_flushed(version)
+                held.start_said = True
                 return True
             return False
 

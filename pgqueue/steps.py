@@ -45,7 +45,8 @@ class Held:
     step-boundary write. The order they are taken in, and who takes them: pgqueue/held.py."""
 
     __slots__ = ("_claim", "acking", "checkpoint", "flushed_version", "lease", "lost", "payload",
-                 "state_lock", "version", "visibility_timeout", "write_lock")
+                 "start_said", "started", "state_lock", "version", "visibility_timeout",
+                 "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
         self.lease = lease
@@ -57,6 +58,10 @@ class Held:
         self.lost = Flag()
         self.acking = Flag()      # handed to the worker's acker, which alone releases it
         self._claim = [True]      # popped by whoever owns the start: see claim()
+        self.started = Flag()     # its handler thread has started it
+        # whether the database counts it as started (the lease said so, or a renewal since):
+        # written under write_lock by the write that says so
+        self.start_said = lease.started
         self.state_lock = threading.Lock()
         self.write_lock = threading.Lock()
 
@@ -68,6 +73,10 @@ class Held:
             return self._claim.pop()
         except IndexError:
             return False
+
+    def start_unsaid(self) -> bool:
+        """Started, and the database does not know yet (the next write about it says so)."""
+        return not self.start_said and self.started.is_set()
 
     @property
     def dirty(self) -> bool:

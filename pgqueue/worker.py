@@ -54,11 +54,11 @@ from typing import Any, TypeVar
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from pgqueue import connection, lease, queries, validate
+from pgqueue import connection, lease, queries, signals, validate
 from pgqueue.app import App, StepJob
 from pgqueue.errors import PgQueueError
 from pgqueue.handlers import MAX_ERROR_CHARS, HandlerThreads
-from pgqueue.held import HEARTBEAT_SECONDS, HeldLeases
+from pgqueue.held import AUTO_PREFETCH_MAX, HEARTBEAT_SECONDS, HeldLeases, Reservation
 from pgqueue.maintain import Maintainer
 from pgqueue.models import Lease
 from pgqueue.settler import JobSettler
@@ -96,7 +96,7 @@ class Worker:
         maintenance: bool = True,
         grace_period: float = 30.0,
         node: int = 0,
-        prefetch: int = 0,
+        prefetch: int | None = None,
     ) -> None:
         if not isinstance(app, App):
             raise TypeError(f"app must be a pgqueue.App, got {type(app).__name__}")
@@ -109,10 +109,13 @@ class Worker:
         self.dsns = connection.dsn_list(dsn)
         self.concurrency = validate.integer(concurrency, "concurrency", low=1, high=10_000)
         # Jobs leased ahead of a free handler thread, so a deep queue of short jobs is leased
-        # in bigger batches (fewer lease round trips and ack commits per job). Off by default:
-        # if the worker process dies, reclaim counts a crash against every job it held,
-        # prefetched ones included, which could quarantine jobs that never ran.
-        self.prefetch = validate.integer(prefetch, "prefetch", low=0, high=100_000)
+        # in bigger batches (fewer lease round trips and ack commits per job). None (the
+        # default): automatic, about AUTO_PREFETCH_SECONDS of work at the handlers' mean time
+        # (held.py). A job leased ahead costs nothing if the worker dies before its handler
+        # starts: the lease says which jobs start at once, the renewals which started since,
+        # and reclaim charges no attempt and no crash to a lease that never started.
+        self.prefetch = (None if prefetch is None
+                         else validate.integer(prefetch, "prefetch", low=0, high=100_000))
         self.visibility_timeout = validate.seconds(visibility_timeout, "visibility_timeout",
                                                    positive=True)
         shortest = min([self.visibility_timeout] + [
@@ -135,14 +138,15 @@ class Worker:
         self._wake = Wakeup()
         # Two lease loops when the capacity is large: one leases while the other's batch is
         # being handed out and acked, so a deep queue keeps both server cores busy.
-        self.lease_loops = 2 if self.concurrency + self.prefetch >= PARALLEL_LEASE_CAPACITY else 1
+        most = AUTO_PREFETCH_MAX if self.prefetch is None else self.prefetch
+        self.lease_loops = 2 if self.concurrency + most >= PARALLEL_LEASE_CAPACITY else 1
         self._dbs = WorkerDb(self.dsns, pool_size=self.concurrency + 1 + self.lease_loops,
                              worker_id=self._id, finished=self._finished,
                              moved=self._moved)
         self._db = self._dbs.db
         self._retry = self._dbs.retry
         self._retry_db = self._dbs.retry_db
-        self._leases = HeldLeases(capacity=self.concurrency + self.prefetch,
+        self._leases = HeldLeases(concurrency=self.concurrency, prefetch=self.prefetch,
                                   lease_loops=self.lease_loops, db=self._db,
                                   retry_db=self._retry_db, freed=self._wake.set,
                                   worker_id=self._id)
@@ -208,26 +212,16 @@ class Worker:
         threading.Thread(target=self._reregister, name="pgqueue-register", daemon=True).start()
 
     def _install_signals(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-        def on_signal(signum: int, frame: Any) -> None:
+        def on_signal(sig: signal.Signals) -> None:
+            # on the signal watcher thread (signals.py), never inside the main thread's locks
             if self._stopping.is_set():
-                # A second signal: stop waiting for handlers. Signal handlers run on the main
-                # thread, the one that runs the drain reading grace_period: no other thread.
+                # A second signal: stop waiting for handlers (the drain on the main thread
+                # reads grace_period at each turn; a float attribute is written atomically).
                 self.grace_period = 0.0
-            log.info("worker %s: received %s, draining", self.worker_id, signal.Signals(signum).name)
+            log.info("worker %s: received %s, draining", self.worker_id, sig.name)
             self.stop()
 
-        for sig in previous:
-            signal.signal(sig, on_signal)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
+        return signals.install(on_signal)
 
     def _register(self) -> bool:
         row = self._retry(lambda: self._db(lambda c: queries.fetch_one(c, "register_worker", {
@@ -308,14 +302,14 @@ class Worker:
         delay = 0.1
         while not self._stopping.is_set():
             seen = self._wake.generation
-            want = self._leases.reserve()
-            if want == 0:
+            reservation = self._leases.reserve()
+            if reservation.want == 0:
                 self._wake.wait(seen, self.poll_interval)
                 continue
             stream = self.streams[turn % len(self.streams)]
             turn += 1
             try:
-                got = self._take(stream, want)
+                got = self._take(stream, reservation)
                 delay = 0.1
             except PgQueueError as exc:
                 log.warning("worker %s: lease failed (%s); retrying in %.1fs",
@@ -323,13 +317,14 @@ class Worker:
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
                 continue
-            if got < want and turn % len(self.streams) == 0:
+            if got < reservation.want and turn % len(self.streams) == 0:
                 # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.
                 self._wake.wait(seen, self.poll_interval)
 
-    def _take(self, stream: str, want: int) -> int:
-        """Lease up to `want` (reserved) jobs of `stream` and hand them to the handlers; the
-        reservation is given back whatever happens. Returns how many were leased."""
+    def _take(self, stream: str, reservation: Reservation) -> int:
+        """Lease up to the reserved number of jobs of `stream` (saying how many start at
+        once) and hand them to the handlers; the reservation is given back whatever happens.
+        Returns how many were leased."""
         fresh: list[Held] = []
         # One token for the call and its re-sends: a lease whose reply was lost returns the
         # leases its first attempt granted, which are not left to expire and be charged.
@@ -339,8 +334,8 @@ class Worker:
         def take(conn: queries.Conn) -> list[Lease]:
             resent = bool(sent)
             sent.append(True)
-            return lease.lease(conn, stream, want, self.visibility_timeout, self.node,
-                               self.worker_id, request, resent)
+            return lease.lease(conn, stream, reservation.want, self.visibility_timeout,
+                               self.node, self.worker_id, request, resent, reservation.start)
 
         try:
             got = self._retry_db(take, "lease", until=self._stopping) or []
@@ -350,10 +345,7 @@ class Worker:
                       else self.visibility_timeout)
                 fresh.append(Held(leased, vt))
         finally:
-            self._leases.admit(want, fresh)
-        hand_out = self._handlers.work.put
-        for held in fresh:
-            hand_out(held)
+            self._leases.admit(reservation, fresh, self._handlers.work.put)
         return len(fresh)
 
     def _lease_forever(self, turn: int) -> None:

@@ -12,6 +12,10 @@ SELECT setval(pg_get_serial_sequence('pgqueue.op_log', 'seq'), s.last_value, s.i
 FROM pgqueue.op_log_seq_prev s;
 DROP SEQUENCE pgqueue.op_log_seq_prev;
 
+-- 11.8 prefetch
+ALTER TABLE pgqueue.job DROP COLUMN unstarted_reclaims;
+ALTER TABLE pgqueue.job DROP COLUMN lease_started;
+
 -- 11.2 request tokens
 DROP INDEX pgqueue.op_log_request_idx;
 ALTER TABLE pgqueue.op_log DROP COLUMN request;

@@ -28,3 +28,7 @@ ALTER TABLE pgqueue.op_log ALTER COLUMN seq
     SET DEFAULT CASE WHEN pg_current_xact_id() IS NOT NULL
                      THEN nextval('pgqueue.op_log_seq_seq') END;
 ALTER SEQUENCE pgqueue.op_log_seq_seq OWNED BY pgqueue.op_log.seq;
+
+-- 11.8 prefetch: reclaim charges nothing to a lease whose handler never started.
+ALTER TABLE pgqueue.job ADD COLUMN lease_started boolean NOT NULL DEFAULT true;
+ALTER TABLE pgqueue.job ADD COLUMN unstarted_reclaims int NOT NULL DEFAULT 0;

@@ -78,7 +78,15 @@ CREATE TABLE pgqueue.job (
     crashes_by_step       jsonb NOT NULL DEFAULT '{}',
     -- whether the producer set max_attempts: when not, a worker's handler may set it (its
     -- app.job(max_attempts=...)) at the job's first failure; a value set at enqueue wins
-    max_attempts_given    boolean NOT NULL DEFAULT true
+    max_attempts_given    boolean NOT NULL DEFAULT true,
+    -- whether the current lease's handler has started: a worker leases jobs ahead of its free
+    -- handlers (prefetch) and says which it started (at the lease, then in its renewals);
+    -- reclaim charges no attempt and no crash to a lease whose handler never started
+    lease_started         boolean NOT NULL DEFAULT true,
+    -- how often a lease of this job expired before its handler started (said so, or not yet
+    -- said: a job that kills its worker the moment it starts looks the same); from the first,
+    -- each later lease counts as started, so such a job is charged and still quarantined
+    unstarted_reclaims    int NOT NULL DEFAULT 0
 ) WITH (fillfactor = 70);  -- room on each page so renewals stay HOT updates
 
 -- Lease order: priority DESC then id, within a stream. Nothing a renewal writes is indexed.
@@ -215,6 +223,7 @@ AS $$
         'state_reason', j.state_reason,
         'state_detail', j.state_detail,
         'crashes_by_step', j.crashes_by_step,
+        'unstarted_reclaims', j.unstarted_reclaims,
         'at_ms', pgqueue.to_ms(p_at))
 $$;
 

@@ -34,17 +34,22 @@ $$;
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. The candidate CTE locks
 -- with SKIP LOCKED and is MATERIALIZED, so the planner cannot lease more rows than asked and
 -- concurrent workers never wait on each other.
+-- p_start: how many of the jobs (in the order returned) the caller starts at once; the rest
+-- are leased ahead (prefetch), not started: their Lease ops say started false, the caller's
+-- renewals say when each starts, and reclaim charges nothing to a lease that never started. A
+-- job once reclaimed unstarted counts as started at every later lease (unstarted_reclaims).
+-- NULL (Queue.lease, an older worker): every job counts as started.
 -- It returns its own column list, not SETOF pgqueue.job: a caller's prepared statement then
 -- never depends on the job table's row type, so a revision may add a column to job while the
 -- previous release's workers keep leasing (a rolling upgrade; with SETOF job their cached
 -- plans failed with "structure of query does not match function result type").
 CREATE OR REPLACE FUNCTION pgqueue.lease(
     p_stream text, p_limit int, p_visibility_ms bigint, p_worker_node int, p_worker_instance int,
-    p_request uuid DEFAULT NULL, p_resent boolean DEFAULT false
+    p_request uuid DEFAULT NULL, p_resent boolean DEFAULT false, p_start int DEFAULT NULL
 ) RETURNS TABLE (
     id bigint, lease_id bigint, stream text, kind text, payload bytea, priority smallint,
     attempts int, max_attempts int, enqueued_at timestamptz, lease_expires_at timestamptz,
-    last_completed_step text, cursor_step text, cursor bytea,
+    lease_started boolean, last_completed_step text, cursor_step text, cursor bytea,
     checkpoint_updated_at timestamptz, schema_version int, step_set_hash text,
     crashes_by_step jsonb
 )
@@ -61,10 +66,12 @@ DECLARE
     v_body jsonb := jsonb_build_object('worker_node', p_worker_node,
                                        'worker_instance', p_worker_instance,
                                        'expires_at_ms', pgqueue.to_ms(v_exp));
+    v_body_ahead jsonb := v_body || '{"started": false}'::jsonb;
 BEGIN
     PERFORM pgqueue.require_leader();
-    IF p_limit < 1 OR p_visibility_ms < 0 THEN
-        RAISE EXCEPTION 'lease: limit must be >= 1 and visibility >= 0' USING ERRCODE = '22023';
+    IF p_limit < 1 OR p_visibility_ms < 0 OR p_start < 0 THEN
+        RAISE EXCEPTION 'lease: limit must be >= 1, visibility >= 0 and start >= 0'
+            USING ERRCODE = '22023';
     END IF;
     IF p_request IS NOT NULL AND p_resent THEN
         -- A lease re-sent after its reply was lost: the leases its first attempt granted that
@@ -75,7 +82,7 @@ BEGIN
         IF v_seen.seq IS NULL THEN
             BEGIN
                 RETURN QUERY SELECT * FROM pgqueue.lease(p_stream, p_limit, p_visibility_ms,
-                    p_worker_node, p_worker_instance, p_request, false);
+                    p_worker_node, p_worker_instance, p_request, false, p_start);
                 RETURN;
             EXCEPTION WHEN unique_violation THEN
                 GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
@@ -88,7 +95,8 @@ BEGIN
         IF v_seen.seq IS NOT NULL THEN
             RETURN QUERY
             SELECT j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
-                   j.max_attempts, j.enqueued_at, j.lease_expires_at, j.last_completed_step,
+                   j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
+                   j.last_completed_step,
                    j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
                    j.step_set_hash, j.crashes_by_step
             FROM pgqueue.job j
@@ -102,24 +110,29 @@ BEGIN
     PERFORM pgqueue.promote_due(p_stream);
     RETURN QUERY
     WITH pick AS MATERIALIZED (
-        SELECT id FROM pgqueue.job
+        SELECT id, priority FROM pgqueue.job
         WHERE stream = p_stream AND state = 'pending'
         ORDER BY priority DESC, id
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
+    ), ranked AS (  -- FOR UPDATE allows no window function in pick itself
+        SELECT pick.id, row_number() OVER (ORDER BY pick.priority DESC, pick.id) AS n FROM pick
     ), leased AS (
         UPDATE pgqueue.job j
         SET state = 'leased', lease_id = nextval('pgqueue.lease_id_seq'),
             worker_node = p_worker_node, worker_instance = p_worker_instance,
-            lease_expires_at = v_exp
-        FROM pick WHERE j.id = pick.id
+            lease_expires_at = v_exp,
+            lease_started = (p_start IS NULL OR r.n <= p_start OR j.unstarted_reclaims > 0)
+        FROM ranked r WHERE j.id = r.id
         RETURNING j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
-                  j.max_attempts, j.enqueued_at, j.lease_expires_at, j.last_completed_step,
+                  j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
+                  j.last_completed_step,
                   j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
                   j.step_set_hash, j.crashes_by_step
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
-        SELECT l.stream, 'Lease', l.id, l.lease_id, v_body,
+        SELECT l.stream, 'Lease', l.id, l.lease_id,
+               CASE WHEN l.lease_started THEN v_body ELSE v_body_ahead END,
                CASE WHEN l.id = (SELECT min(id) FROM leased) THEN p_request END
         FROM leased l ORDER BY l.id
     )
@@ -130,9 +143,11 @@ $$;
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
 -- reclaim's, never written here. Returns the leases still current, with their new expiry;
--- a missing one was lost (fenced by lease_id).
+-- a missing one was lost (fenced by lease_id). p_started[i] true: the lease's handler has
+-- started (a job leased ahead of its handler; see pgqueue.lease), said in the op as well.
 CREATE OR REPLACE FUNCTION pgqueue.renew(
-    p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[]
+    p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[],
+    p_started boolean[] DEFAULT NULL
 ) RETURNS TABLE (job_id bigint, lease_id bigint, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -143,8 +158,9 @@ BEGIN
     RETURN QUERY
     -- Rows are locked in id order first (see ack): no deadlock with a concurrent batched ack.
     WITH input AS (
-        SELECT * FROM unnest(p_job_ids, p_lease_ids, p_visibility_ms, p_checkpoints)
-            AS t(job_id, lease_id, visibility_ms, cp)
+        SELECT * FROM unnest(p_job_ids, p_lease_ids, p_visibility_ms, p_checkpoints,
+                             coalesce(p_started, '{}'::boolean[]))
+            AS t(job_id, lease_id, visibility_ms, cp, started)
     ), locked AS MATERIALIZED (
         SELECT j.id FROM pgqueue.job j JOIN input i ON j.id = i.job_id AND j.lease_id = i.lease_id
         WHERE j.state = 'leased'
@@ -161,7 +177,8 @@ BEGIN
                                   ELSE (i.cp ->> 'schema_version')::int END,
             step_set_hash = CASE WHEN i.cp IS NULL THEN j.step_set_hash
                                  ELSE i.cp ->> 'step_set_hash' END,
-            checkpoint_updated_at = CASE WHEN i.cp IS NULL THEN j.checkpoint_updated_at ELSE v_now END
+            checkpoint_updated_at = CASE WHEN i.cp IS NULL THEN j.checkpoint_updated_at ELSE v_now END,
+            lease_started = j.lease_started OR coalesce(i.started, false)
         FROM input i, locked l
         WHERE j.id = l.id AND j.id = i.job_id AND j.lease_id = i.lease_id AND j.state = 'leased'
         RETURNING j.*
@@ -170,7 +187,7 @@ BEGIN
         SELECT r.stream, 'Renew', r.id, r.lease_id, jsonb_build_object(
             'job_id', r.id, 'lease_id', r.lease_id,
             'expires_at_ms', pgqueue.to_ms(r.lease_expires_at),
-            'checkpoint', pgqueue.checkpoint_json(r))
+            'checkpoint', pgqueue.checkpoint_json(r), 'started', r.lease_started)
         FROM renewed r ORDER BY r.id
     )
     SELECT r.id, r.lease_id, r.lease_expires_at FROM renewed r;
@@ -184,14 +201,16 @@ $$;
 -- promoted to pending first); one new lease id each. Read by position (Lease.from_lease_row):
 -- keep the column order.
 SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, enqueued_at,
-       lease_expires_at, last_completed_step, cursor_step, cursor, checkpoint_updated_at,
-       schema_version, step_set_hash,
+       lease_expires_at, lease_started, last_completed_step, cursor_step, cursor,
+       checkpoint_updated_at, schema_version, step_set_hash,
        nullif(crashes_by_step, '{}'::jsonb) AS crashes_by_step  -- nothing to decode when none
 FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
-                   %(worker_instance)s::int, %(request)s::uuid, %(resent)s::boolean)
+                   %(worker_instance)s::int, %(request)s::uuid, %(resent)s::boolean,
+                   %(start)s::int)
 
 -- name: renew_leases
--- Extend many leases and write their checkpoints in one UPDATE; returns those still current.
+-- Extend many leases and write their checkpoints in one UPDATE, saying which handlers have
+-- started; returns those still current.
 SELECT job_id, lease_id, expires_at
 FROM pgqueue.renew(%(job_ids)b::bigint[], %(lease_ids)b::bigint[], %(visibility_ms)b::bigint[],
-                   %(checkpoints)b::jsonb[])
+                   %(checkpoints)b::jsonb[], %(started)b::boolean[])

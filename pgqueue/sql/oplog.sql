@@ -103,7 +103,8 @@ BEGIN
         UPDATE pgqueue.job
         SET state = 'leased', lease_id = p_lease_id, worker_node = (b ->> 'worker_node')::int,
             worker_instance = (b ->> 'worker_instance')::int,
-            lease_expires_at = pgqueue.from_ms((b ->> 'expires_at_ms')::bigint)
+            lease_expires_at = pgqueue.from_ms((b ->> 'expires_at_ms')::bigint),
+            lease_started = coalesce((b ->> 'started')::boolean, true)
         WHERE id = p_job_id;
     WHEN 'Renew' THEN
         UPDATE pgqueue.job
@@ -113,7 +114,8 @@ BEGIN
             cursor = pgqueue.unb64(b #>> '{checkpoint,cursor}'),
             checkpoint_updated_at = pgqueue.from_ms((b #>> '{checkpoint,updated_at_ms}')::bigint),
             schema_version = (b #>> '{checkpoint,schema_version}')::int,
-            step_set_hash = b #>> '{checkpoint,step_set_hash}'
+            step_set_hash = b #>> '{checkpoint,step_set_hash}',
+            lease_started = coalesce((b ->> 'started')::boolean, lease_started)
         WHERE id = p_job_id AND lease_id = p_lease_id;
     WHEN 'Ack' THEN
         DELETE FROM pgqueue.job WHERE id = p_job_id;
@@ -132,6 +134,7 @@ BEGIN
                 state_detail = nullif(b -> 'state_detail', 'null'::jsonb),
                 not_before = pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
                 crashes_by_step = b -> 'crashes_by_step',
+                unstarted_reclaims = coalesce((b ->> 'unstarted_reclaims')::int, unstarted_reclaims),
                 lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
             WHERE id = p_job_id;
         END IF;

@@ -4,8 +4,12 @@
 
 -- Reclaim expired leases of every stream, up to p_limit per call. Each counts one failure and
 -- one crash against the step in progress (key '' when none). Quarantine wins over dead when
--- both limits are reached at once. The expiry is re-checked under the row lock, so a renewal
--- that commits first wins. Returns the number reclaimed.
+-- both limits are reached at once. A lease whose handler never started (leased ahead by a
+-- worker that died or stalled first; pgqueue.lease) goes back to pending charged nothing, and
+-- the job's unstarted_reclaims counts it: from then on each of its leases counts as started,
+-- so a job that kills its worker before the start was said is charged from its next lease.
+-- The expiry is re-checked under the row lock, so a renewal that commits first wins. Returns
+-- the number reclaimed.
 CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RETURNS int
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -28,6 +32,17 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     LOOP
         v_lease := j.lease_id;
+        IF NOT j.lease_started THEN
+            j.unstarted_reclaims := j.unstarted_reclaims + 1;
+            UPDATE pgqueue.job
+            SET state = 'pending', unstarted_reclaims = j.unstarted_reclaims, lease_id = NULL,
+                worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
+            WHERE id = j.id;
+            INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+            VALUES (j.stream, 'Reclaim', j.id, v_lease, pgqueue.outcome_json(j, 'pending', v_now));
+            v_count := v_count + 1;
+            CONTINUE;
+        END IF;
         v_step := coalesce(j.cursor_step, '');
         v_crashes := coalesce((j.crashes_by_step ->> v_step)::int, 0) + 1;
         j.crashes_by_step := j.crashes_by_step || jsonb_build_object(v_step, v_crashes);

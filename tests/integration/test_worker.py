@@ -533,7 +533,8 @@ def test_a_lost_lease_stops_a_step_job_at_the_next_step_boundary(
 
 def test_a_prefetched_job_whose_lease_was_lost_is_let_go(dsn: str, q: pgqueue.Queue) -> None:
     """A lost lease of a job still waiting for a handler thread is dropped, not held (and
-    renewed, and counted against the worker's capacity) forever."""
+    renewed, and counted against the worker's capacity) forever; its reclaim charged it
+    nothing (its handler never started), while the running job's cost it an attempt."""
     app = pgqueue.App()
     entered = threading.Event()
     runs: list[tuple[int, int]] = []
@@ -541,7 +542,7 @@ def test_a_prefetched_job_whose_lease_was_lost_is_let_go(dsn: str, q: pgqueue.Qu
     @app.job("slow")
     def slow(job: pgqueue.JobContext) -> None:
         runs.append((job.job_id, job.attempts))
-        if job.attempts == 0:
+        if job.job_id == first and job.attempts == 0:
             entered.set()
             wait_for(lambda: job.lease_lost, 10, "a renewal to find the lease gone")
 
@@ -557,7 +558,7 @@ def test_a_prefetched_job_whose_lease_was_lost_is_let_go(dsn: str, q: pgqueue.Qu
         assert sum(reclaimed) == 2
         wait_for(lambda: gone(q, first, waiting), 10, "both jobs to finish on new leases")
         wait_for(lambda: worker.held_count == 0, 5, "the worker to let go of its lost leases")
-    assert runs == [(first, 0), (first, 1), (waiting, 1)]
+    assert sorted(runs) == sorted([(first, 0), (first, 1), (waiting, 0)])
 
 
 def test_two_lease_loops_share_the_capacity_and_a_drain_returns_every_unstarted_job(

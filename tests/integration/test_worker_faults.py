@@ -170,7 +170,7 @@ def test_the_main_lease_loop_logs_an_unexpected_error_and_keeps_leasing(
     app = pgqueue.App()
     done = threading.Event()
     app.job("ping")(lambda job: done.set())
-    with running(app, dsn, maintenance=False) as worker:
+    with running(app, dsn, prefetch=0, maintenance=False) as worker:  # one lease loop
         assert worker.lease_loops == 1
         wait_for(broken.is_set, 10, "the broken lease call")
         q.enqueue("x", kind="ping")
