@@ -8,6 +8,7 @@ bring older payloads forward.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,19 @@ if TYPE_CHECKING:
     from pgqueue.steps import JobContext, StepContext
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def plain_function(fn: Any, what: str) -> None:
+    """Refuse what a handler thread cannot run: a non-callable, or an `async def` (called on a
+    thread it returns a coroutine nobody awaits, and the job would be acked with its work
+    never done)."""
+    if not callable(fn):
+        raise TypeError(f"{what} must be a function, got {type(fn).__name__}")
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise TypeError(f"{what} {name} is an async def: pgqueue runs handlers on threads, and "
+                        f"a coroutine would never be awaited (its job acked undone); make it "
+                        f"a plain def (it may call asyncio.run for async code)")
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,7 @@ class StepJob(Handler):
             raise ValueError(f"step {name!r} is already declared for {self.kind!r}")
 
         def register(fn: F) -> F:
+            plain_function(fn, f"step {name!r} of {self.kind!r}")
             self.steps.append(Step(name=name, version=version, fn=fn))
             return fn
 
@@ -83,6 +98,7 @@ class StepJob(Handler):
             raise ValueError(f"an upcaster from version {from_version} is already registered")
 
         def register(fn: F) -> F:
+            plain_function(fn, f"the upcaster from version {from_version} of {self.kind!r}")
             self.upcasters[from_version] = fn
             return fn
 
@@ -125,6 +141,7 @@ class App:
         self._check_new(kind, max_attempts, visibility_timeout, quarantine_after)
 
         def register(fn: F) -> F:
+            plain_function(fn, f"the handler of {kind!r}")
             self.handlers[kind] = JobHandler(kind=kind, fn=fn, max_attempts=max_attempts,
                                              visibility_timeout=visibility_timeout,
                                              quarantine_after=quarantine_after)
@@ -154,6 +171,8 @@ class App:
             options.setdefault("schema_version", handler.schema_version)
         return NewJob(payload, kind=kind, **options)
 
-    def enqueue(self, queue: Queue, kind: str, payload: Any, **options: Any) -> int:
-        """Enqueue a job of `kind` with the handler's defaults."""
-        return queue.enqueue_many([self.new_job(kind, payload, **options)])[0]
+    def enqueue(self, queue: Queue, kind: str, payload: Any, *, conn: object | None = None,
+                **options: Any) -> int:
+        """Enqueue a job of `kind` with the handler's defaults (in the caller's transaction
+        with `conn`, as Queue.enqueue)."""
+        return queue.enqueue_many([self.new_job(kind, payload, **options)], conn=conn)[0]

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from psycopg_pool import PoolTimeout
 
 from pgqueue import (
+    callers,
     connection,
     enqueue,
     lease,
@@ -104,28 +105,29 @@ class Queue(QueueOperations):
         dedup_key: str | bytes | None = None,
         max_attempts: int | None = None,
         schema_version: int | None = None,
-        conn: Conn | None = None,
+        conn: object | None = None,
         _request: uuid.UUID | None = None,
         _resent: bool = False,
     ) -> int:
         """Enqueue one job; returns its id (or the id of the live job holding dedup_key).
 
         With `conn`, the job is written in the caller's transaction and exists only if the
-        caller commits."""
+        caller commits: a psycopg Connection, a SQLAlchemy Connection or Session (psycopg
+        dialect), or Django's connection inside transaction.atomic() (callers.py)."""
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version)
         if conn is not None:
-            return enqueue.enqueue_one(conn, self.stream, job)
+            return enqueue.enqueue_one(callers.psycopg_connection(conn), self.stream, job)
         with self.connection() as own:
             return enqueue.enqueue_one(own, self.stream, job, request=_request, resent=_resent)
 
     @follow_leader(idempotent=False, token=True)
-    def enqueue_many(self, jobs: Sequence[NewJob], *, conn: Conn | None = None,
+    def enqueue_many(self, jobs: Sequence[NewJob], *, conn: object | None = None,
                      _request: uuid.UUID | None = None, _resent: bool = False) -> list[int]:
         """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
         if conn is not None:
-            return enqueue.enqueue_many(conn, self.stream, jobs)
+            return enqueue.enqueue_many(callers.psycopg_connection(conn), self.stream, jobs)
         with self.connection() as own:
             return enqueue.enqueue_many(own, self.stream, jobs, request=_request,
                                         resent=_resent)
