@@ -1,0 +1,1 @@
+"""Integrations with frameworks (optional: none is needed to import pgqueue)."""
