@@ -1,4 +1,4 @@
-"""pgqueue.contrib.django against the small Django project in tests/django_project: its
+"""pgqueue.contrib.django against the example Django project in examples/django_shop: its
 database from DATABASES, an order and its job in one atomic block (a rollback leaves
 neither), `manage.py pgqueue ...` running pgqueue commands, and a worker started that way
 whose handler writes through the ORM. Real Django, real processes, real Postgres."""
@@ -16,7 +16,7 @@ import psycopg
 import pgqueue
 from tests.dbhelp import wait_for
 
-PROJECT = Path(__file__).resolve().parents[1] / "django_project"
+PROJECT = Path(__file__).resolve().parents[2] / "examples" / "django_shop"
 
 
 def manage(dsn: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
