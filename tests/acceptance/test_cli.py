@@ -471,3 +471,13 @@ def test_demo_runs_on_the_embedded_default_without_a_dsn(tmp_path: Path) -> None
         assert (data_dir / "data" / "PG_VERSION").exists()
     finally:
         EmbeddedServer(data_dir).stop()
+
+
+def test_worker_prefetch_takes_auto_or_a_number_and_names_a_bad_value(dsn: str) -> None:
+    for bad, why in (("lots", "'lots' is neither auto nor a number of jobs"),
+                     ("-1", "-1 is not between 0 and 100000")):
+        result = run(dsn, "worker", "--app", "examples.demo_app:app", "--prefetch", bad)
+        assert result.exit_code == 2, result.output
+        assert "--prefetch" in result.stderr and why in result.stderr
+    shown = ok(None, "worker", "--help").stdout
+    assert "--prefetch" in shown and "auto" in shown
