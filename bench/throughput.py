@@ -27,7 +27,7 @@ from rich.console import Console
 from typing_extensions import LiteralString
 
 import pgqueue
-from pgqueue import benchmark, connection, enqueue, lease, queries, settle
+from pgqueue import benchmark, connection, enqueue, lease, newjobs, queries, settle
 from pgqueue.benchmark import fresh_database, print_figures, server
 from pgqueue.embedded import bin_dir
 
@@ -46,7 +46,7 @@ def pgbench(dsn: str, *args: str) -> float:
 def enqueue_script(dsn: str, stream: str, job: pgqueue.NewJob) -> Path:
     """A pgbench script of the very statement Queue.enqueue sends for `job` (rendered with its
     parameters), so pgbench measures the server's side of one-at-a-time enqueue."""
-    cols = enqueue._columns([job])
+    cols = newjobs.columns([job])
     params: dict[str, Any] = {
         "stream": stream, "payload": cols["payloads"][0], "kind": cols["kinds"][0],
         "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+from pgqueue.aio.queue import AsyncQueue
 from pgqueue.app import App, JobHandler, Step, StepJob
 from pgqueue.errors import (
     ConnectionFailed,
@@ -44,6 +45,7 @@ def migrate(dsn: str) -> None:
 __all__ = [
     "JOB_STATES",
     "App",
+    "AsyncQueue",
     "Checkpoint",
     "ConnectionFailed",
     "Contention",

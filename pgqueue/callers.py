@@ -36,6 +36,19 @@ def psycopg_connection(conn: object) -> psycopg.Connection[Any]:
     raise refuse(conn)
 
 
+ACCEPTED_ASYNC = "a psycopg.AsyncConnection"
+
+
+def async_psycopg_connection(conn: object) -> psycopg.AsyncConnection[Any]:
+    """AsyncQueue's `conn=`: the psycopg AsyncConnection whose transaction `conn` is."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return conn
+    kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
+    why = (": a sync connection needs Queue; AsyncQueue is async"
+           if isinstance(conn, psycopg.Connection) else "")
+    raise TypeError(f"conn must be {ACCEPTED_ASYNC}; got {kind}{why}")
+
+
 def _from_sqlalchemy(conn: object) -> psycopg.Connection[Any]:
     from sqlalchemy.engine import Connection
     from sqlalchemy.orm import Session

@@ -1,3 +1,4 @@
+# Generated from pgqueue/aio/connection.py (python -m pgqueue.aio.generate): edit that file.
 """Connections: open them with errors that name the server (never the password), and check
 that the database carries the schema this library was written for.
 """
@@ -8,12 +9,15 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-
-__all__ = ["conninfo_to_dict"]
 from psycopg_pool import ConnectionPool
 
-from pgqueue import queries
+from pgqueue import run
+from pgqueue.dsn import describe, dsn_list, redact
 from pgqueue.errors import ConnectionFailed, NotLeader, SchemaMissing, SchemaTooNew
+
+__all__ = ["DISTRIBUTION", "SCHEMA_REVISION", "check_schema", "connect", "conninfo_to_dict",
+           "describe", "dsn_list", "find_leader", "open_pool", "redact"]
+Conn = psycopg.Connection[Any]
 
 #: The alembic revision this library's SQL was written against (revision ids are integers).
 #: A database at a newer revision is accepted when every revision past this one was marked
@@ -24,32 +28,10 @@ SCHEMA_REVISION = "0005"
 DISTRIBUTION = "pgqueue-py"
 
 
-def describe(dsn: str) -> str:
-    """`host:port/dbname` of a DSN, for messages: it never includes the password."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "<unparseable DSN>"
-    host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
-    port = str(parts.get("port") or "5432")
-    db = str(parts.get("dbname") or parts.get("user") or "")
-    return f"{host}:{port}/{db}" if db else f"{host}:{port}"
-
-
-def redact(dsn: str) -> str:
-    """The DSN with any password removed, for showing to people."""
-    try:
-        parts = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "<unparseable DSN>"
-    parts.pop("password", None)
-    return " ".join(f"{k}={v}" for k, v in parts.items() if v is not None)
-
-
-def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> queries.Conn:
+def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> Conn:
     """Open one connection; a failure raises ConnectionFailed naming host and port."""
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, **kwargs)
+        return psycopg.Connection.connect(dsn, autocommit=autocommit, **kwargs)
     except psycopg.ProgrammingError as exc:
         raise ValueError(f"dsn: cannot parse the connection string: {exc}") from None
     except psycopg.OperationalError as exc:
@@ -57,11 +39,11 @@ def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> queries.Conn
         raise ConnectionFailed(f"cannot connect to Postgres at {describe(dsn)}: {reason}") from None
 
 
-def check_schema(conn: queries.Conn) -> None:
+def check_schema(conn: Conn) -> None:
     """Refuse a database without the schema, with one older than this library needs, or with
     a newer one that is not backward-compatible with it (a rolling upgrade runs the previous
     release on a compatible newer schema)."""
-    revision = queries.scalar(conn, "schema_revision")
+    revision = run.scalar(conn, "schema_revision")
     if revision is None:
         raise SchemaMissing(
             "the database has no pgqueue schema; run `pgqueue db upgrade` (or pgqueue.migrate(dsn))"
@@ -72,7 +54,7 @@ def check_schema(conn: queries.Conn) -> None:
             f"{SCHEMA_REVISION} this library needs; run `pgqueue db upgrade`"
         )
     if int(revision) > int(SCHEMA_REVISION):
-        since = queries.scalar(conn, "schema_compatible_from")
+        since = run.scalar(conn, "schema_compatible_from")
         if since is None or int(since) > int(SCHEMA_REVISION):
             raise SchemaTooNew(
                 f"the database's pgqueue schema is revision {revision}, newer than this "
@@ -82,7 +64,8 @@ def check_schema(conn: queries.Conn) -> None:
             )
 
 
-def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue") -> ConnectionPool[Any]:
+def open_pool(dsn: str, *, max_size: int = 4,
+              name: str = "pgqueue") -> ConnectionPool[Any]:
     """A checked pool of autocommit connections: reachability and schema are verified first,
     so a bad DSN or schema fails here with a clear message instead of a pool timeout."""
     with connect(dsn) as conn:
@@ -102,19 +85,6 @@ def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue") -> Connecti
     return pool
 
 
-def dsn_list(dsn: str | Sequence[str]) -> list[str]:
-    """One DSN or several (a replica set): always a non-empty list."""
-    if isinstance(dsn, str):
-        dsns = [dsn]
-    elif isinstance(dsn, list | tuple):
-        dsns = list(dsn)
-    else:
-        raise TypeError(f"dsn must be a connection string or a list of them, got {type(dsn).__name__}")
-    if not dsns or not all(isinstance(d, str) and d for d in dsns):
-        raise TypeError("dsn must be a non-empty connection string or a list of them")
-    return dsns
-
-
 def find_leader(dsns: Sequence[str], *, connect_timeout: int = 5) -> str:
     """The first DSN whose database is in leader role. Unreachable ones are passed over;
     with one DSN it is returned as is (its role is checked by every write)."""
@@ -124,7 +94,7 @@ def find_leader(dsns: Sequence[str], *, connect_timeout: int = 5) -> str:
     for dsn in dsns:
         try:
             with connect(dsn, connect_timeout=connect_timeout) as conn:
-                row = queries.fetch_one(conn, "node_get")
+                row = run.fetch_one(conn, "node_get")
         except (ConnectionFailed, SchemaMissing) as exc:
             problems.append(str(exc))
             continue

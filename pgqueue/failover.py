@@ -1,7 +1,9 @@
+# Generated from pgqueue/aio/failover.py (python -m pgqueue.aio.generate): edit that file.
 """Failover for the public API: which calls may run again after a replica refused them or a
 connection was lost, and moving to the leader among several DSNs.
 
-Shared by Queue's methods (queue.py, queue_operate.py) so that every call follows one rule.
+Shared by the methods of AsyncQueue (aio/queue.py) and Queue (queue.py, generated from it;
+queue_operate.py) so that every call follows one rule.
 """
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ from typing import Any, TypeVar
 from pgqueue.errors import ConnectionFailed, NotLeader
 
 R = TypeVar("R")
+Method = Callable[..., R]
 
 
 def follow_leader(*, idempotent: bool, token: bool = False, flag_retry: bool = False
-                   ) -> Callable[[Callable[..., R]], Callable[..., R]]:
+                  ) -> Callable[[Method[R]], Method[R]]:
     """Given several DSNs, a call refused because its database turned out to be a replica
     moves to the leader and runs again (a refused write changed nothing, so this is safe).
 
@@ -30,7 +33,7 @@ def follow_leader(*, idempotent: bool, token: bool = False, flag_retry: bool = F
     (`conn=`) is never re-run: its transaction is the caller's.
     """
 
-    def decorate(method: Callable[..., R]) -> Callable[..., R]:
+    def decorate(method: Method[R]) -> Method[R]:
         @functools.wraps(method)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
             if token:

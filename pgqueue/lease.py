@@ -1,3 +1,4 @@
+# Generated from pgqueue/aio/lease.py (python -m pgqueue.aio.generate): edit that file.
 """Lease and renew: hand jobs to a worker under a fencing lease id, and keep them.
 
 A renewal extends many leases in one statement and carries each job's checkpoint in the same
@@ -12,12 +13,12 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pgqueue import queries, validate
+from pgqueue import run, validate
 from pgqueue.models import Checkpoint, Lease
 
 
 def lease(
-    conn: queries.Conn,
+    conn: run.Conn,
     stream: str,
     limit: int,
     visibility_timeout: float,
@@ -39,7 +40,7 @@ def lease(
     validate.integer(worker_instance, "worker_instance", low=-(2**31), high=2**31 - 1)
     if start is not None:
         validate.integer(start, "start", low=0, high=100_000)
-    rows = queries.fetch_tuples(conn, "lease_jobs", {
+    rows = run.fetch_tuples(conn, "lease_jobs", {
         "stream": stream, "limit": limit, "visibility_ms": vt_ms,
         "worker_node": worker_node, "worker_instance": worker_instance, "request": request,
         "resent": resent, "start": start,
@@ -49,7 +50,7 @@ def lease(
 
 
 def renew_many(
-    conn: queries.Conn,
+    conn: run.Conn,
     items: Sequence[tuple[Lease, float | None, Checkpoint | None]],
     started: Sequence[bool] | None = None,
 ) -> dict[int, dt.datetime]:
@@ -72,6 +73,6 @@ def renew_many(
         params["visibility_ms"].append(validate.to_ms(
             held.visibility_timeout if vt is None else vt, "visibility_timeout", positive=True))
         params["checkpoints"].append(None if checkpoint is None else Jsonb(checkpoint.to_json()))
-    rows = queries.fetch(conn, "renew_leases", {
+    rows = run.fetch(conn, "renew_leases", {
         **params, "started": None if started is None else [bool(s) for s in started]})
     return {r["lease_id"]: r["expires_at"] for r in rows}

@@ -1,4 +1,4 @@
-"""The one module that executes SQL, and the reader of pgqueue/sql/<stage>.sql.
+"""The reader of pgqueue/sql/<stage>.sql, the errors a statement raises, and SQL's entry points.
 
 Each stage file holds, in this order, the current schema objects of that lifecycle stage and
 the runtime queries that call them:
@@ -11,9 +11,11 @@ the runtime queries that call them:
     -- Lease up to %(limit)s jobs of a stream.
     SELECT ...
 
-Query names are unique across files. Every execution goes through `fetch`/`execute` here, which
-also turn driver errors into pgqueue's errors, so no other module imports psycopg's cursor API
-(and `pgqueue sql show NAME` can print any statement for psql).
+Query names are unique across files. Every named query runs through pgqueue/run.py (generated
+from its async source pgqueue/aio/run.py, which AsyncQueue uses), reached from here by
+`fetch`/`scalar`...; the DDL helpers below run the few statements built with psycopg.sql.
+Driver errors become pgqueue's errors (`translate`), so no other module imports psycopg's
+cursor API (and `pgqueue sql show NAME` can print any statement for psql).
 """
 from __future__ import annotations
 
@@ -27,9 +29,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql as pg_sql
-from psycopg.rows import RowFactory, dict_row, tuple_row
-from typing_extensions import LiteralString
 
+from pgqueue import run
 from pgqueue.errors import (
     ConnectionFailed,
     Contention,
@@ -144,37 +145,24 @@ def get(name: str) -> Query:
         raise KeyError(f"no query named {name!r}") from None
 
 
-def _run(conn: Conn, name: str, params: Params, row_factory: RowFactory[R]) -> list[R]:
-    sql: LiteralString = get(name).sql
-    try:
-        with conn.cursor(row_factory=row_factory) as cur:
-            cur.execute(sql, params)
-            return cur.fetchall() if cur.description is not None else []
-    except psycopg.Error as exc:
-        raise translate(exc) from exc
-
-
 def fetch(conn: Conn, name: str, params: Params = None) -> list[dict[str, Any]]:
-    """Run a named query and return its rows as dicts."""
-    return _run(conn, name, params, dict_row)
+    """Run a named query and return its rows as dicts (pgqueue/run.py executes it)."""
+    return run.fetch(conn, name, params)
 
 
 def fetch_tuples(conn: Conn, name: str, params: Params = None) -> list[tuple[Any, ...]]:
-    """Run a named query and return its rows as tuples, in the query's column order: for the
-    hot paths (a lease of 500 rows: no dict per row)."""
-    return _run(conn, name, params, tuple_row)
+    """Run a named query and return its rows as tuples, in the query's column order."""
+    return run.fetch_tuples(conn, name, params)
 
 
 def fetch_one(conn: Conn, name: str, params: Params = None) -> dict[str, Any] | None:
     """Run a named query and return its first row, or None."""
-    rows = fetch(conn, name, params)
-    return rows[0] if rows else None
+    return run.fetch_one(conn, name, params)
 
 
 def scalar(conn: Conn, name: str, params: Params = None) -> Any:
     """Run a named query and return the first column of its first row (None when no row)."""
-    row = fetch_one(conn, name, params)
-    return None if row is None else next(iter(row.values()))
+    return run.scalar(conn, name, params)
 
 
 def create_database(conn: Conn, name: str, *, template: str | None = None,

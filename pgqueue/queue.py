@@ -1,9 +1,14 @@
-"""Queue: the public, synchronous API over one stream of one database.
+# Generated from pgqueue/aio/queue.py (python -m pgqueue.aio.generate): edit that file.
+"""AsyncQueue, and Queue generated from it: the public API over one stream of one database.
 
 A thin facade: each method validates its arguments, borrows a pooled autocommit connection
 and calls one stage module, so every call is one statement and one round trip. This module
-holds producing and consuming (enqueue, lease, renew, ack, nack, reclaim); the operator-side
-calls are in queue_operate.py, and which calls run again after a lost connection in failover.py.
+holds producing and consuming (enqueue, lease, renew, ack, nack, reclaim); which calls run
+again after a lost connection is in failover.py. Queue (pgqueue/queue.py, generated) also has
+the operator-side calls of queue_operate.py, which AsyncQueue does not have yet.
+
+AsyncQueue connects at `async with` or at its first call (a constructor cannot await); Queue
+connects in its constructor, so a bad DSN or schema fails there.
 """
 from __future__ import annotations
 
@@ -15,40 +20,44 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
 
-from psycopg_pool import PoolTimeout
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from pgqueue import (
-    callers,
-    connection,
-    enqueue,
-    lease,
-    reclaim,
-    settle,
-    validate,
-)
+from pgqueue import callers, connection, enqueue, lease, reclaim, settle, validate
 from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
 from pgqueue.failover import follow_leader
 from pgqueue.models import Checkpoint, Lease, NewJob
-from pgqueue.queries import Conn
 from pgqueue.queue_operate import QueueOperations
+from pgqueue.run import Conn
 
 R = TypeVar("R")
 
 
 class Queue(QueueOperations):
-    """One stream of a pgqueue database. Thread-safe; use as a context manager or close().
+    """One stream of a pgqueue database. Safe to share (between tasks; Queue: between
+    threads); use as a context manager or close().
 
-    `dsn` may be a list of DSNs (a leader and its replicas): the Queue uses the one in leader
+    `dsn` may be a list of DSNs (a leader and its replicas): the queue uses the one in leader
     role and moves on when it turns out to be a replica."""
 
     def __init__(self, dsn: str | Sequence[str], stream: str = "default", *,
                  pool_size: int = 4) -> None:
         self.dsns = connection.dsn_list(dsn)
         self.stream = validate.stream(stream)
-        self._pool_size = pool_size
+        self._pool_size = validate.integer(pool_size, "pool_size", low=1, high=1000)
         self._lock = threading.Lock()
-        self.dsn = connection.find_leader(self.dsns)
-        self._pool = connection.open_pool(self.dsn, max_size=pool_size, name=f"pgqueue:{stream}")
+        self.dsn = self.dsns[0]
+        self._pool: ConnectionPool[Any] | None = None
+        self._open()  # Queue connects now: a bad DSN or schema fails here
+
+    def _open(self) -> ConnectionPool[Any]:
+        """The pool on the leader, opened on first use."""
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self.dsn = connection.find_leader(self.dsns)
+                    self._pool = connection.open_pool(
+                        self.dsn, max_size=self._pool_size, name=f"pgqueue:{self.stream}")
+        return self._pool
 
     def _move_to_leader(self) -> bool:
         """Switch the pool to the current leader; False when there is no other to go to."""
@@ -59,21 +68,24 @@ class Queue(QueueOperations):
                 leader = connection.find_leader(self.dsns)
             except PgQueueError:
                 return False
-            if leader == self.dsn:
+            if leader == self.dsn and self._pool is not None:
                 return False
             old, self.dsn = self._pool, leader
             self._pool = connection.open_pool(leader, max_size=self._pool_size,
                                               name=f"pgqueue:{self.stream}")
-        old.close()
+        if old is not None:
+            old.close()
         return True
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
         """Close the connection pool."""
-        self._pool.close()
+        if self._pool is not None:
+            self._pool.close()
 
     def __enter__(self) -> Queue:
+        self._open()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -83,8 +95,9 @@ class Queue(QueueOperations):
     @contextmanager
     def connection(self) -> Iterator[Conn]:
         """Borrow a pooled autocommit connection (for stage functions and tools)."""
+        pool = self._open()
         try:
-            with self._pool.connection() as conn:
+            with pool.connection() as conn:
                 yield conn
         except PoolTimeout as exc:
             raise ConnectionFailed(
@@ -118,7 +131,8 @@ class Queue(QueueOperations):
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version)
         if conn is not None:
-            return enqueue.enqueue_one(callers.psycopg_connection(conn), self.stream, job)
+            mine = callers.psycopg_connection(conn)
+            return enqueue.enqueue_one(mine, self.stream, job)
         with self.connection() as own:
             return enqueue.enqueue_one(own, self.stream, job, request=_request, resent=_resent)
 
@@ -127,7 +141,8 @@ class Queue(QueueOperations):
                      _request: uuid.UUID | None = None, _resent: bool = False) -> list[int]:
         """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
         if conn is not None:
-            return enqueue.enqueue_many(callers.psycopg_connection(conn), self.stream, jobs)
+            mine = callers.psycopg_connection(conn)
+            return enqueue.enqueue_many(mine, self.stream, jobs)
         with self.connection() as own:
             return enqueue.enqueue_many(own, self.stream, jobs, request=_request,
                                         resent=_resent)

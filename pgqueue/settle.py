@@ -1,3 +1,4 @@
+# Generated from pgqueue/aio/settle.py (python -m pgqueue.aio.generate): edit that file.
 """Settle a lease: ack (done, deleted) or nack (one failure: retry with backoff, or dead).
 
 Both are fenced by the lease id: a stale lease changes nothing and the caller learns it.
@@ -6,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pgqueue import queries, validate
+from pgqueue import run, validate
 from pgqueue.models import Lease
 
 
-def ack_many(conn: queries.Conn, leases: Sequence[Lease], *, retried: bool = False) -> set[int]:
+def ack_many(conn: run.Conn, leases: Sequence[Lease], *,
+             retried: bool = False) -> set[int]:
     """Ack leases in one statement; returns the job ids acked (the others were lost). A call
     `retried` after a lost reply also counts the acks its first attempt committed."""
     if not leases:
@@ -20,13 +22,13 @@ def ack_many(conn: queries.Conn, leases: Sequence[Lease], *, retried: bool = Fal
             raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
     params = {"job_ids": [held.job_id for held in leases],
               "lease_ids": [held.lease_id for held in leases]}
-    acked = {r[0] for r in queries.fetch_tuples(conn, "ack_jobs", params)}
+    acked = {r[0] for r in run.fetch_tuples(conn, "ack_jobs", params)}
     if retried and len(acked) < len(leases):
-        acked |= {r[0] for r in queries.fetch_tuples(conn, "acked_before", params)}
+        acked |= {r[0] for r in run.fetch_tuples(conn, "acked_before", params)}
     return acked
 
 
-def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | None,
+def nack(conn: run.Conn, held: Lease, error: str | None, retry_in: float | None,
          max_attempts: int | None = None, *, retried: bool = False) -> bool | None:
     """Record one failure (max_attempts, when given, replaces the job's limit first).
     True: the job went to the dead letters; False: it will be retried;
@@ -37,12 +39,12 @@ def nack(conn: queries.Conn, held: Lease, error: str | None, retry_in: float | N
         raise TypeError(f"error must be a str, got {type(error).__name__}")
     error = validate.error_text(error)  # what a failure said must not stop its nack
     retry_ms = None if retry_in is None else validate.to_ms(retry_in, "retry_in")
-    row = queries.fetch_one(conn, "nack_job", {
+    row = run.fetch_one(conn, "nack_job", {
         "job_id": held.job_id, "lease_id": held.lease_id, "error": error, "retry_in_ms": retry_ms,
         "max_attempts": None if max_attempts is None
         else validate.integer(max_attempts, "max_attempts", low=0),
     })
     if row is None and retried:  # its first attempt may have committed before the reply was lost
-        row = queries.fetch_one(conn, "nacked_before",
+        row = run.fetch_one(conn, "nacked_before",
                                 {"job_id": held.job_id, "lease_id": held.lease_id})
     return None if row is None else bool(row["dead"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pgqueue import enqueue, validate
+from pgqueue import newjobs, validate
 from pgqueue.models import NewJob
 
 UTC = dt.timezone.utc
@@ -254,9 +254,9 @@ def test_a_lone_surrogate_is_refused_by_name(check: Any, arg: str) -> None:
 def test_a_batch_names_the_job_of_a_bad_field(job: NewJob, kind: type[Exception],
                                               message: str) -> None:
     with pytest.raises(kind, match=message):
-        enqueue._columns([NewJob(b"fine"), job])
+        newjobs.columns([NewJob(b"fine"), job])
     with pytest.raises(kind, match=message.replace(r"jobs\[1\]\.", "")):
-        enqueue._columns([job])  # alone: the field's plain name
+        newjobs.columns([job])  # alone: the field's plain name
 
 
 # -- NUL: Postgres text holds none; bytea any byte ----------------------------------------------

@@ -1,0 +1,55 @@
+"""Enqueue: turn NewJobs into one call of pgqueue.enqueue (one round trip per batch), or of
+pgqueue.enqueue_one for a single job.
+
+Delays travel as milliseconds and are added to the server's clock, so producers with skewed
+clocks still delay correctly; explicit not_before values are absolute.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from pgqueue import newjobs, validate
+from pgqueue.aio import run
+from pgqueue.models import NewJob
+from pgqueue.newjobs import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES
+
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "MAX_PAYLOAD_BYTES", "enqueue_many", "enqueue_one"]
+
+async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob], *,
+                 request: uuid.UUID | None = None, resent: bool = False) -> list[int]:
+    """Insert jobs into `stream` in the caller's transaction (or autocommit); ids in order.
+    A call `resent` with the same `request` token returns its first attempt's ids."""
+    validate.stream(stream)
+    if isinstance(jobs, NewJob | str | bytes):
+        raise TypeError("jobs must be a sequence of pgqueue.NewJob")
+    jobs = list(jobs)
+    if not jobs:
+        return []
+    params: dict[str, Any] = {"stream": stream, **newjobs.columns(jobs), "request": request,
+                              "resent": resent}
+    for optional in ("kinds", "delays_ms", "not_befores", "dedup_keys", "schema_versions"):
+        if all(value is None for value in params[optional]):
+            params[optional] = None  # NULL for every job: nothing to encode and send
+    ids = [row[0] for row in await run.fetch_tuples(conn, "enqueue_jobs", params)]
+    if None in ids:
+        raise newjobs.lost_holder(request)
+    return ids
+
+
+async def enqueue_one(conn: run.AsyncConn, stream: str, job: NewJob, *,
+                request: uuid.UUID | None = None, resent: bool = False) -> int:
+    """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
+    validate.stream(stream)
+    cols = newjobs.columns([job])
+    found = await run.scalar(conn, "enqueue_job", {
+        "stream": stream, "payload": cols["payloads"][0], "kind": cols["kinds"][0],
+        "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],
+        "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
+        "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
+        "request": request, "resent": resent,
+    })
+    if found is None:
+        raise newjobs.lost_holder(request)
+    return int(found)

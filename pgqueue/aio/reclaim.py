@@ -1,0 +1,17 @@
+"""Reclaim: return expired leases to pending (or dead, or quarantined), counting a crash
+against the step in progress. Idempotent and safe to run from many places at once."""
+from __future__ import annotations
+
+from pgqueue.aio import run
+
+BATCH = 1000
+
+
+async def reclaim_expired(conn: run.AsyncConn, *, batch: int = BATCH) -> int:
+    """Reclaim every expired lease, in batches until one comes back short; returns the count."""
+    total = 0
+    while True:
+        n = int(await run.scalar(conn, "reclaim_expired", {"limit": batch}) or 0)
+        total += n
+        if n < batch:
+            return total

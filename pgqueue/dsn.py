@@ -1,0 +1,44 @@
+"""DSNs for people and for lists: a server's name without its password, and one or several
+DSNs as a list. Pure (no I/O); pgqueue.connection re-exports these.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+
+def describe(dsn: str) -> str:
+    """`host:port/dbname` of a DSN, for messages: it never includes the password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
+    port = str(parts.get("port") or "5432")
+    db = str(parts.get("dbname") or parts.get("user") or "")
+    return f"{host}:{port}/{db}" if db else f"{host}:{port}"
+
+
+def redact(dsn: str) -> str:
+    """The DSN with any password removed, for showing to people."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    parts.pop("password", None)
+    return " ".join(f"{k}={v}" for k, v in parts.items() if v is not None)
+
+
+def dsn_list(dsn: str | Sequence[str]) -> list[str]:
+    """One DSN or several (a replica set): always a non-empty list."""
+    if isinstance(dsn, str):
+        dsns = [dsn]
+    elif isinstance(dsn, list | tuple):
+        dsns = list(dsn)
+    else:
+        raise TypeError(f"dsn must be a connection string or a list of them, got {type(dsn).__name__}")
+    if not dsns or not all(isinstance(d, str) and d for d in dsns):
+        raise TypeError("dsn must be a non-empty connection string or a list of them")
+    return dsns

@@ -1,0 +1,52 @@
+# Generated from pgqueue/aio/run.py (python -m pgqueue.aio.generate): edit that file.
+"""Executing the named queries of pgqueue/sql (the loader, the errors and the DDL helpers are
+in queries.py): every statement a stage module or the Queue runs goes through these four.
+"""
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import RowFactory, dict_row, tuple_row
+from typing_extensions import LiteralString
+
+from pgqueue import queries
+
+R = TypeVar("R")
+Conn = psycopg.Connection[Any]
+
+
+def _run(conn: Conn, name: str, params: queries.Params,
+         row_factory: RowFactory[R]) -> list[R]:
+    sql: LiteralString = queries.get(name).sql
+    try:
+        with conn.cursor(row_factory=row_factory) as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if cur.description is not None else []
+    except psycopg.Error as exc:
+        raise queries.translate(exc) from exc
+
+
+def fetch(conn: Conn, name: str, params: queries.Params = None) -> list[dict[str, Any]]:
+    """Run a named query and return its rows as dicts."""
+    return _run(conn, name, params, dict_row)
+
+
+def fetch_tuples(conn: Conn, name: str,
+                 params: queries.Params = None) -> list[tuple[Any, ...]]:
+    """Run a named query and return its rows as tuples, in the query's column order: for the
+    hot paths (a lease of 500 rows: no dict per row)."""
+    return _run(conn, name, params, tuple_row)
+
+
+def fetch_one(conn: Conn, name: str,
+              params: queries.Params = None) -> dict[str, Any] | None:
+    """Run a named query and return its first row, or None."""
+    rows = fetch(conn, name, params)
+    return rows[0] if rows else None
+
+
+def scalar(conn: Conn, name: str, params: queries.Params = None) -> Any:
+    """Run a named query and return the first column of its first row (None when no row)."""
+    row = fetch_one(conn, name, params)
+    return None if row is None else next(iter(row.values()))

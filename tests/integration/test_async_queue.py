@@ -1,0 +1,145 @@
+"""AsyncQueue: the producing and consuming calls of Queue as coroutines, with the same names,
+arguments, return values and errors (Queue is generated from AsyncQueue's source; the test
+of the generator is tests/unit/test_generated.py). Real Postgres, asyncio.run per test."""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Awaitable
+from typing import TypeVar
+
+import psycopg
+import pytest
+
+import pgqueue
+from pgqueue import lease
+from tests.dbhelp import pinned
+
+T = TypeVar("T")
+PAST = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
+
+
+def run(coro: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coro
+
+    return asyncio.run(main())
+
+
+def test_enqueue_lease_renew_ack_nack_and_reclaim_as_coroutines(dsn: str) -> None:
+    async def scenario() -> None:
+        async with pgqueue.AsyncQueue(dsn, stream="mail") as q:
+            one = await q.enqueue({"to": "a@example.com"}, kind="send", priority=5,
+                                  dedup_key="welcome:1")
+            assert await q.enqueue({"again": True}, kind="send", dedup_key="welcome:1") == one
+            many = await q.enqueue_many([pgqueue.NewJob(b"b"), pgqueue.NewJob("c", delay=3600)])
+            assert len(many) == 2 and one not in many
+            leases = await q.lease(10, visibility_timeout=30)
+            assert [x.job_id for x in leases] == [one, many[0]]  # priority first; c delayed
+            first, second = leases
+            expiry = await q.renew(first, checkpoint=pgqueue.Checkpoint(cursor_step="send",
+                                                                         cursor=b"7"))
+            assert isinstance(expiry, dt.datetime)
+            assert (await q.renew_many([(second, 60.0, None)])).keys() == {second.lease_id}
+            await q.ack(first)
+            with pytest.raises(pgqueue.LeaseLost):
+                await q.ack(first)
+            assert await q.nack(second, error="boom", retry_in=0) is False
+            assert await q.ack_many([second]) == set()  # nacked: that lease is gone
+            assert await q.reclaim_expired() == 0
+
+    run(scenario())
+    with pgqueue.Queue(dsn, stream="mail") as q:
+        jobs = {j.job_id: j for j in q.jobs()}
+    assert len(jobs) == 2  # b (pending again, after its nack) and c (scheduled)
+    nacked = next(j for j in jobs.values() if j.payload == b"b")
+    assert (nacked.attempts, nacked.last_error) == (1, "boom")
+
+
+def test_an_expired_lease_is_reclaimed_through_the_async_queue(dsn: str) -> None:
+    with pgqueue.Queue(dsn) as q:
+        job_id = q.enqueue(b"x")
+    with pinned(dsn, PAST) as conn:  # leased an hour ago for a second: long expired now
+        [held] = lease.lease(conn, "default", 1, 1.0, 0, 0)
+    assert held.job_id == job_id
+
+    async def reclaim() -> int:
+        async with pgqueue.AsyncQueue(dsn) as q:
+            return await q.reclaim_expired()
+
+    assert run(reclaim()) == 1
+    with pgqueue.Queue(dsn) as q:
+        info = q.job(job_id)
+    assert info is not None and (info.state, info.attempts) == ("pending", 1)
+
+
+def test_enqueue_in_the_callers_async_transaction_commits_or_rolls_back(dsn: str) -> None:
+    async def scenario() -> tuple[int, int]:
+        async with pgqueue.AsyncQueue(dsn) as q:
+            async with await psycopg.AsyncConnection.connect(dsn) as conn:
+                kept = await q.enqueue(b"kept", conn=conn)
+                await conn.commit()
+                dropped = (await q.enqueue_many([pgqueue.NewJob(b"dropped")], conn=conn))[0]
+                await conn.rollback()
+            return kept, dropped
+
+    kept, dropped = run(scenario())
+    with pgqueue.Queue(dsn) as q:
+        assert q.job(kept) is not None and q.job(dropped) is None
+
+
+def test_conn_must_be_an_async_psycopg_connection(dsn: str) -> None:
+    async def scenario() -> None:
+        async with pgqueue.AsyncQueue(dsn) as q:
+            with psycopg.connect(dsn) as sync_conn:
+                with pytest.raises(TypeError, match=r"conn must be a psycopg.AsyncConnection; "
+                                                    r"got psycopg.Connection: a sync connection "
+                                                    r"needs Queue"):
+                    await q.enqueue(b"x", conn=sync_conn)
+            with pytest.raises(TypeError, match=r"conn must be a psycopg\.AsyncConnection"):
+                await q.enqueue_many([pgqueue.NewJob(b"x")], conn="dbname=x")
+
+    run(scenario())
+
+
+def test_bad_arguments_raise_the_errors_queue_raises(dsn: str) -> None:
+    async def scenario() -> None:
+        async with pgqueue.AsyncQueue(dsn) as q:
+            with pytest.raises(ValueError, match="priority"):
+                await q.enqueue(b"x", priority=999)
+            with pytest.raises(TypeError, match="jobs"):
+                await q.enqueue_many(b"not a list")
+            with pytest.raises(ValueError, match="limit"):
+                await q.lease(0)
+
+    run(scenario())
+    with pytest.raises(ValueError, match="pool_size"):
+        pgqueue.AsyncQueue(dsn, pool_size=0)
+    with pytest.raises(ValueError, match="stream"):
+        pgqueue.AsyncQueue(dsn, stream="")
+
+
+def test_it_connects_at_first_use_and_names_a_missing_schema(empty_dsn: str) -> None:
+    q = pgqueue.AsyncQueue(empty_dsn)  # a constructor cannot await: nothing happens yet
+
+    async def use() -> None:
+        try:
+            await q.enqueue(b"x")
+        finally:
+            await q.close()
+
+    with pytest.raises(pgqueue.SchemaMissing, match="pgqueue db upgrade"):
+        run(use())
+
+
+def test_several_dsns_use_the_reachable_leader(dsn: str) -> None:
+    dead = "host=127.0.0.1 port=1 dbname=nothing connect_timeout=1"
+
+    async def scenario() -> tuple[str, int]:
+        async with pgqueue.AsyncQueue([dead, dsn]) as q:
+            return q.dsn, await q.enqueue(b"to the leader")
+
+    used, job_id = run(scenario())
+    assert used == dsn
+    with pgqueue.Queue(dsn) as q:
+        assert q.job(job_id) is not None
