@@ -36,17 +36,45 @@ def psycopg_connection(conn: object) -> psycopg.Connection[Any]:
     raise refuse(conn)
 
 
-ACCEPTED_ASYNC = "a psycopg.AsyncConnection"
+ACCEPTED_ASYNC = ("a psycopg.AsyncConnection, or a SQLAlchemy AsyncConnection or AsyncSession "
+                  "on the psycopg dialect")
 
 
-def async_psycopg_connection(conn: object) -> psycopg.AsyncConnection[Any]:
+def refuse_async(conn: object, why: str = "") -> TypeError:
+    kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
+    return TypeError(f"conn must be {ACCEPTED_ASYNC}; got {kind}{': ' + why if why else ''}")
+
+
+async def async_psycopg_connection(conn: object) -> psycopg.AsyncConnection[Any]:
     """AsyncQueue's `conn=`: the psycopg AsyncConnection whose transaction `conn` is."""
     if isinstance(conn, psycopg.AsyncConnection):
         return conn
-    kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
-    why = (": a sync connection needs Queue; AsyncQueue is async"
-           if isinstance(conn, psycopg.Connection) else "")
-    raise TypeError(f"conn must be {ACCEPTED_ASYNC}; got {kind}{why}")
+    if isinstance(conn, psycopg.Connection):
+        raise refuse_async(conn, "a sync connection needs Queue; AsyncQueue is async")
+    if type(conn).__module__.startswith("sqlalchemy."):
+        return await _from_sqlalchemy_async(conn)
+    raise refuse_async(conn)
+
+
+async def _from_sqlalchemy_async(conn: object) -> psycopg.AsyncConnection[Any]:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    if isinstance(conn, AsyncSession):
+        conn = await conn.connection()  # begins the session's transaction if none is open
+    if not isinstance(conn, AsyncConnection):
+        raise refuse_async(conn, "of SQLAlchemy, AsyncQueue takes an AsyncConnection or an "
+                                 "AsyncSession (a sync one needs Queue)")
+    driver = conn.dialect.driver
+    if driver != "psycopg_async" and driver != "psycopg":
+        raise refuse_async(conn, f"its dialect's driver is {driver}, not psycopg (use a "
+                                 f"postgresql+psycopg:// URL)")
+    if not conn.in_transaction():
+        await conn.begin()  # as for a sync Connection: else commit() would commit nothing
+    raw = await conn.get_raw_connection()
+    driver_conn = raw.driver_connection
+    if not isinstance(driver_conn, psycopg.AsyncConnection):
+        raise refuse_async(conn, "its driver connection is not a psycopg.AsyncConnection")
+    return driver_conn
 
 
 def _from_sqlalchemy(conn: object) -> psycopg.Connection[Any]:

@@ -1,3 +1,4 @@
+# Generated from pgqueue/aio/observe.py (python -m pgqueue.aio.generate): edit that file.
 """Observe the queue: one job, lists of jobs, counts by stream and state (read-only).
 
 The `*_preview` readers return jobs and ops whose payloads the database has already cut to
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pgqueue import queries, validate
+from pgqueue import run, validate
 from pgqueue.models import JOB_STATES, JobInfo, Op, StreamStats
 
 #: How much of a payload a preview holds by default (bytes).
@@ -44,16 +45,16 @@ class OpPreview:
     payload_truncated: bool
 
 
-def job(conn: queries.Conn, job_id: int) -> JobInfo | None:
+def job(conn: run.Conn, job_id: int) -> JobInfo | None:
     """A job in any set, or None when it is gone (acked) or never existed."""
     validate.integer(job_id, "job_id")
     if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
         return None  # no job id can be outside bigint: it never existed
-    row = queries.fetch_one(conn, "job_by_id", {"job_id": job_id})
+    row = run.fetch_one(conn, "job_by_id", {"job_id": job_id})
     return None if row is None else JobInfo.from_row(row)
 
 
-def jobs(conn: queries.Conn, *, stream: str | None = None, state: str | None = None,
+def jobs(conn: run.Conn, *, stream: str | None = None, state: str | None = None,
          limit: int = 100) -> list[JobInfo]:
     """Jobs, newest first, optionally of one stream and state."""
     if stream is not None:
@@ -61,16 +62,16 @@ def jobs(conn: queries.Conn, *, stream: str | None = None, state: str | None = N
     if state is not None and state not in JOB_STATES:
         raise ValueError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
     validate.integer(limit, "limit", low=1, high=1_000_000)
-    rows = queries.fetch(conn, "jobs_list", {"stream": stream, "state": state, "limit": limit})
+    rows = run.fetch(conn, "jobs_list", {"stream": stream, "state": state, "limit": limit})
     return [JobInfo.from_row(r) for r in rows]
 
 
-def stats(conn: queries.Conn) -> list[StreamStats]:
+def stats(conn: run.Conn) -> list[StreamStats]:
     """Job counts by stream and state."""
     return [
         StreamStats(stream=r["stream"], state=r["state"], count=r["count"],
                     oldest_age_seconds=r["oldest_age_seconds"])
-        for r in queries.fetch(conn, "stats")
+        for r in run.fetch(conn, "stats")
     ]
 
 
@@ -82,7 +83,7 @@ def _job_preview(row: dict[str, Any]) -> JobPreview:
     return JobPreview(JobInfo.from_row(row), int(row["payload_size"]))
 
 
-def job_preview(conn: queries.Conn, job_id: int,
+def job_preview(conn: run.Conn, job_id: int,
                 preview_bytes: int = PREVIEW_BYTES) -> JobPreview | None:
     """A job in any set with its payload cut to the first `preview_bytes` bytes in the
     database (only those are read and sent), or None like `job`.
@@ -93,11 +94,11 @@ def job_preview(conn: queries.Conn, job_id: int,
     preview = _preview(preview_bytes)
     if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
         return None
-    row = queries.fetch_one(conn, "job_preview_by_id", {"job_id": job_id, "preview": preview})
+    row = run.fetch_one(conn, "job_preview_by_id", {"job_id": job_id, "preview": preview})
     return None if row is None else _job_preview(row)
 
 
-def jobs_preview(conn: queries.Conn, *, stream: str | None = None, state: str | None = None,
+def jobs_preview(conn: run.Conn, *, stream: str | None = None, state: str | None = None,
                  limit: int = 100, preview_bytes: int = PREVIEW_BYTES) -> list[JobPreview]:
     """`jobs` (newest first), each payload cut to its first `preview_bytes` bytes."""
     if stream is not None:
@@ -105,23 +106,23 @@ def jobs_preview(conn: queries.Conn, *, stream: str | None = None, state: str | 
     if state is not None and state not in JOB_STATES:
         raise ValueError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
     validate.integer(limit, "limit", low=1, high=1_000_000)
-    rows = queries.fetch(conn, "jobs_preview_list", {
+    rows = run.fetch(conn, "jobs_preview_list", {
         "stream": stream, "state": state, "limit": limit, "preview": _preview(preview_bytes)})
     return [_job_preview(r) for r in rows]
 
 
-def dead_letters_preview(conn: queries.Conn, stream: str, limit: int = 100,
+def dead_letters_preview(conn: run.Conn, stream: str, limit: int = 100,
                          preview_bytes: int = PREVIEW_BYTES) -> list[JobPreview]:
     """A stream's dead letters, most recently died first, each payload cut to its first
     `preview_bytes` bytes."""
     validate.stream(stream)
     validate.integer(limit, "limit", low=1, high=1_000_000)
-    rows = queries.fetch(conn, "dead_letters_preview", {
+    rows = run.fetch(conn, "dead_letters_preview", {
         "stream": stream, "limit": limit, "preview": _preview(preview_bytes)})
     return [_job_preview(r) for r in rows]
 
 
-def op_log_preview(conn: queries.Conn, *, limit: int = 20, stream: str | None = None,
+def op_log_preview(conn: run.Conn, *, limit: int = 20, stream: str | None = None,
                    job_id: int | None = None,
                    preview_bytes: int = PREVIEW_BYTES) -> list[OpPreview]:
     """The newest ops (newest first) like `oplog.tail`, any payload in a body cut to its
@@ -132,7 +133,7 @@ def op_log_preview(conn: queries.Conn, *, limit: int = 20, stream: str | None = 
     if job_id is not None:
         validate.integer(job_id, "job_id", low=-validate.MAX_BIGINT, high=validate.MAX_BIGINT)
     preview = _preview(preview_bytes)
-    rows = queries.fetch(conn, "oplog_tail_preview", {
+    rows = run.fetch(conn, "oplog_tail_preview", {
         "limit": limit, "stream": stream, "job_id": job_id, "preview": preview})
     found = []
     for r in rows:

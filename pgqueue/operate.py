@@ -1,51 +1,52 @@
+# Generated from pgqueue/aio/operate.py (python -m pgqueue.aio.generate): edit that file.
 """Operator transitions on one job: release, rewind, restart, skip a step, accept a new step
 set, cancel. Each is a SQL function that refuses a job in a state where it makes no sense
 (InvalidState, JobNotFound, DedupConflict) and logs its op."""
 from __future__ import annotations
 
-from pgqueue import queries, validate
+from pgqueue import run, validate
 
 
 def _job_id(job_id: int) -> int:
     return validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
 
 
-def release(conn: queries.Conn, job_id: int, *, reset_crashes: bool = False) -> None:
+def release(conn: run.Conn, job_id: int, *, reset_crashes: bool = False) -> None:
     """A quarantined or undecodable job runs again."""
-    queries.fetch(conn, "release_job", {"job_id": _job_id(job_id), "reset_crashes": reset_crashes})
+    run.fetch(conn, "release_job", {"job_id": _job_id(job_id), "reset_crashes": reset_crashes})
 
 
-def rewind(conn: queries.Conn, job_id: int, to_step: str) -> None:
+def rewind(conn: run.Conn, job_id: int, to_step: str) -> None:
     """The job's next run starts at `to_step`."""
     if not isinstance(to_step, str) or not to_step:
         raise ValueError("to_step must be a step name")
     validate.step_name(to_step, "to_step")
-    queries.fetch(conn, "rewind_job", {"job_id": _job_id(job_id), "to_step": to_step})
+    run.fetch(conn, "rewind_job", {"job_id": _job_id(job_id), "to_step": to_step})
 
 
-def restart(conn: queries.Conn, job_id: int) -> None:
+def restart(conn: run.Conn, job_id: int) -> None:
     """Drop the checkpoint: the job runs from step one."""
-    queries.fetch(conn, "restart_job", {"job_id": _job_id(job_id)})
+    run.fetch(conn, "restart_job", {"job_id": _job_id(job_id)})
 
 
-def skip_step(conn: queries.Conn, job_id: int) -> str:
+def skip_step(conn: run.Conn, job_id: int) -> str:
     """Count the step in progress as done without running it; returns the skipped step."""
-    row = queries.fetch_one(conn, "skip_step_job", {"job_id": _job_id(job_id)})
+    row = run.fetch_one(conn, "skip_step_job", {"job_id": _job_id(job_id)})
     assert row is not None
     return str(row["last_completed_step"])
 
 
-def accept_step_set(conn: queries.Conn, job_id: int) -> None:
+def accept_step_set(conn: run.Conn, job_id: int) -> None:
     """Accept the new step list of a job parked as step_set_changed."""
-    queries.fetch(conn, "accept_step_set_job", {"job_id": _job_id(job_id)})
+    run.fetch(conn, "accept_step_set_job", {"job_id": _job_id(job_id)})
 
 
-def cancel(conn: queries.Conn, job_id: int) -> None:
+def cancel(conn: run.Conn, job_id: int) -> None:
     """Remove a job that is not leased, live or dead, for good."""
-    queries.fetch(conn, "cancel_job", {"job_id": _job_id(job_id)})
+    run.fetch(conn, "cancel_job", {"job_id": _job_id(job_id)})
 
 
-def configure_stream(conn: queries.Conn, stream: str, *, retry_base: float | None = None,
+def configure_stream(conn: run.Conn, stream: str, *, retry_base: float | None = None,
                      retry_cap: float | None = None, quarantine_after: int | None = None,
                      max_payload_bytes: int | None = None) -> None:
     """Set a stream's retry backoff (seconds), crash quarantine threshold and payload limit
@@ -55,7 +56,7 @@ def configure_stream(conn: queries.Conn, stream: str, *, retry_base: float | Non
         from pgqueue.enqueue import MAX_PAYLOAD_BYTES
 
         validate.integer(max_payload_bytes, "max_payload_bytes", low=1, high=MAX_PAYLOAD_BYTES)
-    queries.fetch(conn, "configure_stream", {
+    run.fetch(conn, "configure_stream", {
         "max_payload_bytes": max_payload_bytes,
         "stream": stream,
         "retry_base_ms": None if retry_base is None else validate.to_ms(retry_base, "retry_base"),

@@ -1,3 +1,4 @@
+# Generated from pgqueue/aio/oplog.py (python -m pgqueue.aio.generate): edit that file.
 """The op log: read it, and replay one database's log into another.
 
 Replay reads the source inside one REPEATABLE READ snapshot and takes every op that snapshot
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgqueue import connection, queries, validate
+from pgqueue import connection, run, validate
 from pgqueue.models import Op
 
 BATCH = 2000
@@ -29,17 +30,17 @@ class ReplayResult:
     last_seq: int
 
 
-def tail(conn: queries.Conn, *, limit: int = 20, stream: str | None = None,
+def tail(conn: run.Conn, *, limit: int = 20, stream: str | None = None,
          job_id: int | None = None) -> list[Op]:
     """The newest ops, newest first."""
     validate.integer(limit, "limit", low=1, high=1_000_000)
-    rows = queries.fetch(conn, "oplog_tail", {"limit": limit, "stream": stream, "job_id": job_id})
+    rows = run.fetch(conn, "oplog_tail", {"limit": limit, "stream": stream, "job_id": job_id})
     return [Op(**r) for r in rows]
 
 
-def counts(conn: queries.Conn) -> dict[str, int]:
+def counts(conn: run.Conn) -> dict[str, int]:
     """Ops in the log by kind."""
-    return {r["op"]: r["count"] for r in queries.fetch(conn, "oplog_counts")}
+    return {r["op"]: r["count"] for r in run.fetch(conn, "oplog_counts")}
 
 
 def replay(source_dsn: str, target_dsn: str, *, batch: int = BATCH,
@@ -48,23 +49,23 @@ def replay(source_dsn: str, target_dsn: str, *, batch: int = BATCH,
     read = applied = last = 0
     with connection.connect(source_dsn, autocommit=False) as src, \
             connection.connect(target_dsn, autocommit=False) as dst:
-        src.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        src.read_only = True
+        src.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        src.set_read_only(True)
         connection.check_schema(src)  # opens the snapshot every batch below reads from
         connection.check_schema(dst)
         dst.commit()
         while True:
-            rows = queries.fetch(src, "oplog_visible_batch", {"after": last, "limit": batch})
+            rows = run.fetch(src, "oplog_visible_batch", {"after": last, "limit": batch})
             if not rows:
                 break
-            applied += int(queries.scalar(dst, "oplog_ingest",
-                                          {"ops": Jsonb([r["op"] for r in rows])}) or 0)
+            applied += int(run.scalar(
+                dst, "oplog_ingest", {"ops": Jsonb([r["op"] for r in rows])}) or 0)
             dst.commit()
             read += len(rows)
             last = rows[-1]["seq"]
             if progress is not None:
                 progress(len(rows))
-        queries.fetch(dst, "advance_sequences")
+        run.fetch(dst, "advance_sequences")
         dst.commit()
         src.rollback()
     return ReplayResult(read=read, applied=applied, last_seq=last)

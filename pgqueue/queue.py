@@ -3,9 +3,9 @@
 
 A thin facade: each method validates its arguments, borrows a pooled autocommit connection
 and calls one stage module, so every call is one statement and one round trip. This module
-holds producing and consuming (enqueue, lease, renew, ack, nack, reclaim); which calls run
-again after a lost connection is in failover.py. Queue (pgqueue/queue.py, generated) also has
-the operator-side calls of queue_operate.py, which AsyncQueue does not have yet.
+holds producing and consuming (enqueue, lease, renew, ack, nack, reclaim); the operator-side
+calls are in queue_operate.py, and which calls run again after a lost connection in
+failover.py.
 
 AsyncQueue connects at `async with` or at its first call (a constructor cannot await); Queue
 connects in its constructor, so a bad DSN or schema fails there.

@@ -1,7 +1,9 @@
+# Generated from pgqueue/aio/queue_operate.py (python -m pgqueue.aio.generate): edit that file.
 """The Queue's calls beyond producing and consuming: dead letters, reading jobs and the op log,
 operator verbs, stream and kind settings, schedules, and previews for people (the CLI).
 
-A mixin of Queue (queue.py), which provides the stream, the pooled connections and failover.
+A mixin of AsyncQueue (aio/queue.py), which provides the stream, the pooled connections and
+failover; Queue's (queue_operate.py) is generated from this source.
 """
 from __future__ import annotations
 
@@ -9,24 +11,25 @@ import datetime as dt
 from contextlib import AbstractContextManager
 from typing import Any
 
-from pgqueue import deadletter, observe, operate, oplog, queries, schedule, validate
+from pgqueue import deadletter, observe, operate, oplog, run, schedule, validate
+from pgqueue.cron import Schedule, TickResult
 from pgqueue.errors import LeaseLost
 from pgqueue.failover import follow_leader
 from pgqueue.models import JobInfo, Lease, Op, StreamStats
-from pgqueue.queries import Conn
-from pgqueue.schedule import Schedule, TickResult
+from pgqueue.run import Conn
 
 
 class QueueOperations:
-    """Queue's operator-side calls; Queue supplies `stream`, `connection()` and failover."""
+    """The queue's operator-side calls; the queue supplies `stream`, `connection()` and
+    failover."""
 
     stream: str
 
     def connection(self) -> AbstractContextManager[Conn]:
-        raise NotImplementedError  # Queue.connection
+        raise NotImplementedError  # the queue class has it
 
     def _move_to_leader(self) -> bool:
-        raise NotImplementedError  # Queue._move_to_leader
+        raise NotImplementedError  # the queue class has it
 
     # -- dead letters and inspection ---------------------------------------------------------
 
@@ -88,7 +91,7 @@ class QueueOperations:
         """Give a lease back without costing an attempt (checkpoint kept): leased -> pending.
         Raises LeaseLost when the lease is no longer current."""
         with self.connection() as conn:
-            rows = queries.fetch(conn, "return_leases", {
+            rows = run.fetch(conn, "return_leases", {
                 "job_ids": [lease_.job_id], "lease_ids": [lease_.lease_id]})
         if not rows:
             raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
@@ -133,14 +136,14 @@ class QueueOperations:
     def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
         """The recorded step list behind a step-set hash."""
         with self.connection() as conn:
-            row = queries.fetch_one(conn, "step_set_by_hash", {"hash": step_set_hash})
+            row = run.fetch_one(conn, "step_set_by_hash", {"hash": step_set_hash})
         return None if row is None else list(row["steps"])
 
     @follow_leader(idempotent=True)
     def workers(self) -> list[dict[str, Any]]:
         """Registered worker processes and how many leases each holds."""
         with self.connection() as conn:
-            return queries.fetch(conn, "list_workers")
+            return run.fetch(conn, "list_workers")
 
     @follow_leader(idempotent=True)
     def configure_kind(self, kind: str, *, quarantine_after: int | None) -> None:
@@ -149,7 +152,7 @@ class QueueOperations:
         if quarantine_after is not None:
             validate.integer(quarantine_after, "quarantine_after", low=1)
         with self.connection() as conn:
-            queries.fetch(conn, "configure_kind", {
+            run.fetch(conn, "configure_kind", {
                 "stream": self.stream, "kind": kind, "quarantine_after": quarantine_after})
 
     # -- schedules ---------------------------------------------------------------------------

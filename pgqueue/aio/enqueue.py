@@ -18,7 +18,7 @@ from pgqueue.newjobs import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "MAX_PAYLOAD_BYTES", "enqueue_many", "enqueue_one"]
 
 async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob], *,
-                 request: uuid.UUID | None = None, resent: bool = False) -> list[int]:
+                       request: uuid.UUID | None = None, resent: bool = False) -> list[int]:
     """Insert jobs into `stream` in the caller's transaction (or autocommit); ids in order.
     A call `resent` with the same `request` token returns its first attempt's ids."""
     validate.stream(stream)
@@ -39,7 +39,7 @@ async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob],
 
 
 async def enqueue_one(conn: run.AsyncConn, stream: str, job: NewJob, *,
-                request: uuid.UUID | None = None, resent: bool = False) -> int:
+                      request: uuid.UUID | None = None, resent: bool = False) -> int:
     """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
     validate.stream(stream)
     cols = newjobs.columns([job])

@@ -23,7 +23,8 @@ PACKAGE = AIO.parent
 
 #: The async sources, in pgqueue/aio, of generated modules in pgqueue/.
 MODULES = ("run.py", "connection.py", "enqueue.py", "lease.py", "settle.py", "reclaim.py",
-           "failover.py", "queue.py")
+           "failover.py", "queue.py", "schedule.py", "operate.py", "deadletter.py",
+           "observe.py", "oplog.py", "queue_operate.py")
 
 #: Names unasync renames (beyond its own: __aenter__, AsyncIterator, asynccontextmanager...).
 RENAMES = {
@@ -35,6 +36,7 @@ RENAMES = {
     "AsyncQueueOperations": "QueueOperations",
     "AsyncIterator": "Iterator",
     "AsyncGenerator": "Generator",
+    "AbstractAsyncContextManager": "AbstractContextManager",
     "asyncio": "threading",
 }
 

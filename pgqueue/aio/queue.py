@@ -2,9 +2,9 @@
 
 A thin facade: each method validates its arguments, borrows a pooled autocommit connection
 and calls one stage module, so every call is one statement and one round trip. This module
-holds producing and consuming (enqueue, lease, renew, ack, nack, reclaim); which calls run
-again after a lost connection is in failover.py. Queue (pgqueue/queue.py, generated) also has
-the operator-side calls of queue_operate.py, which AsyncQueue does not have yet.
+holds producing and consuming (enqueue, lease, renew, ack, nack, reclaim); the operator-side
+calls are in queue_operate.py, and which calls run again after a lost connection in
+failover.py.
 
 AsyncQueue connects at `async with` or at its first call (a constructor cannot await); Queue
 connects in its constructor, so a bad DSN or schema fails there.
@@ -24,17 +24,15 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from pgqueue import callers, validate
 from pgqueue.aio import connection, enqueue, lease, reclaim, settle
 from pgqueue.aio.failover import follow_leader
+from pgqueue.aio.queue_operate import AsyncQueueOperations
 from pgqueue.aio.run import AsyncConn
 from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
 from pgqueue.models import Checkpoint, Lease, NewJob
 
-# sync-only: from pgqueue.queue_operate import QueueOperations
-
 R = TypeVar("R")
 
 
-class AsyncQueue:  # async-only
-# sync-only: class Queue(QueueOperations):
+class AsyncQueue(AsyncQueueOperations):
     """One stream of a pgqueue database. Safe to share (between tasks; Queue: between
     threads); use as a context manager or close().
 
@@ -133,7 +131,7 @@ class AsyncQueue:  # async-only
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version)
         if conn is not None:
-            mine = callers.async_psycopg_connection(conn)  # async-only
+            mine = await callers.async_psycopg_connection(conn)  # async-only
             # sync-only: mine = callers.psycopg_connection(conn)
             return await enqueue.enqueue_one(mine, self.stream, job)
         async with self.connection() as own:
@@ -141,30 +139,30 @@ class AsyncQueue:  # async-only
 
     @follow_leader(idempotent=False, token=True)
     async def enqueue_many(self, jobs: Sequence[NewJob], *, conn: object | None = None,
-                     _request: uuid.UUID | None = None, _resent: bool = False) -> list[int]:
+                           _request: uuid.UUID | None = None, _resent: bool = False) -> list[int]:
         """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
         if conn is not None:
-            mine = callers.async_psycopg_connection(conn)  # async-only
+            mine = await callers.async_psycopg_connection(conn)  # async-only
             # sync-only: mine = callers.psycopg_connection(conn)
             return await enqueue.enqueue_many(mine, self.stream, jobs)
         async with self.connection() as own:
             return await enqueue.enqueue_many(own, self.stream, jobs, request=_request,
-                                        resent=_resent)
+                                              resent=_resent)
 
     # -- lease and settle --------------------------------------------------------------------
 
     @follow_leader(idempotent=False, token=True)
     async def lease(self, limit: int = 1, *, visibility_timeout: float = 30.0, worker_node: int = 0,
-              worker_instance: int = 0, _request: uuid.UUID | None = None,
-              _resent: bool = False) -> list[Lease]:
+                    worker_instance: int = 0, _request: uuid.UUID | None = None,
+                    _resent: bool = False) -> list[Lease]:
         """Lease up to `limit` ready jobs, highest priority first, FIFO within a priority."""
         async with self.connection() as conn:
             return await lease.lease(conn, self.stream, limit, visibility_timeout, worker_node,
-                               worker_instance, _request, _resent)
+                                     worker_instance, _request, _resent)
 
     @follow_leader(idempotent=True)
     async def renew(self, lease_: Lease, *, visibility_timeout: float | None = None,
-              checkpoint: Checkpoint | None = None) -> dt.datetime:
+                    checkpoint: Checkpoint | None = None) -> dt.datetime:
         """Extend a lease (by its own visibility timeout unless given) and write the checkpoint
         in the same UPDATE. Raises LeaseLost when the lease is no longer current."""
         renewed = await self.renew_many([(lease_, visibility_timeout, checkpoint)])
@@ -195,13 +193,13 @@ class AsyncQueue:  # async-only
 
     @follow_leader(idempotent=False, flag_retry=True)
     async def nack(self, lease_: Lease, *, error: str | None = None,
-             retry_in: float | dt.timedelta | None = None, _retried: bool = False) -> bool:
+                   retry_in: float | dt.timedelta | None = None, _retried: bool = False) -> bool:
         """Record a failure; returns True when the job went to the dead letters. Retries after
         exactly `retry_in` seconds, or the stream's backoff. Raises LeaseLost when stale."""
         async with self.connection() as conn:
             dead = await settle.nack(conn, lease_, error,
-                               None if retry_in is None else validate.seconds(retry_in, "retry_in"),
-                               retried=_retried)
+                                     None if retry_in is None else validate.seconds(retry_in, "retry_in"),
+                                     retried=_retried)
         if dead is None:
             raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
         return dead

@@ -88,15 +88,16 @@ def test_enqueue_in_the_callers_async_transaction_commits_or_rolls_back(dsn: str
         assert q.job(kept) is not None and q.job(dropped) is None
 
 
-def test_conn_must_be_an_async_psycopg_connection(dsn: str) -> None:
+def test_conn_must_be_an_async_connection_and_others_are_refused_naming_conn(dsn: str) -> None:
     async def scenario() -> None:
         async with pgqueue.AsyncQueue(dsn) as q:
             with psycopg.connect(dsn) as sync_conn:
-                with pytest.raises(TypeError, match=r"conn must be a psycopg.AsyncConnection; "
-                                                    r"got psycopg.Connection: a sync connection "
-                                                    r"needs Queue"):
+                with pytest.raises(TypeError, match=r"conn must be a psycopg\.AsyncConnection, "
+                                                    r"or a SQLAlchemy AsyncConnection or "
+                                                    r"AsyncSession .*; got psycopg\.Connection: "
+                                                    r"a sync connection needs Queue"):
                     await q.enqueue(b"x", conn=sync_conn)
-            with pytest.raises(TypeError, match=r"conn must be a psycopg\.AsyncConnection"):
+            with pytest.raises(TypeError, match=r"conn must be .*got builtins\.str$"):
                 await q.enqueue_many([pgqueue.NewJob(b"x")], conn="dbname=x")
 
     run(scenario())
@@ -143,3 +144,114 @@ def test_several_dsns_use_the_reachable_leader(dsn: str) -> None:
     assert used == dsn
     with pgqueue.Queue(dsn) as q:
         assert q.job(job_id) is not None
+
+
+def test_the_operator_reading_and_schedule_calls_as_coroutines(dsn: str) -> None:
+    async def scenario() -> int:
+        async with pgqueue.AsyncQueue(dsn, stream="ops") as q:
+            await q.configure_stream(retry_base=0.01, retry_cap=0.02, max_payload_bytes=4096)
+            with pytest.raises(ValueError, match="payload"):
+                await q.enqueue(b"x" * 5000)
+            doomed = await q.enqueue(b"doomed", max_attempts=1)
+            [held] = await q.lease(1)
+            assert await q.nack(held, error="fatal") is True
+            assert [d.job_id for d in await q.dead_letters()] == [doomed]
+            await q.requeue_dead_letter(doomed)
+            info = await q.job(doomed)
+            assert info is not None and info.state == "pending"
+            [again] = await q.lease(1)
+            await q.return_lease(again)
+            with pytest.raises(pgqueue.InvalidState, match="release applies only"):
+                await q.release(doomed)  # as Queue: not quarantined or undecodable
+            assert [j.job_id for j in await q.jobs()] == [doomed]
+            assert "ops" in {s.stream for s in await q.stats()}
+            await q.cancel(doomed)
+            assert await q.job(doomed) is None
+            ops = [o.op for o in await q.op_log(job_id=doomed, limit=100)]
+            assert ops[0] == "Cancel" and "Nack" in ops and "RequeueDeadLetter" in ops
+            assert len(await q.op_log_preview(job_id=doomed, limit=1)) == 1
+            await q.configure_kind("k", quarantine_after=2)
+            made = await q.upsert_schedule("hourly", "0 * * * *", b"tick", kind="k")
+            assert (made.name, made.cron, made.paused) == ("hourly", "0 * * * *", False)
+            assert (await q.pause_schedule("hourly")).paused is True
+            assert (await q.resume_schedule("hourly")).paused is False
+            assert [x.name for x in await q.schedules()] == ["hourly"]
+            assert await q.schedule_streams("hourly") == ["ops"]
+            assert isinstance(await q.tick_schedules(), pgqueue.TickResult)
+            await q.remove_schedule("hourly")
+            assert await q.schedule("hourly") is None
+            assert await q.workers() == []
+            return doomed
+
+    doomed = run(scenario())
+    with pgqueue.Queue(dsn, stream="ops") as q:  # the same ops, read by the sync Queue
+        assert q.op_log(job_id=doomed, limit=1)[0].op == "Cancel"
+
+
+def test_a_write_refused_by_a_demoted_leader_moves_to_the_new_one(dsn: str,
+                                                                  empty_dsn: str) -> None:
+    """As Queue: a replica's refusal changed nothing, so the call runs again on the leader."""
+    pgqueue.migrate(empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.set_role('replica', 'second', 'elsewhere')")
+
+    async def scenario() -> tuple[str, str, int]:
+        async with pgqueue.AsyncQueue([empty_dsn, dsn]) as q:
+            first = q.dsn  # the replica is passed over
+            await q.enqueue(b"on the first leader")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("SELECT pgqueue.set_role('replica', 'first', 'elsewhere')")
+            with psycopg.connect(empty_dsn, autocommit=True) as conn:
+                conn.execute("SELECT pgqueue.set_role('leader')")
+            job_id = await q.enqueue(b"after the failover")
+            return first, q.dsn, job_id
+
+    first, now, job_id = run(scenario())
+    assert (first, now) == (dsn, empty_dsn)
+    with psycopg.connect(empty_dsn) as conn:
+        row = conn.execute("SELECT payload FROM pgqueue.job WHERE id = %s", [job_id]).fetchone()
+    assert row is not None and bytes(row[0]) == b"after the failover"
+
+
+def test_a_sqlalchemy_async_session_or_connection_commits_or_rolls_back_the_job(
+        dsn: str) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+    from sqlalchemy.orm import Session
+
+    from tests.integration.test_callers import engine_for
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+    url = engine_for(dsn).url
+
+    async def scenario() -> list[int]:
+        engine = create_async_engine(url)
+        ids = []
+        try:
+            async with pgqueue.AsyncQueue(dsn) as q:
+                async with AsyncSession(engine) as session:
+                    await session.execute(text("INSERT INTO orders VALUES (1)"))
+                    ids.append(await q.enqueue(b"order 1", conn=session))
+                    await session.commit()
+                async with AsyncSession(engine) as session:
+                    ids.append(await q.enqueue(b"never", conn=session))
+                    await session.execute(text("INSERT INTO orders VALUES (2)"))
+                    await session.rollback()
+                async with engine.connect() as aconn:  # the enqueue first: begun for it
+                    ids.append(await q.enqueue(b"order 3", conn=aconn))
+                    await aconn.execute(text("INSERT INTO orders VALUES (3)"))
+                    await aconn.commit()
+                with pytest.raises(TypeError, match=r"conn must be .*AsyncSession.*a sync one "
+                                                    r"needs Queue"):
+                    await q.enqueue(b"x", conn=Session())
+        finally:
+            await engine.dispose()
+        return ids
+
+    ids = run(scenario())
+    with psycopg.connect(dsn) as conn:
+        orders = [r[0] for r in conn.execute("SELECT id FROM orders ORDER BY id")]
+    with pgqueue.Queue(dsn) as q:
+        kept = [i for i in ids if q.job(i) is not None]
+    assert orders == [1, 3] and kept == [ids[0], ids[2]]

@@ -11,6 +11,7 @@ independent row-by-row comparison of the state tables here.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 import time
 from collections import Counter
@@ -52,10 +53,19 @@ EXPECTED_OPS = {"Enqueue", "Lease", "Renew", "Ack", "Nack", "Reclaim", "RequeueD
 def assert_identical(leader: str, replica_dsn: str, *, timeout: float = 120.0) -> None:
     """replica.verify says identical, and so does a row-by-row comparison of every table."""
     result = replica.verify(leader, replica_dsn, timeout=timeout)
-    assert result.identical, "\n".join(result.differences[:20])
+    assert result.identical, "\n".join(result.differences[:20] + state_differences(
+        leader, replica_dsn) + job_ops_of(leader, result.differences))
     assert result.differences == []
     assert state_differences(leader, replica_dsn) == []
     assert ops_of(leader) == ops_of(replica_dsn)
+
+
+def job_ops_of(leader: str, differences: list[str]) -> list[str]:
+    """The leader's ops of the jobs a verify found different (to read a failure by)."""
+    ids = [int(m) for d in differences for m in re.findall(r"^job id (\d+)", d)][:3]
+    return [f"op {r[0]} {r[1]} lease {r[2]} xid {r[3]}: {r[4]}" for r in rows(
+        leader, "SELECT seq, op, lease_id, xid::text, body::text FROM pgqueue.op_log "
+                "WHERE job_id = ANY(%s) ORDER BY seq", [ids])] if ids else []
 
 
 def ops_of(dsn: str) -> list[tuple[Any, ...]]:

@@ -1,0 +1,142 @@
+"""Observe the queue: one job, lists of jobs, counts by stream and state (read-only).
+
+The `*_preview` readers return jobs and ops whose payloads the database has already cut to
+their first bytes, with the whole length beside them: what a person reads (the CLI), so a
+200 MiB job is shown in milliseconds rather than sent whole.
+
+(Named observe, not inspect, so it never shadows the standard library's module.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pgqueue import validate
+from pgqueue.aio import run
+from pgqueue.models import JOB_STATES, JobInfo, Op, StreamStats
+
+#: How much of a payload a preview holds by default (bytes).
+PREVIEW_BYTES = 1000
+#: The largest preview asked for (more is the whole payload: read it with Queue.job).
+MAX_PREVIEW_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class JobPreview:
+    """A job snapshot whose payload is at most its first bytes (`job.payload`), and the
+    payload's whole size."""
+
+    job: JobInfo
+    payload_size: int
+
+    @property
+    def payload_truncated(self) -> bool:
+        """True when `job.payload` is only the start of the payload."""
+        return self.payload_size > len(self.job.payload)
+
+
+@dataclass(frozen=True)
+class OpPreview:
+    """An op whose body's payload (if it has one) is at most its first bytes, base64 as in
+    the full body; `payload_size` is the whole payload's size (None: the op has none)."""
+
+    op: Op
+    payload_size: int | None
+    payload_truncated: bool
+
+
+async def job(conn: run.AsyncConn, job_id: int) -> JobInfo | None:
+    """A job in any set, or None when it is gone (acked) or never existed."""
+    validate.integer(job_id, "job_id")
+    if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
+        return None  # no job id can be outside bigint: it never existed
+    row = await run.fetch_one(conn, "job_by_id", {"job_id": job_id})
+    return None if row is None else JobInfo.from_row(row)
+
+
+async def jobs(conn: run.AsyncConn, *, stream: str | None = None, state: str | None = None,
+               limit: int = 100) -> list[JobInfo]:
+    """Jobs, newest first, optionally of one stream and state."""
+    if stream is not None:
+        validate.stream(stream)
+    if state is not None and state not in JOB_STATES:
+        raise ValueError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
+    validate.integer(limit, "limit", low=1, high=1_000_000)
+    rows = await run.fetch(conn, "jobs_list", {"stream": stream, "state": state, "limit": limit})
+    return [JobInfo.from_row(r) for r in rows]
+
+
+async def stats(conn: run.AsyncConn) -> list[StreamStats]:
+    """Job counts by stream and state."""
+    return [
+        StreamStats(stream=r["stream"], state=r["state"], count=r["count"],
+                    oldest_age_seconds=r["oldest_age_seconds"])
+        for r in await run.fetch(conn, "stats")
+    ]
+
+
+def _preview(preview_bytes: int) -> int:
+    return validate.integer(preview_bytes, "preview_bytes", low=0, high=MAX_PREVIEW_BYTES)
+
+
+def _job_preview(row: dict[str, Any]) -> JobPreview:
+    return JobPreview(JobInfo.from_row(row), int(row["payload_size"]))
+
+
+async def job_preview(conn: run.AsyncConn, job_id: int,
+                      preview_bytes: int = PREVIEW_BYTES) -> JobPreview | None:
+    """A job in any set with its payload cut to the first `preview_bytes` bytes in the
+    database (only those are read and sent), or None like `job`.
+
+    :param preview_bytes: how much of the payload to return (0 to 1 GiB).
+    """
+    validate.integer(job_id, "job_id")
+    preview = _preview(preview_bytes)
+    if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
+        return None
+    row = await run.fetch_one(conn, "job_preview_by_id", {"job_id": job_id, "preview": preview})
+    return None if row is None else _job_preview(row)
+
+
+async def jobs_preview(conn: run.AsyncConn, *, stream: str | None = None, state: str | None = None,
+                       limit: int = 100, preview_bytes: int = PREVIEW_BYTES) -> list[JobPreview]:
+    """`jobs` (newest first), each payload cut to its first `preview_bytes` bytes."""
+    if stream is not None:
+        validate.stream(stream)
+    if state is not None and state not in JOB_STATES:
+        raise ValueError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
+    validate.integer(limit, "limit", low=1, high=1_000_000)
+    rows = await run.fetch(conn, "jobs_preview_list", {
+        "stream": stream, "state": state, "limit": limit, "preview": _preview(preview_bytes)})
+    return [_job_preview(r) for r in rows]
+
+
+async def dead_letters_preview(conn: run.AsyncConn, stream: str, limit: int = 100,
+                               preview_bytes: int = PREVIEW_BYTES) -> list[JobPreview]:
+    """A stream's dead letters, most recently died first, each payload cut to its first
+    `preview_bytes` bytes."""
+    validate.stream(stream)
+    validate.integer(limit, "limit", low=1, high=1_000_000)
+    rows = await run.fetch(conn, "dead_letters_preview", {
+        "stream": stream, "limit": limit, "preview": _preview(preview_bytes)})
+    return [_job_preview(r) for r in rows]
+
+
+async def op_log_preview(conn: run.AsyncConn, *, limit: int = 20, stream: str | None = None,
+                         job_id: int | None = None,
+                         preview_bytes: int = PREVIEW_BYTES) -> list[OpPreview]:
+    """The newest ops (newest first) like `oplog.tail`, any payload in a body cut to its
+    first `preview_bytes` bytes in the database."""
+    validate.integer(limit, "limit", low=1, high=1_000_000)
+    if stream is not None:
+        validate.stream(stream)
+    if job_id is not None:
+        validate.integer(job_id, "job_id", low=-validate.MAX_BIGINT, high=validate.MAX_BIGINT)
+    preview = _preview(preview_bytes)
+    rows = await run.fetch(conn, "oplog_tail_preview", {
+        "limit": limit, "stream": stream, "job_id": job_id, "preview": preview})
+    found = []
+    for r in rows:
+        size = r.pop("payload_size")
+        found.append(OpPreview(Op(**r), size, size is not None and size > preview))
+    return found

@@ -1,0 +1,251 @@
+"""The Queue's calls beyond producing and consuming: dead letters, reading jobs and the op log,
+operator verbs, stream and kind settings, schedules, and previews for people (the CLI).
+
+A mixin of AsyncQueue (aio/queue.py), which provides the stream, the pooled connections and
+failover; Queue's (queue_operate.py) is generated from this source.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from pgqueue import validate
+from pgqueue.aio import deadletter, observe, operate, oplog, run, schedule
+from pgqueue.aio.failover import follow_leader
+from pgqueue.aio.run import AsyncConn
+from pgqueue.cron import Schedule, TickResult
+from pgqueue.errors import LeaseLost
+from pgqueue.models import JobInfo, Lease, Op, StreamStats
+
+
+class AsyncQueueOperations:
+    """The queue's operator-side calls; the queue supplies `stream`, `connection()` and
+    failover."""
+
+    stream: str
+
+    def connection(self) -> AbstractAsyncContextManager[AsyncConn]:
+        raise NotImplementedError  # the queue class has it
+
+    async def _move_to_leader(self) -> bool:
+        raise NotImplementedError  # the queue class has it
+
+    # -- dead letters and inspection ---------------------------------------------------------
+
+    @follow_leader(idempotent=True)
+    async def dead_letters(self, limit: int = 100) -> list[JobInfo]:
+        """This stream's dead letters, newest first."""
+        async with self.connection() as conn:
+            return await deadletter.dead_letters(conn, self.stream, limit)
+
+    @follow_leader(idempotent=False)
+    async def requeue_dead_letter(self, job_id: int) -> None:
+        """Return a dead letter to pending with attempts reset."""
+        async with self.connection() as conn:
+            await deadletter.requeue(conn, job_id)
+
+    @follow_leader(idempotent=True)
+    async def job(self, job_id: int) -> JobInfo | None:
+        """A job of any stream in any set; None when acked or unknown."""
+        async with self.connection() as conn:
+            return await observe.job(conn, job_id)
+
+    @follow_leader(idempotent=True)
+    async def jobs(self, *, state: str | None = None, all_streams: bool = False,
+                   limit: int = 100) -> list[JobInfo]:
+        """Jobs of this stream (or every stream), newest first, optionally in one state."""
+        async with self.connection() as conn:
+            return await observe.jobs(conn, stream=None if all_streams else self.stream, state=state,
+                                      limit=limit)
+
+    @follow_leader(idempotent=True)
+    async def stats(self) -> list[StreamStats]:
+        """Job counts by stream and state, across the database."""
+        async with self.connection() as conn:
+            return await observe.stats(conn)
+
+    @follow_leader(idempotent=True)
+    async def configure_stream(self, *, retry_base: float | None = None, retry_cap: float | None = None,
+                               quarantine_after: int | None = None,
+                               max_payload_bytes: int | None = None) -> None:
+        """Set this stream's retry backoff (seconds), crash quarantine threshold and payload
+        limit (bytes, up to 64 MiB; 16 MiB unless set). None leaves a setting as it is."""
+        async with self.connection() as conn:
+            await operate.configure_stream(conn, self.stream, retry_base=retry_base,
+                                           retry_cap=retry_cap, quarantine_after=quarantine_after,
+                                           max_payload_bytes=max_payload_bytes)
+
+    @follow_leader(idempotent=True)
+    async def op_log(self, *, limit: int = 20, job_id: int | None = None,
+                     all_streams: bool = False) -> list[Op]:
+        """The newest ops of this stream (or every stream), newest first."""
+        async with self.connection() as conn:
+            return await oplog.tail(conn, limit=limit, job_id=job_id,
+                                    stream=None if all_streams else self.stream)
+
+    # -- worker-side and operator transitions -------------------------------------------------
+
+    @follow_leader(idempotent=False)
+    async def return_lease(self, lease_: Lease) -> None:
+        """Give a lease back without costing an attempt (checkpoint kept): leased -> pending.
+        Raises LeaseLost when the lease is no longer current."""
+        async with self.connection() as conn:
+            rows = await run.fetch(conn, "return_leases", {
+                "job_ids": [lease_.job_id], "lease_ids": [lease_.lease_id]})
+        if not rows:
+            raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
+
+    @follow_leader(idempotent=False)
+    async def release(self, job_id: int, *, reset_crashes: bool = False) -> None:
+        """Let a quarantined or undecodable job run again."""
+        async with self.connection() as conn:
+            await operate.release(conn, job_id, reset_crashes=reset_crashes)
+
+    @follow_leader(idempotent=False)
+    async def rewind(self, job_id: int, to_step: str) -> None:
+        """Make a step job's next run start at `to_step`."""
+        async with self.connection() as conn:
+            await operate.rewind(conn, job_id, to_step)
+
+    @follow_leader(idempotent=False)
+    async def restart(self, job_id: int) -> None:
+        """Drop a job's checkpoint: it runs from step one."""
+        async with self.connection() as conn:
+            await operate.restart(conn, job_id)
+
+    @follow_leader(idempotent=False)
+    async def skip_step(self, job_id: int) -> str:
+        """Count a job's step in progress as done without running it; returns its name."""
+        async with self.connection() as conn:
+            return await operate.skip_step(conn, job_id)
+
+    @follow_leader(idempotent=False)
+    async def accept_step_set(self, job_id: int) -> None:
+        """Accept the new step list of a job parked as step_set_changed."""
+        async with self.connection() as conn:
+            await operate.accept_step_set(conn, job_id)
+
+    @follow_leader(idempotent=False)
+    async def cancel(self, job_id: int) -> None:
+        """Remove a job that is not leased (live or dead) for good."""
+        async with self.connection() as conn:
+            await operate.cancel(conn, job_id)
+
+    @follow_leader(idempotent=True)
+    async def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
+        """The recorded step list behind a step-set hash."""
+        async with self.connection() as conn:
+            row = await run.fetch_one(conn, "step_set_by_hash", {"hash": step_set_hash})
+        return None if row is None else list(row["steps"])
+
+    @follow_leader(idempotent=True)
+    async def workers(self) -> list[dict[str, Any]]:
+        """Registered worker processes and how many leases each holds."""
+        async with self.connection() as conn:
+            return await run.fetch(conn, "list_workers")
+
+    @follow_leader(idempotent=True)
+    async def configure_kind(self, kind: str, *, quarantine_after: int | None) -> None:
+        """Set (None: remove) a kind's crash quarantine threshold in this stream."""
+        validate.kind(kind)
+        if quarantine_after is not None:
+            validate.integer(quarantine_after, "quarantine_after", low=1)
+        async with self.connection() as conn:
+            await run.fetch(conn, "configure_kind", {
+                "stream": self.stream, "kind": kind, "quarantine_after": quarantine_after})
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    @follow_leader(idempotent=True)
+    async def upsert_schedule(self, name: str, cron: str, payload: Any = b"", *, kind: str | None = None,
+                              timezone: str = "UTC", priority: int = 0, max_attempts: int = 25,
+                              catch_up: str = "one", misfire_grace: float = 60.0,
+                              paused: bool = False) -> Schedule:
+        """Create or change a cron schedule of this stream (names are unique per stream).
+        catch_up after downtime: "none" skips missed ticks, "one" fires one job for them
+        (the latest), "all" fires each, oldest first, up to 100 per pass."""
+        async with self.connection() as conn:
+            return await schedule.upsert(conn, self.stream, name, cron, payload, kind=kind,
+                                         timezone=timezone, priority=priority,
+                                         max_attempts=max_attempts, catch_up=catch_up,
+                                         misfire_grace=misfire_grace, paused=paused)
+
+    @follow_leader(idempotent=True)
+    async def schedules(self) -> list[Schedule]:
+        """This stream's schedules, by name."""
+        async with self.connection() as conn:
+            return await schedule.list_(conn, self.stream)
+
+    @follow_leader(idempotent=True)
+    async def schedule(self, name: str) -> Schedule | None:
+        """One schedule of this stream, or None."""
+        async with self.connection() as conn:
+            return await schedule.get(conn, self.stream, name)
+
+    @follow_leader(idempotent=False)
+    async def pause_schedule(self, name: str) -> Schedule:
+        """Stop firing a schedule (JobNotFound when there is none)."""
+        async with self.connection() as conn:
+            return await schedule.set_paused(conn, self.stream, name, True)
+
+    @follow_leader(idempotent=False)
+    async def resume_schedule(self, name: str) -> Schedule:
+        """Fire again from the next tick after now (ticks while paused do not fire)."""
+        async with self.connection() as conn:
+            return await schedule.set_paused(conn, self.stream, name, False)
+
+    @follow_leader(idempotent=False)
+    async def remove_schedule(self, name: str) -> None:
+        """Delete a schedule (JobNotFound when there is none)."""
+        async with self.connection() as conn:
+            await schedule.remove(conn, self.stream, name)
+
+    @follow_leader(idempotent=True)
+    async def tick_schedules(self, *, now: dt.datetime | None = None) -> TickResult:
+        """Run one tick pass over every stream's due schedules (maintenance does this)."""
+        async with self.connection() as conn:
+            return await schedule.tick(conn, now=now)
+
+    # -- previews: what a person reads (the CLI) ---------------------------------------------
+
+    @follow_leader(idempotent=True)
+    async def job_preview(self, job_id: int, *,
+                          preview_bytes: int = observe.PREVIEW_BYTES) -> observe.JobPreview | None:
+        """A job of any stream in any set with its payload cut to the first `preview_bytes`
+        bytes by the database (its whole size beside it); None when acked or unknown."""
+        async with self.connection() as conn:
+            return await observe.job_preview(conn, job_id, preview_bytes)
+
+    @follow_leader(idempotent=True)
+    async def jobs_preview(self, *, state: str | None = None, all_streams: bool = False,
+                           limit: int = 100,
+                           preview_bytes: int = observe.PREVIEW_BYTES) -> list[observe.JobPreview]:
+        """`jobs`, each payload cut to its first `preview_bytes` bytes by the database."""
+        async with self.connection() as conn:
+            return await observe.jobs_preview(conn, stream=None if all_streams else self.stream,
+                                              state=state, limit=limit, preview_bytes=preview_bytes)
+
+    @follow_leader(idempotent=True)
+    async def dead_letters_preview(self, limit: int = 100, *,
+                                   preview_bytes: int = observe.PREVIEW_BYTES
+                                   ) -> list[observe.JobPreview]:
+        """`dead_letters`, each payload cut to its first `preview_bytes` bytes."""
+        async with self.connection() as conn:
+            return await observe.dead_letters_preview(conn, self.stream, limit, preview_bytes)
+
+    @follow_leader(idempotent=True)
+    async def op_log_preview(self, *, limit: int = 20, job_id: int | None = None,
+                             all_streams: bool = False,
+                             preview_bytes: int = observe.PREVIEW_BYTES) -> list[observe.OpPreview]:
+        """`op_log` (newest first), any payload in a body cut to its first `preview_bytes`."""
+        async with self.connection() as conn:
+            return await observe.op_log_preview(conn, limit=limit, job_id=job_id,
+                                                stream=None if all_streams else self.stream,
+                                                preview_bytes=preview_bytes)
+
+    @follow_leader(idempotent=True)
+    async def schedule_streams(self, name: str) -> list[str]:
+        """Every stream (not only this one) holding a schedule called `name`, sorted."""
+        async with self.connection() as conn:
+            return await schedule.streams_named(conn, name)
