@@ -1,0 +1,48 @@
+"""FastAPI on pgqueue: an endpoint writes an order and enqueues its invoice job in one
+transaction, with AsyncQueue (the job exists only if the order does).
+
+    PGQUEUE_DSN="dbname=shop" uvicorn examples.fastapi_app:app
+
+tests/integration/test_examples.py runs it (a placed order has its job; a duplicate order is
+refused with 409 and leaves no job).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, HTTPException
+from psycopg_pool import AsyncConnectionPool
+
+import pgqueue
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    dsn = os.environ["PGQUEUE_DSN"]
+    async with pgqueue.AsyncQueue(dsn, stream="orders") as queue, \
+            AsyncConnectionPool(dsn, open=False) as pool:
+        async with pool.connection() as conn:
+            await conn.execute("CREATE TABLE IF NOT EXISTS orders (number int PRIMARY KEY)")
+        app.state.queue, app.state.pool = queue, pool
+        yield
+
+
+app = FastAPI(lifespan=lifespan)
+
+
+@app.post("/orders/{number}")
+async def place_order(number: int) -> dict[str, Any]:
+    """The order and its invoice job commit together (the pool's connection block commits at
+    its end, or rolls back when it raises)."""
+    queue: pgqueue.AsyncQueue = app.state.queue
+    try:
+        async with app.state.pool.connection() as conn:
+            await conn.execute("INSERT INTO orders (number) VALUES (%s)", [number])
+            job_id = await queue.enqueue({"order": number}, kind="invoice", conn=conn)
+    except psycopg.errors.UniqueViolation:
+        raise HTTPException(status_code=409, detail=f"order {number} exists") from None
+    return {"order": number, "job_id": job_id}

@@ -1,0 +1,27 @@
+"""The examples that run against a database: examples/fastapi_app.py through FastAPI's test
+client (its lifespan, its endpoint, a real Postgres)."""
+from __future__ import annotations
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+import pgqueue
+
+
+def test_the_fastapi_example_enqueues_in_the_orders_transaction(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGQUEUE_DSN", dsn)
+    from examples.fastapi_app import app
+
+    with TestClient(app) as client:
+        placed = client.post("/orders/7")
+        assert placed.status_code == 200, placed.text
+        job_id = placed.json()["job_id"]
+        again = client.post("/orders/7")
+        assert again.status_code == 409 and "order 7 exists" in again.text
+    with psycopg.connect(dsn) as conn:
+        assert [r[0] for r in conn.execute("SELECT number FROM orders")] == [7]
+    with pgqueue.Queue(dsn, stream="orders") as q:
+        jobs = q.jobs()
+    assert [(j.job_id, j.kind) for j in jobs] == [(job_id, "invoice")]  # none for the duplicate
