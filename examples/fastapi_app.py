@@ -1,7 +1,7 @@
 """FastAPI on pgqueue: an endpoint writes an order and enqueues its invoice job in one
 transaction, with AsyncQueue (the job exists only if the order does).
 
-    PGQUEUE_DSN="dbname=shop" uvicorn examples.fastapi_app:app
+    PGQUEUE_DSN="dbname=shop" <any ASGI server> examples.fastapi_app:app
 
 tests/integration/test_examples.py runs it (a placed order has its job; a duplicate order is
 refused with 409 and leaves no job).
