@@ -57,7 +57,8 @@ def bench_renewals(dsn: str, leases: int, rounds: int) -> dict[str, float]:
 
 def _drain(dsn: str, app: pgqueue.App, stream: str, jobs: int, concurrency: int) -> float:
     worker = pgqueue.Worker(app, dsn, streams=[stream], concurrency=concurrency,
-                            visibility_timeout=30, poll_interval=0.05, maintenance=False)
+                            visibility_timeout=30, poll_interval=0.05, maintenance=False,
+                            prefetch=0)  # the figure the README quotes: no prefetch
     with pgqueue.Queue(dsn, stream=stream) as q:
         thread = threading.Thread(target=worker.run, daemon=True)
         t0 = time.perf_counter()
