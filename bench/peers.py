@@ -18,6 +18,9 @@ close together in time (the order of systems rotates between runs):
   jobs, one every 10 ms, after 10 warm-up jobs; the producer takes time.time() just before the
   enqueue call and passes it in the payload, the handler takes time.time() when it starts;
 - enqueue one job at a time (one call, one transaction each), --single-jobs jobs;
+- async producers: 50 asyncio tasks share --single-jobs jobs, one enqueue call each (pgqueue's
+  AsyncQueue and pgqueuer's Queries, each on a pool of 8 connections; "not measured" for a
+  peer whose adapter has no async producer);
 - batched enqueue of --jobs no-op jobs, --batch per call (pgqueue Queue.enqueue_many,
   pgqueuer Queries.enqueue with lists, procrastinate Task.batch_defer_async, chancy
   Chancy.push_many), then processing of those jobs by one worker process at the system's best
@@ -70,6 +73,7 @@ PEERS = SYSTEMS[1:]
 #: (key in the runner's output, label, unit, higher is better)
 METRICS: list[tuple[str, str, str, bool]] = [
     ("single_enqueue_per_s", "enqueue, one at a time", "jobs/s", True),
+    ("async_producers_per_s", "enqueue from 50 async tasks", "jobs/s", True),
     ("batch_enqueue_per_s", "enqueue, batched", "jobs/s", True),
     ("process_per_s", "processing, one worker", "jobs/s", True),
     ("latency_p50_ms", "enqueue→start latency p50", "ms", False),
@@ -97,6 +101,8 @@ class SystemState:
     unavailable: str | None = None
     values: dict[str, list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: metrics its adapter does not measure (no such API)
+    unmeasured: set[str] = field(default_factory=set)
 
 
 # -- the peers' virtual environment ----------------------------------------------------------
@@ -344,6 +350,18 @@ def one_run(states: list[SystemState], server_dsn: str, args: argparse.Namespace
             record(state, single, ["single_enqueue_per_s"])
             console.print(f"  run {run} {state.name:<13} one-at-a-time enqueue "
                           f"{single['single_enqueue_per_s']:>9,.0f} jobs/s")
+            try:
+                many = run_phase(state, "producers", dsns[state.name], 300.0, setup=False,
+                                 jobs=args.single_jobs, tasks=50, server_dsn=server_dsn)
+            except PhaseError as exc:
+                failed(state, run, exc, console)
+                continue
+            if many["async_producers_per_s"] is None:
+                state.unmeasured.add("async_producers_per_s")
+            else:
+                record(state, many, ["async_producers_per_s"])
+                console.print(f"  run {run} {state.name:<13} enqueue from 50 async tasks "
+                              f"{many['async_producers_per_s']:>9,.0f} jobs/s")
     finally:
         for state in states:
             drop_database(server_dsn, names[state.name][1])
@@ -418,7 +436,9 @@ def results_table(states: list[SystemState], runs: int) -> Table:
             values = state.values.get(key, [])
             metric = f"{label} ({unit})" if i == 0 else ""
             if not values:
-                table.add_row(metric, state.name, "—", "not run" if state.unavailable else "failed",
+                why = ("not run" if state.unavailable else
+                       "not measured" if key in state.unmeasured else "failed")
+                table.add_row(metric, state.name, "—", why,
                               "0", "—")
                 continue
             median = statistics.median(values)

@@ -57,6 +57,26 @@ def enqueue_batch(dsn: str, n: int, batch: int) -> float:
         return time.perf_counter() - t0
 
 
+def enqueue_concurrent(dsn: str, n: int, tasks: int) -> float:
+    """Seconds for `tasks` asyncio tasks to enqueue n jobs, one AsyncQueue.enqueue call each,
+    on one AsyncQueue with a pool of 8 connections (as pgqueuer's pool below)."""
+    import asyncio
+
+    async def run() -> float:
+        async with pgqueue.AsyncQueue(dsn, stream=STREAM, pool_size=8) as q:
+            share = [n // tasks + (1 if i < n % tasks else 0) for i in range(tasks)]
+
+            async def produce(k: int) -> None:
+                for _ in range(k):
+                    await q.enqueue(PAYLOAD, kind="noop")
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(produce(k) for k in share))
+            return time.perf_counter() - t0
+
+    return asyncio.run(run())
+
+
 def _start(app: pgqueue.App, dsn: str, **options: Any) -> tuple[pgqueue.Worker, threading.Thread]:
     worker = pgqueue.Worker(app, dsn, streams=[STREAM], **options)
     thread = threading.Thread(target=worker.run, name="bench-worker", daemon=True)

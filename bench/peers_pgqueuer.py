@@ -117,6 +117,27 @@ def enqueue_batch(dsn: str, n: int, batch: int) -> float:
     return asyncio.run(run())
 
 
+def enqueue_concurrent(dsn: str, n: int, tasks: int) -> float:
+    """Seconds for `tasks` asyncio tasks to enqueue n jobs, one Queries.enqueue call each, on
+    an asyncpg pool of up to 8 connections (AsyncpgPoolDriver)."""
+    async def run() -> float:
+        queries, pool = await _queries(dsn, driver="pool")
+        try:
+            share = [n // tasks + (1 if i < n % tasks else 0) for i in range(tasks)]
+
+            async def produce(k: int) -> None:
+                for _ in range(k):
+                    await queries.enqueue("noop", PAYLOAD)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(produce(k) for k in share))
+            return time.perf_counter() - t0
+        finally:
+            await pool.close()
+
+    return asyncio.run(run())
+
+
 async def _wait_empty(conn: Any, deadline: float) -> None:
     """Wait until the queue table holds no job (pgqueuer deletes a job when it logs its end)."""
     query = f"SELECT EXISTS (SELECT 1 FROM {_queue_table()})"

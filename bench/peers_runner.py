@@ -15,7 +15,8 @@ Phases:
   --warmup + --jobs jobs one every --interval seconds, each carrying its wall-clock enqueue time
   taken just before the enqueue call; the handler notes its own start time. The producer also
   times each enqueue call itself (its round trip and commit are part of every latency);
-- single: enqueue --jobs jobs one call (and one transaction) at a time (timed).
+- single: enqueue --jobs jobs one call (and one transaction) at a time (timed);
+- producers: --tasks asyncio tasks share --jobs jobs, each enqueuing one per call (timed).
 With --setup the system's schema is installed first.
 """
 from __future__ import annotations
@@ -138,11 +139,21 @@ def phase_single(mod: ModuleType, args: argparse.Namespace) -> dict[str, Any]:
     return {"single_enqueue_per_s": args.jobs / seconds}
 
 
+def phase_producers(mod: ModuleType, args: argparse.Namespace) -> dict[str, Any]:
+    """--tasks asyncio tasks each enqueue one job per call, --jobs in all (a system without an
+    async producer API says so)."""
+    if not hasattr(mod, "enqueue_concurrent"):
+        return {"async_producers_per_s": None}
+    seconds = float(mod.enqueue_concurrent(args.dsn, args.jobs, args.tasks))
+    return {"async_producers_per_s": args.jobs / seconds}
+
+
 PHASES = {
     "process": phase_process,
     "latency": phase_latency,
     "latency-worker": phase_latency_worker,
     "single": phase_single,
+    "producers": phase_producers,
 }
 
 
@@ -158,6 +169,7 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=120.0)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--interval", type=float, default=0.010)
+    parser.add_argument("--tasks", type=int, default=50, help="producers: concurrent tasks")
     args = parser.parse_args()
     mod = adapter(args.system)
     if args.phase == "settings":
