@@ -13,6 +13,9 @@ from typing import Any
 
 import psycopg
 
+from pgqueue import sqlalchemy_conn
+from pgqueue.aio import sqlalchemy_conn as aio_sqlalchemy_conn
+
 ACCEPTED = ("a psycopg.Connection, a SQLAlchemy Connection or Session on the psycopg dialect, "
             "or Django's connection inside transaction.atomic()")
 
@@ -30,7 +33,7 @@ def psycopg_connection(conn: object) -> psycopg.Connection[Any]:
         raise refuse(conn, "an async connection needs an async API; Queue is synchronous")
     module = type(conn).__module__
     if module.startswith("sqlalchemy."):
-        return _from_sqlalchemy(conn)
+        return sqlalchemy_conn.from_sqlalchemy(conn, refuse)
     if module.startswith("django."):
         return _from_django(conn)
     raise refuse(conn)
@@ -52,53 +55,8 @@ async def async_psycopg_connection(conn: object) -> psycopg.AsyncConnection[Any]
     if isinstance(conn, psycopg.Connection):
         raise refuse_async(conn, "a sync connection needs Queue; AsyncQueue is async")
     if type(conn).__module__.startswith("sqlalchemy."):
-        return await _from_sqlalchemy_async(conn)
+        return await aio_sqlalchemy_conn.from_sqlalchemy(conn, refuse_async)
     raise refuse_async(conn)
-
-
-async def _from_sqlalchemy_async(conn: object) -> psycopg.AsyncConnection[Any]:
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-    if isinstance(conn, AsyncSession):
-        conn = await conn.connection()  # begins the session's transaction if none is open
-    if not isinstance(conn, AsyncConnection):
-        raise refuse_async(conn, "of SQLAlchemy, AsyncQueue takes an AsyncConnection or an "
-                                 "AsyncSession (a sync one needs Queue)")
-    driver = conn.dialect.driver
-    if driver != "psycopg_async" and driver != "psycopg":
-        raise refuse_async(conn, f"its dialect's driver is {driver}, not psycopg (use a "
-                                 f"postgresql+psycopg:// URL)")
-    if not conn.in_transaction():
-        await conn.begin()  # as for a sync Connection: else commit() would commit nothing
-    raw = await conn.get_raw_connection()
-    driver_conn = raw.driver_connection
-    if not isinstance(driver_conn, psycopg.AsyncConnection):
-        raise refuse_async(conn, "its driver connection is not a psycopg.AsyncConnection")
-    return driver_conn
-
-
-def _from_sqlalchemy(conn: object) -> psycopg.Connection[Any]:
-    from sqlalchemy.engine import Connection
-    from sqlalchemy.orm import Session
-
-    if isinstance(conn, Session):
-        # begins the session's transaction if none is open: the job commits with it
-        conn = conn.connection()
-    if not isinstance(conn, Connection):
-        raise refuse(conn, "of SQLAlchemy, only a Connection or a Session is accepted "
-                           "(an async one needs an async API; Queue is synchronous)")
-    driver = conn.dialect.driver
-    if driver != "psycopg":
-        raise refuse(conn, f"its dialect's driver is {driver}, not psycopg (use a "
-                           f"postgresql+psycopg:// URL)")
-    if not conn.in_transaction():
-        # A Connection begins its transaction at its first statement; this one is ours, so
-        # begin it here, or conn.commit() would commit nothing and the job would be lost.
-        conn.begin()
-    driver_conn = conn.connection.driver_connection
-    if not isinstance(driver_conn, psycopg.Connection):
-        raise refuse(conn, "its driver connection is not a psycopg.Connection")
-    return driver_conn
 
 
 def _from_django(conn: object) -> psycopg.Connection[Any]:

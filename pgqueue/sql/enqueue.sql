@@ -70,7 +70,6 @@ DECLARE
     v_limit    bigint;
     v_big      bigint;
     v_size     bigint;
-    v_constraint text;
     v_now      timestamptz := pgqueue.now_ms();
     v_n        int := coalesce(cardinality(p_payloads), 0);
     v_ids      bigint[];
@@ -119,28 +118,14 @@ BEGIN
             v_big - 1, v_size, v_limit, p_stream USING ERRCODE = 'PQ413',
             HINT = 'pgqueue.configure_stream(stream, p_max_payload_bytes => N) sets the limit, up to 67108864 (64 MiB)';
     END IF;
-    IF p_request IS NOT NULL AND p_resent THEN
-        -- A call re-sent after its reply was lost: what its first attempt returned, when that
-        -- committed; else run it as a first attempt. If the first attempt is still running,
-        -- recording the same token waits for it (a unique index) and fails if it commits.
-        v_seen := pgqueue.request_seen(p_request);
-        IF v_seen.seq IS NULL THEN
-            BEGIN
-                RETURN QUERY SELECT pgqueue.enqueue(p_stream, p_payloads, p_kinds, p_priorities,
-                    p_delays_ms, p_not_befores, p_dedup_keys, p_max_attempts, p_schema_versions,
-                    p_request, false);
-                RETURN;
-            EXCEPTION WHEN unique_violation THEN
-                GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
-                IF v_constraint IS DISTINCT FROM 'op_log_request_idx' THEN
-                    RAISE;
-                END IF;
-                v_seen := pgqueue.request_seen(p_request);
-            END;
+    IF p_request IS NOT NULL THEN
+        -- re-sent after a lost reply: what its first attempt returned, when that committed
+        v_seen := pgqueue.request_begin(p_request, p_resent);
+        IF v_seen.seq IS NOT NULL THEN
+            RETURN QUERY SELECT unnest(pgqueue.request_enqueued(v_seen.seq, v_seen.xid,
+                                                                p_stream, p_dedup_keys, v_n));
+            RETURN;
         END IF;
-        RETURN QUERY SELECT unnest(pgqueue.request_enqueued(v_seen.seq, v_seen.xid,
-                                                            p_stream, p_dedup_keys, v_n));
-        RETURN;
     END IF;
     IF coalesce(cardinality(array_remove(p_dedup_keys, NULL)), 0) = 0 THEN
         -- No dedup keys (the common batch): no conflicts to arbitrate, so a plain INSERT in
@@ -281,7 +266,6 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_seen record;
-    v_constraint text;
     v_limit bigint;
     v_now timestamptz := pgqueue.now_ms();
     v_at  timestamptz;
@@ -302,23 +286,12 @@ BEGIN
             octet_length(p_payload), v_limit, p_stream USING ERRCODE = 'PQ413',
             HINT = 'pgqueue.configure_stream(stream, p_max_payload_bytes => N) sets the limit, up to 67108864 (64 MiB)';
     END IF;
-    IF p_request IS NOT NULL AND p_resent THEN  -- see pgqueue.enqueue
-        v_seen := pgqueue.request_seen(p_request);
-        IF v_seen.seq IS NULL THEN
-            BEGIN
-                RETURN pgqueue.enqueue_one(p_stream, p_payload, p_kind, p_priority, p_delay_ms,
-                    p_not_before, p_dedup_key, p_max_attempts, p_schema_version, p_request,
-                    false);
-            EXCEPTION WHEN unique_violation THEN
-                GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
-                IF v_constraint IS DISTINCT FROM 'op_log_request_idx' THEN
-                    RAISE;
-                END IF;
-                v_seen := pgqueue.request_seen(p_request);
-            END;
+    IF p_request IS NOT NULL THEN  -- see pgqueue.enqueue
+        v_seen := pgqueue.request_begin(p_request, p_resent);
+        IF v_seen.seq IS NOT NULL THEN
+            RETURN (pgqueue.request_enqueued(v_seen.seq, v_seen.xid, p_stream,
+                                             ARRAY[p_dedup_key], 1))[1];
         END IF;
-        RETURN (pgqueue.request_enqueued(v_seen.seq, v_seen.xid, p_stream,
-                                         ARRAY[p_dedup_key], 1))[1];
     END IF;
     FOR round IN 1 .. 20 LOOP
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,

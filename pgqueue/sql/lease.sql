@@ -58,7 +58,6 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_seen record;
-    v_constraint text;
     v_now timestamptz := pgqueue.now_ms();
     v_exp timestamptz := v_now + p_visibility_ms * interval '1 millisecond';
     -- The same for every job of the call (job and lease ids are the op row's own columns), so
@@ -73,25 +72,11 @@ BEGIN
         RAISE EXCEPTION 'lease: limit must be >= 1, visibility >= 0 and start >= 0'
             USING ERRCODE = '22023';
     END IF;
-    IF p_request IS NOT NULL AND p_resent THEN
+    IF p_request IS NOT NULL THEN
         -- A lease re-sent after its reply was lost: the leases its first attempt granted that
         -- are still current, not a second set (which would be orphaned until reclaim charged
-        -- each job an attempt and a crash); as for pgqueue.enqueue, a first attempt still
-        -- running is waited for through the token's unique index.
-        v_seen := pgqueue.request_seen(p_request);
-        IF v_seen.seq IS NULL THEN
-            BEGIN
-                RETURN QUERY SELECT * FROM pgqueue.lease(p_stream, p_limit, p_visibility_ms,
-                    p_worker_node, p_worker_instance, p_request, false, p_start);
-                RETURN;
-            EXCEPTION WHEN unique_violation THEN
-                GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
-                IF v_constraint IS DISTINCT FROM 'op_log_request_idx' THEN
-                    RAISE;
-                END IF;
-                v_seen := pgqueue.request_seen(p_request);
-            END;
-        END IF;
+        -- each job an attempt and a crash). A first attempt still running is waited for.
+        v_seen := pgqueue.request_begin(p_request, p_resent);
         IF v_seen.seq IS NOT NULL THEN
             RETURN QUERY
             SELECT j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,

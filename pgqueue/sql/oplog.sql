@@ -42,7 +42,7 @@ CREATE TABLE pgqueue.op_log (
     schema_version int,
     -- The request token of the enqueue or lease call that wrote this op, on the first op of
     -- the call only: a call re-sent after its reply was lost finds it and returns what the
-    -- first attempt did instead of doing it twice (pgqueue.request_seen). It travels to
+    -- first attempt did instead of doing it twice (pgqueue.request_begin). It travels to
     -- replicas with the row, so a retry on a promoted replica finds it too.
     request        uuid
 );
@@ -248,13 +248,21 @@ BEGIN
 END
 $$;
 
--- A request token's first use: the seq and transaction of the op that carries it (NULLs
--- when none committed). Only a re-sent call asks; a first attempt just records its token.
-CREATE OR REPLACE FUNCTION pgqueue.request_seen(p_request uuid, OUT seq bigint, OUT xid xid8)
-LANGUAGE plpgsql STABLE
+-- The start of a call that carries a request token (enqueue, enqueue_one, lease). Every such
+-- call first takes the token's transaction lock, so a call re-sent after its reply was lost
+-- waits here until its first attempt has ended; a re-sent one then gets the seq and
+-- transaction of the op its first attempt committed (NULLs when none did: it runs as a first
+-- attempt). The unique index on op_log.request stays the backstop: a first attempt that
+-- reaches the server only after its re-send committed fails there instead of applying twice.
+CREATE OR REPLACE FUNCTION pgqueue.request_begin(p_request uuid, p_resent boolean,
+                                                 OUT seq bigint, OUT xid xid8)
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    SELECT o.seq, o.xid INTO seq, xid FROM pgqueue.op_log o WHERE o.request = p_request;
+    PERFORM pg_advisory_xact_lock(hashtext('pgqueue.request'), hashtext(p_request::text));
+    IF p_resent THEN
+        SELECT o.seq, o.xid INTO seq, xid FROM pgqueue.op_log o WHERE o.request = p_request;
+    END IF;
 END
 $$;
 

@@ -135,8 +135,8 @@ def test_a_worker_whose_lease_reply_was_lost_runs_those_jobs_without_a_reclaim(
 def test_a_resent_enqueue_waits_for_a_first_attempt_still_running(
         dsn: str, first_commits: bool) -> None:
     """The first attempt's backend can outlive its client; the re-sent call (same token) waits
-    for it through the token's unique index, then returns its id, or enqueues if it rolled
-    back: one job either way."""
+    for it on the token's lock (pgqueue.request_begin), then returns its id, or enqueues if it
+    rolled back: one job either way."""
     import threading
     import uuid
 
@@ -161,4 +161,21 @@ def test_a_resent_enqueue_waits_for_a_first_attempt_still_running(
     assert len(got) == 1
     assert [r[0] for r in job_rows(dsn)] == got
     assert (got[0] == first_id) is first_commits
+    assert op_counts(dsn) == {"Enqueue": 1}
+
+
+def test_a_first_attempt_arriving_after_its_resend_committed_is_refused(dsn: str) -> None:
+    """The other order: the re-send ran first (its first attempt was still on the wire). The
+    late first attempt fails on the token's unique index instead of enqueueing again."""
+    import uuid
+
+    from pgqueue import enqueue
+
+    token = uuid.uuid4()
+    with connection.connect(dsn) as conn:
+        job_id = enqueue.enqueue_one(conn, "default", pgqueue.NewJob("x"), request=token,
+                                     resent=True)
+        with pytest.raises(pgqueue.PgQueueError, match="op_log_request_idx"):
+            enqueue.enqueue_one(conn, "default", pgqueue.NewJob("x"), request=token)
+    assert [r[0] for r in job_rows(dsn)] == [job_id]
     assert op_counts(dsn) == {"Enqueue": 1}
