@@ -3,27 +3,13 @@ real worker process, SIGKILLed so it never deregisters, and the database's clock
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from pgqueue import connection
 from pgqueue.worker import HEARTBEAT_SECONDS
 from tests.acceptance.clihelp import as_json, ok
 from tests.acceptance.test_worker import Workers
 from tests.dbhelp import wait_for
-
-
-@pytest.fixture
-def workers(dsn: str, tmp_path: Path) -> Iterator[Workers]:
-    w = Workers(dsn, tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
-        print(w.logs())  # shown by pytest when the test failed
 
 
 def mine(dsn: str, proc: subprocess.Popen[bytes], *flags: str) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ import psycopg
 
 import pgqueue
 from pgqueue.maintain import FROZEN_RUNNER_SECONDS
-from tests.acceptance.test_worker import Workers, workers  # noqa: F401
+from tests.acceptance.test_worker import Workers
 from tests.dbhelp import op_counts, wait_for
 
 
@@ -24,7 +24,7 @@ def election_holder(dsn: str) -> int | None:
 
 
 def test_a_frozen_maintenance_runner_hands_reclaim_to_another_worker(
-        dsn: str, workers: Workers) -> None:  # noqa: F811
+        dsn: str, workers: Workers) -> None:
     first = workers.start(maintenance_interval=0.5)
     wait_for(lambda: election_holder(dsn), 30, "the first worker to win the election")
     holder = election_holder(dsn)

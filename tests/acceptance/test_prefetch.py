@@ -3,7 +3,7 @@ its handlers costs only the jobs whose handlers started (said by the lease, or b
 since) an attempt and a crash; a job that kills its worker the moment it starts is still
 quarantined at the threshold, even when it was leased ahead.
 
-Uses the App, the worker processes and the ledger of test_worker.py."""
+Uses the App and the worker processes of test_worker.py (fixtures in conftest.py)."""
 from __future__ import annotations
 
 import signal
@@ -12,15 +12,7 @@ from typing import Any
 import psycopg
 
 import pgqueue
-from tests.acceptance.test_worker import (  # noqa: F401 (fixtures)
-    Ledger,
-    Workers,
-    drive,
-    job,
-    ledger,
-    state,
-    workers,
-)
+from tests.acceptance.test_worker import Ledger, Workers, drive, job, state
 from tests.dbhelp import wait_for
 
 
@@ -35,7 +27,7 @@ def row(dsn: str, job_id: int) -> dict[str, Any]:
 
 
 def test_a_worker_killed_holding_prefetched_jobs_charges_only_the_started_ones(
-        dsn: str, q: pgqueue.Queue, workers: Workers, ledger: Ledger) -> None:  # noqa: F811
+        dsn: str, q: pgqueue.Queue, workers: Workers, ledger: Ledger) -> None:
     # One handler thread. The lease hands it `first` at once (said started by the lease);
     # `slow` starts from the prefetch buffer when `first` is done (said by a renewal); the
     # notes behind it never start.
@@ -74,7 +66,7 @@ def test_a_worker_killed_holding_prefetched_jobs_charges_only_the_started_ones(
 
 
 def test_a_job_that_kills_its_worker_at_once_is_quarantined_even_when_leased_ahead(
-        dsn: str, q: pgqueue.Queue, workers: Workers, ledger: Ledger) -> None:  # noqa: F811
+        dsn: str, q: pgqueue.Queue, workers: Workers, ledger: Ledger) -> None:
     # The poison job is leased behind a note (so ahead of its handler), then kills the worker
     # the moment it starts, before any renewal can say it started: that first reclaim charges
     # it nothing, and every lease after counts it as started.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pgqueue
 from pgqueue import connection, schema
-from tests.acceptance.test_worker import Ledger, Workers, ledger, workers  # noqa: F401
+from tests.acceptance.test_worker import Ledger, Workers
 from tests.dbhelp import op_counts, wait_for
 from tests.integration.test_schema import migrations_with_probe
 
@@ -23,7 +23,7 @@ def leased(q: pgqueue.Queue, job_id: int) -> bool:
 
 
 def test_workers_keep_running_while_the_database_upgrades_under_them(
-        dsn: str, tmp_path: Path, workers: Workers, ledger: Ledger) -> None:  # noqa: F811
+        dsn: str, tmp_path: Path, workers: Workers, ledger: Ledger) -> None:
     location = migrations_with_probe(tmp_path, compatible=True)
     for _ in range(2):
         workers.start(concurrency=4, visibility_timeout=2.0, renew_interval=0.3)

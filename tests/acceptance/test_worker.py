@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -150,21 +150,6 @@ class Ledger:
 
     def count(self, job_id: int | None, step: str) -> int:
         return len(self.entries(job_id, step))
-
-
-@pytest.fixture
-def workers(dsn: str, tmp_path: Path) -> Iterator[Workers]:
-    w = Workers(dsn, tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
-        print(w.logs())  # shown by pytest when the test failed
-
-
-@pytest.fixture
-def ledger(dsn: str) -> Ledger:
-    return Ledger(dsn)
 
 
 def ops(q: pgqueue.Queue, job_id: int) -> list[pgqueue.Op]:
