@@ -128,11 +128,12 @@ def listeners(q: pgqueue.Queue) -> int:
 
 
 def advisory_locks(q: pgqueue.Queue) -> int:
-    """Exclusive advisory locks granted in this database: the maintenance election (the role
-    lock every transition takes is shared)."""
+    """Exclusive one-key advisory locks granted in this database: the maintenance election (the
+    role lock every transition takes is shared; a request token's lock, which an enqueue or
+    lease holds for its transaction, has two keys: objsubid 2)."""
     return int(scalar(q, "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
                          "WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock' "
-                         "AND d.datname = current_database()"))
+                         "AND l.objsubid = 1 AND d.datname = current_database()"))
 
 
 # -- handler outcomes --------------------------------------------------------------------------
