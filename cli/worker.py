@@ -77,7 +77,10 @@ def _logging(verbose: bool) -> None:
 @click.option("--stream", "streams", multiple=True, default=("default",), show_default=True,
               help="A stream to work on (repeat for several).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Handler threads (jobs held at once).")
+              help="Handler threads: jobs of plain def handlers running at once.")
+@click.option("--async-concurrency", type=click.IntRange(min=0, max=100_000), default=None,
+              help="Coroutines in flight at once for async def handlers, on the worker's event "
+                   "loop beside the threads [default: 100 when the app has async handlers].")
 @click.option("--visibility-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
               show_default=True, help="Seconds a lease lasts without renewal.")
 @click.option("--renew-interval", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -100,7 +103,7 @@ def _logging(verbose: bool) -> None:
 def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility_timeout: float,
            renew_interval: float | None, poll_interval: float, maintenance_interval: float,
            no_maintenance: bool, grace_period: float, node: int, prefetch: int | None,
-           verbose: bool) -> None:
+           async_concurrency: int | None, verbose: bool) -> None:
     """Run the handlers of an App until SIGTERM or SIGINT, then drain and exit 0."""
     app = load_app(app_spec)
     _logging(verbose)
@@ -111,6 +114,7 @@ def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility
         visibility_timeout=visibility_timeout, renew_interval=renew_interval,
         poll_interval=poll_interval, maintenance_interval=maintenance_interval,
         maintenance=not no_maintenance, grace_period=grace_period, node=node, prefetch=prefetch,
+        async_concurrency=async_concurrency,
     ).run()
 
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from pgqueue.aio.queue import AsyncQueue
+from pgqueue.aio.steps import AsyncStepContext
 from pgqueue.app import App, JobHandler, Step, StepJob
 from pgqueue.errors import (
     ConnectionFailed,
@@ -28,8 +29,9 @@ from pgqueue.errors import (
 from pgqueue.models import JOB_STATES, Checkpoint, JobInfo, JobState, Lease, NewJob, Op, StreamStats
 from pgqueue.oplog import ReplayResult, replay
 from pgqueue.queue import Queue
+from pgqueue.running import JobContext
 from pgqueue.schedule import Schedule, TickResult
-from pgqueue.steps import JobContext, StepContext
+from pgqueue.steps import StepContext
 from pgqueue.worker import Worker
 
 __version__ = "0.1.0"
@@ -46,6 +48,7 @@ __all__ = [
     "JOB_STATES",
     "App",
     "AsyncQueue",
+    "AsyncStepContext",
     "Checkpoint",
     "ConnectionFailed",
     "Contention",

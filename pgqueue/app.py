@@ -19,22 +19,30 @@ from pgqueue.models import NewJob
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
-    from pgqueue.steps import JobContext, StepContext
+    from pgqueue.running import JobContext
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def plain_function(fn: Any, what: str) -> None:
-    """Refuse what a handler thread cannot run: a non-callable, or an `async def` (called on a
-    thread it returns a coroutine nobody awaits, and the job would be acked with its work
-    never done)."""
+def is_async(fn: Any) -> bool:
+    """Whether `fn` is an `async def` (functools.partial and wrappers that keep the marker
+    included): the worker runs it on its event loop instead of a handler thread."""
+    return inspect.iscoroutinefunction(fn)
+
+
+def handler_function(fn: Any, what: str, *, may_be_async: bool = True) -> None:
+    """Refuse what the worker cannot run: a non-callable, an async generator (it neither
+    returns nor can be awaited), and an `async def` where only a plain function is run
+    (`may_be_async=False`: upcasters, which convert a payload in place)."""
     if not callable(fn):
         raise TypeError(f"{what} must be a function, got {type(fn).__name__}")
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-        name = getattr(fn, "__qualname__", repr(fn))
-        raise TypeError(f"{what} {name} is an async def: pgqueue runs handlers on threads, and "
-                        f"a coroutine would never be awaited (its job acked undone); make it "
-                        f"a plain def (it may call asyncio.run for async code)")
+    name = getattr(fn, "__qualname__", repr(fn))
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise TypeError(f"{what} {name} is a generator function: a handler must run to its end "
+                        f"and return; make it a def or an async def without yield")
+    if not may_be_async and is_async(fn):
+        raise TypeError(f"{what} {name} is an async def: it must be a plain def (it converts "
+                        f"a payload, with no I/O to await)")
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,12 @@ class Step:
 
     name: str
     version: int
-    fn: Callable[[StepContext], None]
+    #: a plain def taking a StepContext, or an async def taking an AsyncStepContext
+    fn: Callable[[Any], Any]
+
+    @property
+    def is_async(self) -> bool:
+        return is_async(self.fn)
 
 
 @dataclass
@@ -60,7 +73,12 @@ class Handler:
 class JobHandler(Handler):
     """A plain job: one function."""
 
-    fn: Callable[[JobContext], None] | None = None
+    fn: Callable[[JobContext], Any] | None = None
+
+    @property
+    def is_async(self) -> bool:
+        """An `async def` handler: run on the worker's event loop, not a handler thread."""
+        return self.fn is not None and is_async(self.fn)
 
 
 @dataclass
@@ -81,7 +99,14 @@ class StepJob(Handler):
             raise ValueError(f"step {name!r} is already declared for {self.kind!r}")
 
         def register(fn: F) -> F:
-            plain_function(fn, f"step {name!r} of {self.kind!r}")
+            handler_function(fn, f"step {name!r} of {self.kind!r}")
+            if self.steps and is_async(fn) != self.is_async:
+                have = "async def" if self.is_async else "plain def"
+                raise TypeError(
+                    f"step {name!r} of {self.kind!r} is {'an async def' if is_async(fn) else 'a plain def'}"
+                    f", but the job's other steps are {have}s: a step job runs on the event loop "
+                    f"(all async def) or on a handler thread (all def); in an async job run "
+                    f"blocking code with asyncio.to_thread")
             self.steps.append(Step(name=name, version=version, fn=fn))
             return fn
 
@@ -98,11 +123,17 @@ class StepJob(Handler):
             raise ValueError(f"an upcaster from version {from_version} is already registered")
 
         def register(fn: F) -> F:
-            plain_function(fn, f"the upcaster from version {from_version} of {self.kind!r}")
+            handler_function(fn, f"the upcaster from version {from_version} of {self.kind!r}",
+                             may_be_async=False)
             self.upcasters[from_version] = fn
             return fn
 
         return register
+
+    @property
+    def is_async(self) -> bool:
+        """Its steps are `async def`: it runs on the worker's event loop."""
+        return bool(self.steps) and self.steps[0].is_async
 
     @property
     def step_list(self) -> list[dict[str, Any]]:
@@ -121,6 +152,16 @@ class App:
 
     def __init__(self) -> None:
         self.handlers: dict[str, JobHandler | StepJob] = {}
+
+    @property
+    def has_async(self) -> bool:
+        """Whether any handler is `async def` (the worker then runs an event loop for them)."""
+        return any(h.is_async for h in self.handlers.values())
+
+    @property
+    def has_sync(self) -> bool:
+        """Whether any handler is a plain def (run on handler threads)."""
+        return any(not h.is_async for h in self.handlers.values())
 
     def _check_new(self, kind: str, max_attempts: int | None, visibility_timeout: float | None,
                    quarantine_after: int | None) -> None:
@@ -141,7 +182,7 @@ class App:
         self._check_new(kind, max_attempts, visibility_timeout, quarantine_after)
 
         def register(fn: F) -> F:
-            plain_function(fn, f"the handler of {kind!r}")
+            handler_function(fn, f"the handler of {kind!r}")
             self.handlers[kind] = JobHandler(kind=kind, fn=fn, max_attempts=max_attempts,
                                              visibility_timeout=visibility_timeout,
                                              quarantine_after=quarantine_after)

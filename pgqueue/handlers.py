@@ -23,11 +23,11 @@ import traceback
 from collections.abc import Callable
 
 from pgqueue import steps
-from pgqueue.app import App
+from pgqueue.app import App, JobHandler, StepJob
 from pgqueue.errors import LeaseLost
 from pgqueue.held import HeldLeases, label
+from pgqueue.running import Held
 from pgqueue.settler import JobSettler, Nacked
-from pgqueue.steps import Held
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
@@ -134,29 +134,46 @@ class HandlerThreads:
                 self._leases.release(held)
 
     def _run(self, held: Held) -> None:
-        kind = held.lease.kind
-        handler = self._app.handlers.get(kind or "")
+        handler = self._app.handlers.get(held.lease.kind or "")
         try:
             if handler is None:
-                self._settler.mark_undecodable(held, "unknown_kind", {
-                    "message": f"no handler for kind {kind!r} in this worker",
-                    "kind": kind, "known_kinds": sorted(self._app.handlers)})
+                self._settler.mark_undecodable(held, "unknown_kind", unknown_kind(self._app, held))
                 return
             steps.run(handler, held, self._settler)
         except LeaseLost as exc:
-            log.warning("worker %s: %s: %s; result discarded", self._worker_id(), label(held), exc)
+            discarded(self._worker_id(), held, exc)
         except Exception as exc:
-            if not held.lost.is_set():
-                error = "".join(traceback.format_exception(exc))[-MAX_ERROR_CHARS:]
-                try:
-                    nacked = self._settler.nack(
-                        held, error, handler.max_attempts if handler is not None else None)
-                except LeaseLost:
-                    pass  # lost meanwhile: said below
-                else:
-                    log.warning("worker %s: %s failed: %s; %s", self._worker_id(),
-                                label(held, nacked.max_attempts), error_summary(exc),
-                                outcome(nacked))
-                    return
-            log.warning("worker %s: %s failed after its lease was lost (result discarded): %s",
-                        self._worker_id(), label(held), error_summary(exc))
+            failed(self._settler, self._worker_id(), held, handler, exc)
+
+
+# -- what handler threads and the event loop (coroutines.py) do alike ---------------------------
+
+
+def unknown_kind(app: App, held: Held) -> dict[str, object]:
+    """The detail a job of a kind no handler of this worker knows is parked with."""
+    kind = held.lease.kind
+    return {"message": f"no handler for kind {kind!r} in this worker", "kind": kind,
+            "known_kinds": sorted(app.handlers)}
+
+
+def discarded(worker_id: int, held: Held, exc: LeaseLost) -> None:
+    """A handler stopped because its lease was lost: nothing to write, its result is dropped."""
+    log.warning("worker %s: %s: %s; result discarded", worker_id, label(held), exc)
+
+
+def failed(settler: JobSettler, worker_id: int, held: Held, handler: JobHandler | StepJob | None,
+           exc: BaseException) -> None:
+    """A handler raised: nack the job (its traceback kept as last_error) and log the failure
+    with what became of the job. A database round trip: on the event loop, run it on a thread."""
+    if not held.lost.is_set():
+        error = "".join(traceback.format_exception(exc))[-MAX_ERROR_CHARS:]
+        try:
+            nacked = settler.nack(held, error, handler.max_attempts if handler is not None else None)
+        except LeaseLost:
+            pass  # lost meanwhile: said below
+        else:
+            log.warning("worker %s: %s failed: %s; %s", worker_id,
+                        label(held, nacked.max_attempts), error_summary(exc), outcome(nacked))
+            return
+    log.warning("worker %s: %s failed after its lease was lost (result discarded): %s",
+                worker_id, label(held), error_summary(exc))

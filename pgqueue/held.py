@@ -12,13 +12,13 @@ Lock discipline
 ---------------
 The worker's locks, in the one order a thread may take them (never the reverse):
 
-1. ``Held.write_lock``, one per job (steps.py): serialises the database writes about that
+1. ``Held.write_lock``, one per job (running.py): serialises the database writes about that
    job (renewal, checkpoint write, nack, upcast, mark undecodable, give-back), so a renewal
    carrying an older checkpoint can never land after a step-boundary write. Held across the
    write's database round trip; that is what it is for. A handler thread takes only its own
    job's; the renewer and the drain take many, always in ascending lease id, so they cannot
    deadlock each other.
-2. ``Held.state_lock``, one per job (steps.py): guards the in-memory checkpoint and its
+2. ``Held.state_lock``, one per job (running.py): guards the in-memory checkpoint and its
    version counters (``version``, ``flushed_version``). Held for a few attribute reads and
    writes: alone by the handler thread (``advance``), or inside ``write_lock`` to snapshot
    before a write and mark it flushed after.
@@ -42,7 +42,7 @@ the main thread after the lease loops ended (``acks_pending``, ``unfinished``,
 On the hot path no job takes the table lock on its own: a lease loop takes it twice per
 lease batch and the acker once per ack batch.
 
-Flags shared between threads are ``steps.Flag``: one-way (never cleared), so any thread may
+Flags shared between threads are ``running.Flag``: one-way (never cleared), so any thread may
 set or read one without a lock. ``Held.lost`` is set by whoever learns the lease is gone
 (renewer, acker, settler, drain) and read by the handler thread. ``Held.acking`` is set once
 by the handler thread when it hands the job to the acker; from then only the acker releases
@@ -78,7 +78,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from pgqueue import lease, queries, settle
 from pgqueue.errors import PgQueueError
-from pgqueue.steps import Held
+from pgqueue.running import Held
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
@@ -144,9 +144,14 @@ class HeldLeases:
 
     def __init__(self, *, concurrency: int, prefetch: int | None, lease_loops: int, db: Db,
                  retry_db: RetryDb, freed: Callable[[], None],
-                 worker_id: Callable[[], int]) -> None:
+                 worker_id: Callable[[], int], say_start: bool = True) -> None:
         """
-        :param concurrency: handler threads; at most this many held jobs run at once.
+        :param concurrency: handler slots (threads, or coroutines on the event loop); at most
+            this many held jobs run at once.
+        :param say_start: whether a lease says which of its jobs start at once. False when
+            the slots are of two kinds (threads and coroutines): which of a lease's jobs find a
+            free slot depends on their kinds, unknown before it returns, so every job is leased
+            ahead and the renewal after its start says it started.
         :param prefetch: jobs held beyond those, leased ahead; None: automatic (see
             AUTO_PREFETCH_SECONDS).
         :param lease_loops: how many lease loops share the capacity.
@@ -154,6 +159,7 @@ class HeldLeases:
         :param worker_id: the worker's registry id, for log lines (it changes on failover).
         """
         self._concurrency = concurrency
+        self._say_start = say_start
         self._prefetch = prefetch
         self._loops = lease_loops
         #: the mean handler time in seconds (None: no job ran yet); written by handler
@@ -224,7 +230,7 @@ class HeldLeases:
             if want <= 0:
                 return Reservation(0, 0)
             start = 0
-            if self._reserved == 0:
+            if self._reserved == 0 and self._say_start:
                 start = max(0, min(want, self._concurrency - busy))
             self._reserved += want
             self._starting = start > 0

@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 from pgqueue import lease, queries, settle
 from pgqueue.errors import PgQueueError
 from pgqueue.held import HeldLeases, RetryDb, label
-from pgqueue.steps import Held
+from pgqueue.running import Held
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")

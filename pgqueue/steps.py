@@ -1,3 +1,4 @@
+# Generated from pgqueue/aio/steps.py (python -m pgqueue.aio.generate): edit that file.
 """Running one leased job: plain handlers, and step jobs with exact resume.
 
 Step replay: entering a step writes cursor_step at once; finishing it writes
@@ -7,163 +8,31 @@ so a crash repeats at most one renewal interval of the step in progress. The cur
 "last fully processed position". Before a resumed job runs, its payload version and recorded
 step list are checked against the code; a mismatch parks it as undecodable with a reason
 instead of re-running completed side effects.
+
+pgqueue/aio/steps.py is the source: it runs `async def` jobs on the worker's event loop
+(coroutines.py), and pgqueue/steps.py, generated from it, runs plain ones on handler threads.
+In an async job the settler's writes are awaited (`await ctx.checkpoint_now()`); `advance`
+stays a plain call, as it only moves the in-memory cursor.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
-import threading
 from typing import Any, Protocol
 
 from pgqueue.app import JobHandler, StepJob
 from pgqueue.errors import LeaseLost
-from pgqueue.models import Checkpoint, Lease
-
-
-class Flag:
-    """A one-way boolean another thread may set: what `threading.Event` offers without its
-    Condition (nobody waits on it; the Event's construction was the largest single cost per job
-    in a py-spy profile of the worker's GIL-holding time)."""
-
-    __slots__ = ("_on",)
-
-    def __init__(self) -> None:
-        self._on = False
-
-    def set(self) -> None:
-        self._on = True
-
-    def is_set(self) -> bool:
-        return self._on
-
-
-class Held:
-    """A lease this worker holds, with its in-memory checkpoint.
-
-    `state_lock` guards the in-memory fields (held briefly); `write_lock` serialises database
-    writes about this job, so a renewal carrying an older checkpoint can never land after a
-    step-boundary write. The order they are taken in, and who takes them: pgqueue/held.py."""
-
-    __slots__ = ("_claim", "acking", "checkpoint", "flushed_version", "lease", "lost", "payload",
-                 "start_said", "started", "state_lock", "version", "visibility_timeout",
-                 "write_lock")
-
-    def __init__(self, lease: Lease, visibility_timeout: float) -> None:
-        self.lease = lease
-        self.payload = lease.payload
-        self.visibility_timeout = visibility_timeout
-        self.checkpoint = lease.checkpoint
-        self.version = 0          # bumped on every in-memory checkpoint change
-        self.flushed_version = 0  # the version the database holds
-        self.lost = Flag()
-        self.acking = Flag()      # handed to the worker's acker, which alone releases it
-        self._claim = [True]      # popped by whoever owns the start: see claim()
-        self.started = Flag()     # its handler thread has started it
-        # whether the database counts it as started (the lease said so, or a renewal since):
-        # written under write_lock by the write that says so
-        self.start_said = lease.started
-        self.state_lock = threading.Lock()
-        self.write_lock = threading.Lock()
-
-    def claim(self) -> bool:
-        """Take this job's one-way claim: True for the first caller only, never again. Who
-        owns the start of the job (its handler thread, or the drain): pgqueue/held.py. A
-        list's pop is one atomic operation, so no lock is needed (nor the GIL)."""
-        try:
-            return self._claim.pop()
-        except IndexError:
-            return False
-
-    def start_unsaid(self) -> bool:
-        """Started, and the database does not know yet (the next write about it says so)."""
-        return not self.start_said and self.started.is_set()
-
-    @property
-    def dirty(self) -> bool:
-        return self.version != self.flushed_version
-
-    def set_checkpoint(self, checkpoint: Checkpoint) -> int:
-        """Replace the in-memory checkpoint; returns its version."""
-        with self.state_lock:
-            self.checkpoint = checkpoint
-            self.version += 1
-            return self.version
-
-    def snapshot(self) -> tuple[Checkpoint, int]:
-        with self.state_lock:
-            return self.checkpoint, self.version
-
-    def mark_flushed(self, version: int) -> None:
-        with self.state_lock:
-            self.flushed_version = max(self.flushed_version, version)
-
-    def check(self) -> None:
-        """Raise LeaseLost when a renewal found the lease gone."""
-        if self.lost.is_set():
-            raise LeaseLost(
-                f"lease {self.lease.lease_id} of job {self.lease.job_id} was lost; "
-                "its work will be redone by another lease"
-            )
+from pgqueue.running import Held, JobContext, encode_cursor, refuse_awaitable
 
 
 class Settler(Protocol):
-    """The database writes a running job needs (the worker's: pgqueue.settler.JobSettler)."""
+    """The database writes a running job needs (the worker's JobSettler, settler.py; an async
+    job awaits them through coroutines.py)."""
 
     def write_checkpoint(self, held: Held) -> None: ...
     def ack(self, held: Held) -> None: ...
     def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None: ...
     def upcast(self, held: Held, payload: bytes, schema_version: int) -> None: ...
     def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None: ...
-
-
-def encode_cursor(cursor: bytes | str | int) -> bytes:
-    """Cursor values are stored as bytes: str as UTF-8, int as its decimal digits."""
-    if isinstance(cursor, bytes):
-        return cursor
-    if isinstance(cursor, bytearray | memoryview):
-        return bytes(cursor)
-    if isinstance(cursor, str):
-        return cursor.encode("utf-8")
-    if isinstance(cursor, int) and not isinstance(cursor, bool):
-        return str(cursor).encode("ascii")
-    raise TypeError(f"cursor must be bytes, str or int, got {type(cursor).__name__}")
-
-
-class JobContext:
-    """What a plain handler sees of its job."""
-
-    def __init__(self, held: Held) -> None:
-        self._held = held
-
-    @property
-    def job_id(self) -> int:
-        return self._held.lease.job_id
-
-    @property
-    def kind(self) -> str | None:
-        return self._held.lease.kind
-
-    @property
-    def payload(self) -> bytes:
-        return self._held.payload
-
-    @property
-    def attempts(self) -> int:
-        """Failures so far (nacks and reclaims), not counting this run."""
-        return self._held.lease.attempts
-
-    @property
-    def lease(self) -> Lease:
-        return self._held.lease
-
-    @property
-    def lease_lost(self) -> bool:
-        """True once a renewal found this lease gone; the result will be discarded."""
-        return self._held.lost.is_set()
-
-    def json(self) -> Any:
-        """The payload parsed as JSON."""
-        return json.loads(self._held.payload)
 
 
 class StepContext(JobContext):
@@ -203,7 +72,7 @@ def run(handler: JobHandler | StepJob, held: Held, settler: Settler) -> None:
         _run_steps(handler, held, settler)
         return
     assert handler.fn is not None
-    handler.fn(JobContext(held))
+    refuse_awaitable(handler.fn(JobContext(held)), f"the handler of {handler.kind!r}")
     held.check()
     settler.ack(held)
 
@@ -291,7 +160,8 @@ def _run_steps(handler: StepJob, held: Held, settler: Settler) -> None:
             cursor_step=names[i], cursor=cursor))
         settler.write_checkpoint(held)  # entering step i (and finishing i-1) is exact
         try:
-            handler.steps[i].fn(StepContext(held, names[i], settler))
+            refuse_awaitable(handler.steps[i].fn(StepContext(held, names[i], settler)),
+                             f"step {names[i]!r} of {handler.kind!r}")
         except LeaseLost:
             raise
         except BaseException:

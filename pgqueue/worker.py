@@ -6,8 +6,11 @@ One process runs:
   (concurrency + prefetch) of 256 or more a second lease loop shares it, so one lease is on the
   server while the other's batch is handed out (60,000 no-op jobs, concurrency 32, prefetch
   500: 27-29k -> 37-38k jobs/s; no gain measured below that capacity);
-- `concurrency` handler threads: each runs one held job at a time (steps.run) and settles it
-  through the settler;
+- `concurrency` handler threads: each runs one held job of a plain-def kind at a time
+  (steps.run) and settles it through the settler;
+- when the App has `async def` handlers, an event-loop thread running up to
+  `async_concurrency` of their jobs at once as coroutines (coroutines.py); the lease counts
+  both kinds of slot as the worker's capacity, and each job goes to the slots of its kind;
 - a renewer thread: every renewal interval it renews every held lease in one statement,
   carrying each job's dirty checkpoint in the same UPDATE, and heartbeats the registry;
 - an acker thread: acks finished jobs in batches;
@@ -56,13 +59,14 @@ from psycopg_pool import ConnectionPool
 
 from pgqueue import connection, lease, queries, signals, validate
 from pgqueue.app import App, StepJob
+from pgqueue.coroutines import DEFAULT_ASYNC_CONCURRENCY, WRITERS, AsyncHandlers
 from pgqueue.errors import PgQueueError
 from pgqueue.handlers import MAX_ERROR_CHARS, HandlerThreads
 from pgqueue.held import AUTO_PREFETCH_MAX, HEARTBEAT_SECONDS, HeldLeases, Reservation
 from pgqueue.maintain import Maintainer
 from pgqueue.models import Lease
+from pgqueue.running import Held
 from pgqueue.settler import JobSettler
-from pgqueue.steps import Held
 from pgqueue.wakeup import NOTIFY_CHANNEL, Wakeup, listen_loop
 from pgqueue.worker_db import WorkerDb
 
@@ -97,6 +101,7 @@ class Worker:
         grace_period: float = 30.0,
         node: int = 0,
         prefetch: int | None = None,
+        async_concurrency: int | None = None,
     ) -> None:
         if not isinstance(app, App):
             raise TypeError(f"app must be a pgqueue.App, got {type(app).__name__}")
@@ -108,6 +113,22 @@ class Worker:
         self.app = app
         self.dsns = connection.dsn_list(dsn)
         self.concurrency = validate.integer(concurrency, "concurrency", low=1, high=10_000)
+        # Coroutines in flight for the App's async def handlers, apart from the threads (None:
+        # DEFAULT_ASYNC_CONCURRENCY when it has any, else none). The threads' slots count only
+        # when a plain def handler needs them (or no async one exists: unknown kinds are
+        # parked there).
+        async_kinds = sorted(k for k, h in app.handlers.items() if h.is_async)
+        if async_concurrency is None:
+            async_concurrency = DEFAULT_ASYNC_CONCURRENCY if async_kinds else 0
+        self.async_concurrency = validate.integer(async_concurrency, "async_concurrency",
+                                                  low=0, high=100_000)
+        if async_kinds and not self.async_concurrency:
+            raise ValueError(f"async_concurrency must be at least 1: the app's handlers of "
+                             f"{', '.join(map(repr, async_kinds))} are async def")
+        self._async_kinds = frozenset(async_kinds)
+        self._loop_slots = self.async_concurrency if async_kinds else 0
+        self._thread_slots = self.concurrency if app.has_sync or not async_kinds else 0
+        slots = self._thread_slots + self._loop_slots
         # Jobs leased ahead of a free handler thread, so a deep queue of short jobs is leased
         # in bigger batches (fewer lease round trips and ack commits per job). None (the
         # default): automatic, about AUTO_PREFETCH_SECONDS of work at the handlers' mean time
@@ -139,20 +160,26 @@ class Worker:
         # Two lease loops when the capacity is large: one leases while the other's batch is
         # being handed out and acked, so a deep queue keeps both server cores busy.
         most = AUTO_PREFETCH_MAX if self.prefetch is None else self.prefetch
-        self.lease_loops = 2 if self.concurrency + most >= PARALLEL_LEASE_CAPACITY else 1
-        self._dbs = WorkerDb(self.dsns, pool_size=self.concurrency + 1 + self.lease_loops,
+        self.lease_loops = 2 if slots + most >= PARALLEL_LEASE_CAPACITY else 1
+        writers = self._thread_slots + (WRITERS if self._loop_slots else 0)
+        self._dbs = WorkerDb(self.dsns, pool_size=writers + 1 + self.lease_loops,
                              worker_id=self._id, finished=self._finished,
                              moved=self._moved)
         self._db = self._dbs.db
         self._retry = self._dbs.retry
         self._retry_db = self._dbs.retry_db
-        self._leases = HeldLeases(concurrency=self.concurrency, prefetch=self.prefetch,
+        self._leases = HeldLeases(concurrency=slots, prefetch=self.prefetch,
+                                  say_start=not (self._thread_slots and self._loop_slots),
                                   lease_loops=self.lease_loops, db=self._db,
                                   retry_db=self._retry_db, freed=self._wake.set,
                                   worker_id=self._id)
         self._settler = JobSettler(self._leases, self._retry_db, self._id)
         self._handlers = HandlerThreads(app, self._leases, self._settler,
                                         stopping=self._stopping, worker_id=self._id)
+        self._coroutines = (AsyncHandlers(app, self._leases, self._settler,
+                                          stopping=self._stopping, worker_id=self._id)
+                            if self._loop_slots else None)
+        self._hand_out = self._handlers.work.put if self._coroutines is None else self._route
         self._leasers: list[threading.Thread] = []
         self._threads: list[threading.Thread] = []
         self._acker: threading.Thread | None = None
@@ -226,7 +253,8 @@ class Worker:
     def _register(self) -> bool:
         row = self._retry(lambda: self._db(lambda c: queries.fetch_one(c, "register_worker", {
             "node": self.node, "host": socket.gethostname(), "pid": os.getpid(),
-            "streams": self.streams, "concurrency": self.concurrency})), "register",
+            "streams": self.streams,
+            "concurrency": self._thread_slots + self._loop_slots})), "register",
             until=self._stopping)
         if row is None:
             return False
@@ -245,8 +273,10 @@ class Worker:
         if self._retry(self._dbs.open, "connect", until=self._stopping) is None \
                 or not self._register():
             return
-        log.info("worker %s started: streams=%s concurrency=%d", self.worker_id,
-                 ",".join(self.streams), self.concurrency)
+        log.info("worker %s started: streams=%s concurrency=%d async_concurrency=%d",
+                 self.worker_id, ",".join(self.streams), self._thread_slots, self._loop_slots)
+        if self._coroutines is not None:  # before any lease loop hands it a job
+            self._coroutines.start(self._loop_slots)
         for i in range(1, self.lease_loops):
             self._leasers.append(self._thread(f"leaser-{i}",
                                               functools.partial(self._lease_forever, i)))
@@ -258,7 +288,7 @@ class Worker:
                 listen_loop, self._wake, self.streams, dsn=self._leader, finished=self._finished,
                 worker_id=self._id)),
             self._acker]
-        self._handlers.start(self.concurrency)
+        self._handlers.start(self._thread_slots)
         if self.maintenance:  # a plain bool: written once, before any thread starts
             self._maintainer = Maintainer(self.dsn, interval=self.maintenance_interval)
             self._threads.append(self._thread("maintenance", self._maintainer.run))
@@ -345,8 +375,18 @@ class Worker:
                       else self.visibility_timeout)
                 fresh.append(Held(leased, vt))
         finally:
-            self._leases.admit(reservation, fresh, self._handlers.work.put)
+            self._leases.admit(reservation, fresh, self._hand_out)
         return len(fresh)
+
+    def _route(self, held: Held) -> None:
+        """Queue a leased job for the slots of its kind: an async def handler's for the event
+        loop, the rest for the handler threads (or the loop, when there are no threads)."""
+        kind = held.lease.kind
+        if kind in self._async_kinds or (not self._thread_slots and kind not in self.app.handlers):
+            assert self._coroutines is not None
+            self._coroutines.put(held)
+        else:
+            self._handlers.work.put(held)
 
     def _lease_forever(self, turn: int) -> None:
         """A lease loop (the main thread's is turn 0) until stop(): an unexpected error is
@@ -372,14 +412,19 @@ class Worker:
         # Nothing is put on the work queue after this; the jobs the handlers skip now are
         # given back below.
         self._handlers.finish()
+        if self._coroutines is not None:
+            self._coroutines.finish()
         started = time.monotonic()
         while time.monotonic() < started + self.grace_period:  # a second signal zeroes it
-            if not (self._handlers.busy() or self._leases.acks_pending()):
+            if not (self._handlers.busy() or self._leases.acks_pending()
+                    or (self._coroutines is not None and self._coroutines.busy())):
                 break
             time.sleep(0.02)
         remaining = self._leases.unfinished()
         if remaining and self._pool is not None:
             self._leases.give_back(remaining)
+        if self._coroutines is not None:  # those still running: their leases are given back
+            self._coroutines.cancel()
         self._leases.stop_acker()
         if self._acker is not None:  # acks in flight are renewed until they are written
             self._acker.join(timeout=5.0)

@@ -11,7 +11,8 @@ from psycopg.types.json import Jsonb
 
 import pgqueue
 from pgqueue import connection, queries
-from pgqueue.steps import Held, _run_steps
+from pgqueue.running import Held
+from pgqueue.steps import _run_steps
 from tests.acceptance.clihelp import ok, run
 
 STEPS = [{"name": "download", "version": 1}, {"name": "transform", "version": 1},

@@ -35,6 +35,8 @@ T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "tests.acceptance.worker_app:app"
+#: The same kinds with async def handlers (tests/acceptance/async_app.py).
+ASYNC_APP = "tests.acceptance.async_app:app"
 
 #: How a worker process is started: the `pgqueue worker` command. The stand-in runner takes
 #: the same flags: [sys.executable, "tests/acceptance/run_worker.py"].
@@ -42,11 +44,11 @@ WORKER_COMMAND = [sys.executable, "-m", "pgqueue", "worker"]
 
 
 def launch_worker(dsn: str, flags: Sequence[str], *, env: Mapping[str, str],
-                  log: IO[bytes]) -> subprocess.Popen[bytes]:
-    """Start one worker process on the test App (from the repository root). The DSN travels
+                  log: IO[bytes], app: str = APP) -> subprocess.Popen[bytes]:
+    """Start one worker process on a test App (from the repository root). The DSN travels
     in $PGQUEUE_DSN, which both the CLI and the stand-in runner read."""
     return subprocess.Popen(
-        [*WORKER_COMMAND, "--app", APP, *flags],
+        [*WORKER_COMMAND, "--app", app, *flags],
         cwd=REPO, env={**os.environ, **env, "PGQUEUE_DSN": dsn}, stdin=subprocess.DEVNULL,
         stdout=log, stderr=subprocess.STDOUT)
 
@@ -67,7 +69,7 @@ class Workers:
     def start(self, *, steps: str = "v1", concurrency: int = 1, visibility_timeout: float = 1.0,
               renew_interval: float = 0.25, poll_interval: float = 0.2,
               maintenance_interval: float = 0.2, grace_period: float = 5.0,
-              extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+              extra: Sequence[str] = (), app: str = APP) -> subprocess.Popen[bytes]:
         flags = ["--concurrency", str(concurrency),
                  "--visibility-timeout", str(visibility_timeout),
                  "--renew-interval", str(renew_interval),
@@ -76,7 +78,7 @@ class Workers:
                  "--grace-period", str(grace_period), *extra]
         path = self.log_dir / f"worker-{len(self.procs)}.log"
         with open(path, "wb") as log:
-            proc = launch_worker(self.dsn, flags, log=log, env={
+            proc = launch_worker(self.dsn, flags, log=log, app=app, env={
                 worker_app.LEDGER_DSN_ENV: self.dsn, worker_app.STEPS_ENV: steps})
         self.procs.append((proc, path))
         return proc
@@ -179,11 +181,12 @@ def steps_as_recorded(names: Sequence[str]) -> list[dict[str, Any]]:
 # -- SIGKILL in the middle of a step ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("app", [APP, ASYNC_APP], ids=["threads", "async"])
 def test_sigkill_mid_step_resumes_at_that_step_from_the_last_written_cursor(
-        q: pgqueue.Queue, workers: Workers, ledger: Ledger) -> None:
+        q: pgqueue.Queue, workers: Workers, ledger: Ledger, app: str) -> None:
     items, renew = 60, 0.3
     job_id = q.enqueue({"items": items, "sleep": 0.05}, kind="pipeline", schema_version=1)
-    first = workers.start(visibility_timeout=1.5, renew_interval=renew)
+    first = workers.start(visibility_timeout=1.5, renew_interval=renew, app=app)
     wait_for(lambda: ledger.count(job_id, "transform") >= 15, 30, "progress in transform")
     first.kill()
     assert first.wait(timeout=10) == -signal.SIGKILL
@@ -199,7 +202,7 @@ def test_sigkill_mid_step_resumes_at_that_step_from_the_last_written_cursor(
     last_first = max(e.item for e in done_first if e.item is not None)
     assert [e.item for e in done_first] == list(range(last_first + 1))
 
-    second = workers.start(visibility_timeout=1.5, renew_interval=renew)
+    second = workers.start(visibility_timeout=1.5, renew_interval=renew, app=app)
     wait_for(lambda: q.job(job_id) is None, 30, "the job to finish on the second worker")
     stop(second)
 
@@ -271,6 +274,19 @@ def test_a_step_that_kills_its_worker_three_times_is_quarantined_until_released(
     assert names.count("Release") == 2 and names.count("Ack") == 1
     assert [o.body["state"] for o in ops(q, job_id) if o.op == "Reclaim"] == [
         "pending", "pending", "quarantined", "quarantined"]
+
+
+def test_an_async_step_that_kills_its_worker_three_times_is_quarantined(
+        q: pgqueue.Queue, workers: Workers, ledger: Ledger) -> None:
+    """Crash quarantine counts against the step in progress for coroutines as for threads."""
+    job_id = q.enqueue({"items": 3, "die_at_step": "transform", "die_count": 4},
+                       kind="pipeline", schema_version=1)
+    started = drive(workers, lambda: state(q, job_id) == "quarantined", 60, app=ASYNC_APP)
+    assert started == 4
+    info = job(q, job_id)
+    assert (info.state_reason, info.checkpoint.crashes_by_step) == ("crashed", {"transform": 3})
+    assert ledger.count(job_id, "die:transform") == 3
+    assert ledger.count(job_id, "download") == 1
 
 
 def test_crashes_are_not_counted_against_jobs_the_dead_worker_had_not_started(
@@ -365,14 +381,18 @@ def test_a_changed_step_list_parks_the_job_and_a_compatible_change_resumes(
 # -- SIGTERM ------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("app", [APP, ASYNC_APP], ids=["threads", "async"])
 def test_sigterm_drains_gracefully_and_loses_nothing(
-        q: pgqueue.Queue, workers: Workers, ledger: Ledger) -> None:
+        q: pgqueue.Queue, workers: Workers, ledger: Ledger, app: str) -> None:
     items, grace = 40, 2.0
+    # three slots: handler threads, or coroutines (an async-only App runs no handler threads)
+    slots: dict[str, Any] = {"concurrency": 3, "app": app,
+                             "extra": ["--async-concurrency", "3"] if app == ASYNC_APP else []}
     quick = q.enqueue({"sleep": 1.0}, kind="quick")
     longs = [q.enqueue({"items": items, "sleep": 0.1}, kind="pipeline", schema_version=1)
              for _ in range(3)]
-    proc = workers.start(concurrency=3, visibility_timeout=2.0, renew_interval=0.3,
-                         grace_period=grace)
+    proc = workers.start(visibility_timeout=2.0, renew_interval=0.3, grace_period=grace,
+                         **slots)
     wait_for(lambda: ledger.count(quick, "quick:start") == 1
              and all(ledger.count(j, "transform") >= 3 for j in longs[:2]),
              30, "the quick job and two long jobs to be running")
@@ -415,7 +435,7 @@ def test_sigterm_drains_gracefully_and_loses_nothing(
     assert [w for w in q.workers() if w["pid"] == proc.pid] == []
 
     # A new worker completes everything; every job is acked exactly once.
-    second = workers.start(concurrency=3, visibility_timeout=2.0, renew_interval=0.3)
+    second = workers.start(visibility_timeout=2.0, renew_interval=0.3, **slots)
     wait_for(lambda: q.jobs() == [], 60, "the queue to drain")
     stop(second)
     for job_id in [quick, *longs]:
@@ -437,10 +457,11 @@ def test_sigterm_drains_gracefully_and_loses_nothing(
         assert len(repeated) <= math.ceil(rate * 0.3) + 2, (repeated, rate)
 
 
+@pytest.mark.parametrize("app", [APP, ASYNC_APP], ids=["threads", "async"])
 def test_a_second_signal_stops_waiting_for_running_handlers(
-        q: pgqueue.Queue, workers: Workers, ledger: Ledger) -> None:
+        q: pgqueue.Queue, workers: Workers, ledger: Ledger, app: str) -> None:
     job_id = q.enqueue({"items": 100, "sleep": 0.1}, kind="pipeline", schema_version=1)
-    proc = workers.start(visibility_timeout=2.0, renew_interval=0.3, grace_period=60)
+    proc = workers.start(visibility_timeout=2.0, renew_interval=0.3, grace_period=60, app=app)
     wait_for(lambda: ledger.count(job_id, "transform") >= 3, 30, "progress in transform")
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)  # Ctrl-C: drain, with a minute of grace

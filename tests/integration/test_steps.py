@@ -18,7 +18,8 @@ import pgqueue
 from pgqueue import steps
 from pgqueue.app import StepJob
 from pgqueue.models import Checkpoint, Lease
-from pgqueue.steps import Held, StepContext
+from pgqueue.running import Held, encode_cursor
+from pgqueue.steps import StepContext
 from tests.dbhelp import wait_for
 from tests.integration.test_worker import gone, job, ops, running, simulate_crash
 
@@ -80,14 +81,14 @@ def where(cp: Checkpoint) -> tuple[str | None, str | None, bytes | None]:
 ])
 def test_cursors_are_encoded_bytes_as_is_str_as_utf8_int_as_digits(
         cursor: Any, stored: bytes) -> None:
-    encoded = steps.encode_cursor(cursor)
+    encoded = encode_cursor(cursor)
     assert encoded == stored and type(encoded) is bytes
 
 
 @pytest.mark.parametrize("cursor", [True, 1.5, None, ["a"], {"k": 1}])
 def test_other_cursor_types_are_refused(cursor: Any) -> None:
     with pytest.raises(TypeError, match="cursor must be bytes, str or int"):
-        steps.encode_cursor(cursor)
+        encode_cursor(cursor)
 
 
 def test_advance_keeps_the_cursor_in_memory_and_checkpoint_now_writes_it() -> None:

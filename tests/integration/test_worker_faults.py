@@ -20,7 +20,7 @@ import pgqueue
 from pgqueue import lease, settle
 from pgqueue.handlers import HandlerThreads
 from pgqueue.held import HeldLeases
-from pgqueue.steps import Held
+from pgqueue.running import Held
 from tests.dbhelp import force_reclaim, wait_for
 from tests.integration.test_worker import gone, job, op_names, running, state
 

@@ -1,4 +1,5 @@
-"""The App refuses what a handler thread cannot run, naming it, at registration."""
+"""The App sorts handlers into plain and async, and refuses what the worker cannot run,
+naming it, at registration."""
 from __future__ import annotations
 
 import pytest
@@ -6,32 +7,75 @@ import pytest
 import pgqueue
 
 
-def test_an_async_handler_step_or_upcaster_is_refused_at_registration() -> None:
-    """Before: an async def handler was accepted, called on a thread, never awaited, and its
-    job acked as done: the work silently skipped."""
+def test_async_handlers_and_steps_register_as_async_and_plain_ones_as_plain() -> None:
     app = pgqueue.App()
 
     async def send(job: pgqueue.JobContext) -> None:
         raise AssertionError("never runs")
 
-    with pytest.raises(TypeError, match=r"handler of 'mail' .*send is an async def"):
-        app.job("mail")(send)
-    assert "mail" not in app.handlers
+    app.job("mail")(send)
+    app.job("plain")(lambda job: None)
+    assert app.handlers["mail"].is_async and not app.handlers["plain"].is_async
+    assert app.has_async and app.has_sync
 
-    pipeline = app.step_job("pipeline", schema_version=2)
+    pipeline = app.step_job("pipeline")
 
-    async def fetch(ctx: pgqueue.StepContext) -> None:
+    async def fetch(ctx: pgqueue.AsyncStepContext) -> None:
         raise AssertionError("never runs")
 
-    with pytest.raises(TypeError, match=r"step 'fetch' of 'pipeline' .*fetch is an async def"):
-        pipeline.step("fetch")(fetch)
-    assert pipeline.steps == []
+    pipeline.step("fetch")(fetch)
+    assert pipeline.is_async
+    only_async = pgqueue.App()
+    only_async.job("mail")(send)
+    assert only_async.has_async and not only_async.has_sync
+
+
+def test_a_step_job_mixing_async_and_plain_steps_is_refused_naming_the_step() -> None:
+    app = pgqueue.App()
+    pipeline = app.step_job("pipeline")
+
+    async def fetch(ctx: pgqueue.AsyncStepContext) -> None:
+        raise AssertionError("never runs")
+
+    def store(ctx: pgqueue.StepContext) -> None:
+        raise AssertionError("never runs")
+
+    pipeline.step("fetch")(fetch)
+    with pytest.raises(TypeError, match=r"step 'store' of 'pipeline' is a plain def, but the "
+                                        r"job's other steps are async defs"):
+        pipeline.step("store")(store)
+    assert [s.name for s in pipeline.steps] == ["fetch"]
+    plain = app.step_job("plain")
+    plain.step("store")(store)
+    with pytest.raises(TypeError, match=r"step 'fetch' of 'plain' is an async def, but the "
+                                        r"job's other steps are plain defs"):
+        plain.step("fetch")(fetch)
+
+
+def test_an_async_upcaster_and_generator_handlers_are_refused_at_registration() -> None:
+    """An upcaster converts a payload in place (no I/O to await); a generator function called
+    as a handler would return without running its body, the job acked undone."""
+    app = pgqueue.App()
+    pipeline = app.step_job("pipeline", schema_version=2)
 
     async def up(payload: object) -> object:
         return payload
 
-    with pytest.raises(TypeError, match=r"upcaster from version 1 of 'pipeline'"):
+    with pytest.raises(TypeError, match=r"upcaster from version 1 of 'pipeline' .*up is an "
+                                        r"async def: it must be a plain def"):
         pipeline.upcaster(from_version=1)(up)
+    assert pipeline.upcasters == {}
+
+    def gen(job: pgqueue.JobContext):  # type: ignore[no-untyped-def]
+        yield 1
+
+    async def agen(job: pgqueue.JobContext):  # type: ignore[no-untyped-def]
+        yield 1
+
+    for fn in (gen, agen):
+        with pytest.raises(TypeError, match=r"handler of 'g' .*is a generator function"):
+            app.job("g")(fn)
+        assert "g" not in app.handlers
 
 
 def test_a_non_callable_handler_is_refused() -> None:

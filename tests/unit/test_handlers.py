@@ -9,7 +9,7 @@ import pytest
 
 from pgqueue.handlers import MAX_LOGGED_ERROR_CHARS, error_summary
 from pgqueue.models import Lease
-from pgqueue.steps import Held
+from pgqueue.running import Held
 
 
 class CustomError(Exception):

@@ -1,0 +1,176 @@
+"""Running one leased job: plain handlers, and step jobs with exact resume.
+
+Step replay: entering a step writes cursor_step at once; finishing it writes
+last_completed_step and clears the cursor at once (one write does both at a boundary);
+`ctx.advance(cursor)` only moves the in-memory cursor, which the worker's next renewal writes,
+so a crash repeats at most one renewal interval of the step in progress. The cursor means
+"last fully processed position". Before a resumed job runs, its payload version and recorded
+step list are checked against the code; a mismatch parks it as undecodable with a reason
+instead of re-running completed side effects.
+
+pgqueue/aio/steps.py is the source: it runs `async def` jobs on the worker's event loop
+(coroutines.py), and pgqueue/steps.py, generated from it, runs plain ones on handler threads.
+In an async job the settler's writes are awaited (`await ctx.checkpoint_now()`); `advance`
+stays a plain call, as it only moves the in-memory cursor.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from pgqueue.app import JobHandler, StepJob
+from pgqueue.errors import LeaseLost
+from pgqueue.running import Held, JobContext, encode_cursor, refuse_awaitable
+
+
+class AsyncSettler(Protocol):
+    """The database writes a running job needs (the worker's JobSettler, settler.py; an async
+    job awaits them through coroutines.py)."""
+
+    async def write_checkpoint(self, held: Held) -> None: ...
+    async def ack(self, held: Held) -> None: ...
+    async def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None: ...
+    async def upcast(self, held: Held, payload: bytes, schema_version: int) -> None: ...
+    async def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None: ...
+
+
+class AsyncStepContext(JobContext):
+    """What a step sees: the job, the current step, and its cursor."""
+
+    def __init__(self, held: Held, step: str, settler: AsyncSettler) -> None:
+        super().__init__(held)
+        self._step = step
+        self._settler = settler
+
+    @property
+    def step(self) -> str:
+        return self._step
+
+    @property
+    def cursor(self) -> bytes | None:
+        """The last fully processed position in this step, or None at its start."""
+        return self._held.checkpoint.cursor
+
+    def advance(self, cursor: bytes | str | int) -> None:
+        """Record `cursor` as fully processed. Kept in memory; the next renewal writes it.
+        Raises LeaseLost when the lease is gone (stop working: another lease will redo it)."""
+        self._held.check()
+        encoded = encode_cursor(cursor)
+        self._held.set_checkpoint(dataclasses.replace(self._held.checkpoint, cursor=encoded))
+
+    async def checkpoint_now(self) -> None:
+        """Write the cursor at once instead of at the next renewal."""
+        self._held.check()
+        await self._settler.write_checkpoint(self._held)
+
+
+async def run(handler: JobHandler | StepJob, held: Held, settler: AsyncSettler) -> None:
+    """Run one leased job to its ack. Exceptions from handler code propagate (the worker
+    nacks); for step jobs the cursor is written first, so a failure loses no progress."""
+    if isinstance(handler, StepJob):
+        await _run_steps(handler, held, settler)
+        return
+    assert handler.fn is not None
+    refuse_awaitable(await handler.fn(JobContext(held)), f"the handler of {handler.kind!r}")
+    held.check()
+    await settler.ack(held)
+
+
+async def _compatible_start(handler: StepJob, held: Held, settler: AsyncSettler) -> int | None:
+    """The index of the step to resume at, or None after parking the job as undecodable."""
+    cp = held.checkpoint
+    new = handler.step_list
+    names = [s["name"] for s in new]
+    recorded = cp.step_set_hash
+    if recorded is None or recorded == handler.step_set_hash:
+        if cp.last_completed_step is None:
+            return 0
+        if cp.last_completed_step in names:
+            return names.index(cp.last_completed_step) + 1
+        old = None
+    else:
+        old = await settler.step_list(recorded)
+    if old is None:
+        await settler.mark_undecodable(held, "step_set_changed", {
+            "message": "the job's recorded step list is unknown to this database",
+            "old_hash": recorded, "new_hash": handler.step_set_hash, "new_steps": new,
+            "last_completed_step": cp.last_completed_step, "cursor_step": cp.cursor_step,
+        })
+        return None
+    old_names = [s["name"] for s in old]
+    done = old_names.index(cp.last_completed_step) + 1 if cp.last_completed_step in old_names else 0
+    ok = cp.last_completed_step is None or cp.last_completed_step in old_names
+    ok = ok and old[:done] == new[:done]
+    in_progress = cp.cursor_step is not None and cp.cursor_step != cp.last_completed_step
+    if ok and in_progress:
+        ok = done < len(old) and done < len(new) and old[done] == new[done]
+    if ok:
+        return done
+    await settler.mark_undecodable(held, "step_set_changed", {
+        "message": "completed steps are no longer an unchanged prefix of the step list, "
+                   "or the step in progress changed",
+        "old_hash": recorded, "new_hash": handler.step_set_hash,
+        "old_steps": old, "new_steps": new,
+        "last_completed_step": cp.last_completed_step, "cursor_step": cp.cursor_step,
+    })
+    return None
+
+
+async def _upcast(handler: StepJob, held: Held, settler: AsyncSettler) -> bool:
+    """Bring the payload to the code's schema version; False after parking the job."""
+    code = handler.schema_version
+    version = held.checkpoint.schema_version
+    if version is None or version == code:
+        return True
+    missing = [v for v in range(version, code) if v not in handler.upcasters]
+    if version > code or missing:
+        await settler.mark_undecodable(held, "payload_version", {
+            "message": (f"payload version {version} is newer than the code's {code}"
+                        if version > code
+                        else f"no upcaster from version {missing[0]} (payload {version}, code {code})"),
+            "job_schema_version": version, "code_schema_version": code,
+        })
+        return False
+    payload = held.payload
+    for v in range(version, code):
+        payload = handler.upcasters[v](payload)
+        if not isinstance(payload, bytes):
+            raise TypeError(f"upcaster from version {v} must return bytes, got {type(payload).__name__}")
+    await settler.upcast(held, payload, code)
+    return True
+
+
+async def _run_steps(handler: StepJob, held: Held, settler: AsyncSettler) -> None:
+    if not handler.steps:
+        raise ValueError(f"step job {handler.kind!r} declares no steps")
+    if not await _upcast(handler, held, settler):
+        return
+    start = await _compatible_start(handler, held, settler)
+    if start is None:
+        return
+    names = [s.name for s in handler.steps]
+    saved = held.checkpoint
+    cursor = saved.cursor if start < len(names) and saved.cursor_step == names[start] else None
+    base = dataclasses.replace(saved, schema_version=handler.schema_version,
+                               step_set_hash=handler.step_set_hash)
+    for i in range(start, len(names)):
+        held.set_checkpoint(dataclasses.replace(
+            base, last_completed_step=names[i - 1] if i > 0 else None,
+            cursor_step=names[i], cursor=cursor))
+        await settler.write_checkpoint(held)  # entering step i (and finishing i-1) is exact
+        try:
+            refuse_awaitable(await handler.steps[i].fn(AsyncStepContext(held, names[i], settler)),
+                             f"step {names[i]!r} of {handler.kind!r}")
+        except LeaseLost:
+            raise
+        except BaseException:
+            if not held.lost.is_set():
+                await settler.write_checkpoint(held)  # keep the progress made before the failure
+            raise
+        held.check()
+        cursor = None
+    if start < len(names):
+        held.set_checkpoint(dataclasses.replace(
+            base, last_completed_step=names[-1], cursor_step=None, cursor=None))
+        await settler.write_checkpoint(held)
+    await settler.ack(held)

@@ -1,0 +1,224 @@
+"""Async handlers: `async def` jobs run as coroutines on the worker's event loop.
+
+Beside the handler threads (handlers.py), a worker whose App has `async def` handlers runs one
+thread with an asyncio event loop and `async_concurrency` runner coroutines on it: each takes a
+held job of an async kind, runs it with `pgqueue.aio.steps.run` (generated into the threads'
+`steps.run`, so both follow one source), and lets go of it exactly as a handler thread does.
+The two share the held leases, the renewer, the acker and the drain, and the lease counts both
+kinds of slot as the worker's capacity.
+
+What an async job writes about itself (a step boundary, `await ctx.checkpoint_now()`, a nack,
+parking it as undecodable, an upcast) is the worker's settler's blocking write, run on a few
+writer threads so the loop never waits on the database; the ack only hands the job to the
+acker, on the loop. On the hot path a job crosses threads twice: the lease loop queues it for
+the loop (one wake-up per lease batch, not per job), and the ack hands it to the acker.
+
+The drain: runners skip jobs queued behind them (given back by the drain) and end once their
+coroutine returned; coroutines still running after the grace period are cancelled once their
+leases were given back (their result would be discarded anyway).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pgqueue.aio import steps as aio_steps
+from pgqueue.app import App
+from pgqueue.errors import LeaseLost
+from pgqueue.handlers import discarded, failed, unknown_kind
+from pgqueue.held import HeldLeases, label
+from pgqueue.running import Held
+from pgqueue.settler import JobSettler
+
+# The worker's logger: these lines are the worker's, and operators filter on its name.
+log = logging.getLogger("pgqueue.worker")
+
+T = TypeVar("T")
+
+#: Coroutines in flight when the App has async handlers and the worker was given no number.
+DEFAULT_ASYNC_CONCURRENCY = 100
+#: Threads (and pool connections) for the blocking writes async jobs make about themselves.
+WRITERS = 4
+
+
+class LoopSettler:
+    """The worker's settler as an `aio.steps.AsyncSettler`: its writes run on writer threads."""
+
+    def __init__(self, settler: JobSettler, blocking: Callable[..., Any]) -> None:
+        self._settler = settler
+        self._blocking = blocking
+
+    async def write_checkpoint(self, held: Held) -> None:
+        await self._blocking(self._settler.write_checkpoint, held)
+
+    async def ack(self, held: Held) -> None:
+        self._settler.ack(held)  # a hand-off to the acker: no I/O
+
+    async def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:
+        await self._blocking(self._settler.mark_undecodable, held, reason, detail)
+
+    async def upcast(self, held: Held, payload: bytes, schema_version: int) -> None:
+        await self._blocking(self._settler.upcast, held, payload, schema_version)
+
+    async def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
+        result: list[dict[str, Any]] | None = await self._blocking(
+            self._settler.step_list, step_set_hash)
+        return result
+
+
+class AsyncHandlers:
+    """The worker's event-loop thread, its runner coroutines and the jobs queued for them."""
+
+    def __init__(self, app: App, leases: HeldLeases, settler: JobSettler, *,
+                 stopping: threading.Event, worker_id: Callable[[], int]) -> None:
+        """
+        :param stopping: set when the worker drains: a job not started by then is skipped
+            (the drain gives its lease back).
+        :param worker_id: the worker's registry id, for log lines (it changes on failover).
+        """
+        self._app = app
+        self._leases = leases
+        self._settler = settler
+        self._stopping = stopping
+        self._worker_id = worker_id
+        self._loop_settler = LoopSettler(settler, self._blocking)
+        # Jobs handed over by the lease loops, moved onto the loop's queue by one callback per
+        # batch: `_scheduled` says a move is pending (a lost race only schedules one more).
+        self._pending: collections.deque[Held] = collections.deque()
+        self._scheduled = False
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[Held | None] | None = None
+        self._runners: list[asyncio.Task[None]] = []
+        self._cancelled = False  # the drain cancelled the runners (set on the loop thread)
+        self._thread: threading.Thread | None = None
+        self._writers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=WRITERS, thread_name_prefix="pgqueue-async-writer")
+
+    def start(self, count: int) -> None:
+        """Start the loop thread with `count` runner coroutines (returns once they wait)."""
+        self._thread = threading.Thread(target=self._main, args=(count,),
+                                        name="pgqueue-event-loop", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    def put(self, held: Held) -> None:
+        """Queue a held job for the runners (any thread)."""
+        self._pending.append(held)
+        if not self._scheduled:
+            self._scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._move_pending)
+
+    def finish(self) -> None:
+        """Each runner finishes its job, skips what is queued behind it, and returns. Call it
+        once nothing more is put."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._end_runners)
+
+    def busy(self) -> bool:
+        """Whether the loop thread still runs (after `finish`: a coroutine is still running)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def cancel(self) -> None:
+        """Cancel the coroutines still running (after the drain gave their leases back), and
+        wait a moment for the loop thread to end."""
+        if self._loop is not None and self.busy():
+            try:
+                self._loop.call_soon_threadsafe(self._cancel_runners)
+            except RuntimeError:
+                pass  # the loop closed meanwhile
+            if self._thread is not None:
+                self._thread.join(timeout=5.0)
+        self._writers.shutdown(wait=False, cancel_futures=True)
+
+    # -- on the loop thread ------------------------------------------------------------------
+
+    def _main(self, count: int) -> None:
+        asyncio.run(self._serve(count))
+
+    async def _serve(self, count: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._queue = asyncio.Queue()
+        self._runners = [asyncio.create_task(self._runner(), name=f"pgqueue-runner-{i}")
+                         for i in range(count)]
+        self._ready.set()
+        await asyncio.gather(*self._runners, return_exceptions=True)
+
+    def _move_pending(self) -> None:
+        self._scheduled = False  # before popping: a job appended after this schedules again
+        assert self._queue is not None
+        while self._pending:
+            self._queue.put_nowait(self._pending.popleft())
+
+    def _end_runners(self) -> None:
+        self._move_pending()
+        assert self._queue is not None
+        for _ in self._runners:
+            self._queue.put_nowait(None)
+
+    def _cancel_runners(self) -> None:
+        self._cancelled = True
+        for task in self._runners:
+            task.cancel()
+
+    async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking call (a database write) on a writer thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writers, functools.partial(fn, *args))
+
+    async def _runner(self) -> None:
+        assert self._queue is not None
+        while True:
+            held = await self._queue.get()
+            if held is None:
+                return
+            try:
+                if held.lost.is_set():
+                    self._leases.release(held)  # lost before it started: nothing to do for it
+                elif not self._stopping.is_set():  # else the drain returns it (no attempt)
+                    await self._execute(held)
+            except asyncio.CancelledError:
+                raise  # the drain gave up on it: its lease was given back
+            except BaseException:
+                # never let a runner end: the worker would silently run with fewer slots
+                log.exception("worker %s: %s: unexpected error", self._worker_id(), label(held))
+
+    async def _execute(self, held: Held) -> None:
+        """Run a job if this runner wins its claim (the drain may have given it back), and
+        let go of it unless the acker has it."""
+        if not held.claim():
+            return
+        held.started.set()  # the renewer's next round says so, if the lease did not
+        began = time.monotonic()
+        try:
+            await self._run(held)
+        finally:
+            self._leases.ran(time.monotonic() - began)
+            if not held.acking.is_set():  # an acked job is released by the acker
+                self._leases.release(held)
+
+    async def _run(self, held: Held) -> None:
+        handler = self._app.handlers.get(held.lease.kind or "")
+        try:
+            if handler is None:
+                await self._loop_settler.mark_undecodable(held, "unknown_kind",
+                                                          unknown_kind(self._app, held))
+                return
+            await aio_steps.run(handler, held, self._loop_settler)
+        except LeaseLost as exc:
+            discarded(self._worker_id(), held, exc)
+        except asyncio.CancelledError as exc:
+            if self._cancelled:
+                raise  # the drain's: its lease was given back
+            # the handler's own (an awaited task it was cancelled): a failure like any other
+            await self._blocking(failed, self._settler, self._worker_id(), held, handler, exc)
+        except Exception as exc:
+            await self._blocking(failed, self._settler, self._worker_id(), held, handler, exc)
