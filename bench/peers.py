@@ -26,6 +26,9 @@ close together in time (the order of systems rotates between runs):
   Chancy.push_many), then processing of those jobs by one worker process at the system's best
   setting: jobs / seconds from the first handler start until every job is finished in the
   database (pgqueue: worker.processed, which counts written acks).
+- I/O-bound processing (bench/peers_io.py): --io-jobs jobs whose handler waits --io-seconds,
+  at each of --io-inflight jobs in flight, async handlers for every system with an async API
+  and sync handlers on threads for pgqueue;
 Every timed phase (and tuning trial) starts right after a CHECKPOINT, so that none pays the
 full-page writes of a checkpoint that came due by chance in the middle of it (skipped where the
 role lacks pg_checkpoint). The producer also times its own enqueue calls in the latency phase.
@@ -45,24 +48,43 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from rich.console import Console
 from rich.table import Table
 
+if TYPE_CHECKING:  # mypy reads the repository; run as a script, bench/ is on sys.path
+    from bench.peers_io import bound_lines, io_metrics, io_run
+    from bench.peers_phases import (
+        PhaseError,
+        SystemState,
+        drop_database,
+        failed,
+        fresh_database,
+        record,
+        run_phase,
+    )
+else:
+    from peers_io import bound_lines, io_metrics, io_run
+    from peers_phases import (
+        PhaseError,
+        SystemState,
+        drop_database,
+        failed,
+        fresh_database,
+        record,
+        run_phase,
+    )
+
 HERE = Path(__file__).resolve().parent
-RUNNER = HERE / "peers_runner.py"
 VENV = HERE / ".venv-peers"
 REQUIREMENTS = HERE / "peers-requirements.txt"
 STAMP = VENV / ".requirements.sha256"
@@ -81,28 +103,6 @@ METRICS: list[tuple[str, str, str, bool]] = [
     ("enqueue_call_p50_ms", "  of which the enqueue call, p50", "ms", False),
     ("enqueue_call_p99_ms", "  of which the enqueue call, p99", "ms", False),
 ]
-
-
-class PhaseError(RuntimeError):
-    """A phase of one system failed or timed out."""
-
-
-@dataclass
-class SystemState:
-    """What is known about one system during the benchmark."""
-
-    name: str
-    python: str
-    version: str = "?"
-    settings: list[dict[str, Any]] = field(default_factory=list)
-    latency_setting: dict[str, Any] = field(default_factory=dict)
-    best: int | None = None
-    tuning: list[list[float]] = field(default_factory=list)
-    unavailable: str | None = None
-    values: dict[str, list[float]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    #: metrics its adapter does not measure (no such API)
-    unmeasured: set[str] = field(default_factory=set)
 
 
 # -- the peers' virtual environment ----------------------------------------------------------
@@ -136,26 +136,6 @@ def ensure_peers_venv(console: Console) -> str | None:
     return None
 
 
-# -- databases -------------------------------------------------------------------------------
-
-
-def fresh_database(server_dsn: str, name: str) -> str:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return make_conninfo(server_dsn, dbname=name)
-
-
-def drop_database(server_dsn: str, name: str) -> None:
-    """Drop a scratch database; a failure here only leaves it behind."""
-    try:
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
-    except psycopg.Error as exc:
-        print(f"could not drop the scratch database {name}: {exc}", file=sys.stderr)
-
-
 def server_facts(server_dsn: str) -> dict[str, str]:
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         facts = {}
@@ -163,59 +143,6 @@ def server_facts(server_dsn: str) -> dict[str, str]:
             row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone()
             facts[setting] = str(row[0]) if row else "?"
     return facts
-
-
-# -- running one phase -----------------------------------------------------------------------
-
-
-def checkpoint(server_dsn: str) -> None:
-    """CHECKPOINT before a timed phase, so that no checkpoint comes due in the middle of it: the
-    one after it would make the phase pay full-page writes for the pages it had just written
-    (e.g. every job page between enqueue and processing), and when it came was chance. Every
-    system gets the same. Needs pg_checkpoint (the embedded server's postgres has it); without
-    it, skipped."""
-    try:
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute("CHECKPOINT")
-    except psycopg.errors.InsufficientPrivilege:
-        pass
-
-
-def run_phase(state: SystemState, phase: str, dsn: str, timeout: float, *,
-              setup: bool = False, server_dsn: str | None = None,
-              **options: Any) -> dict[str, Any]:
-    """Run one phase of one system in a subprocess; its JSON result, or PhaseError. With
-    server_dsn, a timed phase: the server checkpoints first."""
-    if server_dsn is not None:
-        checkpoint(server_dsn)
-    cmd = [state.python, str(RUNNER), state.name, phase, "--dsn", dsn]
-    if setup:
-        cmd.append("--setup")
-    for key, value in options.items():
-        cmd += [f"--{key.replace('_', '-')}", str(value)]
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, cwd=str(HERE))
-    except OSError as exc:
-        raise PhaseError(f"{phase} could not start: {exc}") from None
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the phase and any worker process it started
-        proc.communicate()
-        raise PhaseError(f"{phase} timed out after {timeout:.0f} s") from None
-    except BaseException:  # Ctrl-C: its own session does not get the terminal's SIGINT
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    if proc.returncode != 0:
-        tail = [line for line in err.strip().splitlines() if line.strip()][-3:]
-        raise PhaseError(f"{phase} exited with {proc.returncode}: {' / '.join(tail)}")
-    try:
-        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise PhaseError(f"{phase} printed no result") from None
-    return result
 
 
 def describe_setting(setting: dict[str, Any]) -> str:
@@ -254,6 +181,7 @@ def probe(state: SystemState) -> None:
     state.version = str(info["version"])
     state.settings = list(info["settings"])
     state.latency_setting = dict(info["latency_setting"])
+    state.io_settings = dict(info.get("io_settings") or {})
 
 
 def tune_trial(state: SystemState, index: int, server_dsn: str, jobs: int, seconds: float,
@@ -294,16 +222,6 @@ def tune(states: list[SystemState], server_dsn: str, args: argparse.Namespace,
             state.best = max(medians)[1]
         else:
             state.unavailable = "every processing setting failed while tuning"
-
-
-def record(state: SystemState, result: dict[str, Any], keys: list[str]) -> None:
-    for key in keys:
-        state.values.setdefault(key, []).append(float(result[key]))
-
-
-def failed(state: SystemState, run: int, exc: Exception, console: Console) -> None:
-    state.notes.append(f"run {run}: {exc}")
-    console.print(f"  run {run} {state.name:<13} failed: {exc}")
 
 
 def one_run(states: list[SystemState], server_dsn: str, args: argparse.Namespace, run: int,
@@ -419,7 +337,8 @@ def fmt(value: float, unit: str) -> str:
     return f"{value:,.0f}"
 
 
-def results_table(states: list[SystemState], runs: int) -> Table:
+def results_table(states: list[SystemState], runs: int,
+                  metrics: list[tuple[str, str, str, bool]]) -> Table:
     table = Table(title=f"pgqueue and its peers: medians of {runs} run(s), same server",
                   title_justify="left")
     table.add_column("metric")
@@ -430,7 +349,7 @@ def results_table(states: list[SystemState], runs: int) -> Table:
     table.add_column("pgqueue/peer\n(jobs/s: >1 pgqueue faster;\nms: <1 pgqueue lower = better)",
                      justify="right")
     base = states[0]
-    for index, (key, label, unit, _higher) in enumerate(METRICS):
+    for index, (key, label, unit, _higher) in enumerate(metrics):
         ours = base.values.get(key)
         for i, state in enumerate(states):
             values = state.values.get(key, [])
@@ -448,7 +367,7 @@ def results_table(states: list[SystemState], runs: int) -> Table:
             table.add_row(metric, state.name, fmt(median, unit),
                           f"{fmt(min(values), unit)}–{fmt(max(values), unit)}",
                           str(len(values)), ratio)
-        if index < len(METRICS) - 1:
+        if index < len(metrics) - 1:
             table.add_section()
     return table
 
@@ -499,6 +418,12 @@ def parse_args() -> argparse.Namespace:
                         help="processing time cap of one run (the rate is then of the jobs done)")
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help="comma-separated subset of " + ",".join(SYSTEMS))
+    parser.add_argument("--io-jobs", type=int, default=20000,
+                        help="jobs of the I/O-bound workload (0: skip it)")
+    parser.add_argument("--io-seconds", type=float, default=0.05,
+                        help="how long each I/O-bound job waits")
+    parser.add_argument("--io-inflight", default="500,2000",
+                        help="comma-separated numbers of I/O-bound jobs in flight")
     parser.add_argument("--json", type=Path, help="also write the raw figures to this file")
     args = parser.parse_args()
     chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -508,6 +433,13 @@ def parse_args() -> argparse.Namespace:
     if "pgqueue" not in chosen:
         parser.error("--systems must include pgqueue (the ratios are pgqueue/peer)")
     args.systems = [s for s in SYSTEMS if s in chosen]
+    try:
+        args.io_inflight = [int(n) for n in args.io_inflight.split(",") if n.strip()]
+    except ValueError:
+        parser.error(f"--io-inflight: expected numbers separated by commas, got "
+                     f"{args.io_inflight!r}")
+    if args.io_jobs < 0 or args.io_seconds <= 0 or any(n < 2 for n in args.io_inflight):
+        parser.error("--io-jobs must be >= 0, --io-seconds > 0 and each --io-inflight >= 2")
     if min(args.runs, args.jobs, args.latency_jobs, args.single_jobs, args.batch,
            args.tune_jobs, args.tune_rounds) < 1:
         parser.error("--runs, --jobs, --latency-jobs, --single-jobs, --batch, --tune-jobs and "
@@ -554,6 +486,8 @@ def main() -> None:
             live = [s for s in states if not s.unavailable]
             shift = (run - 1) % max(1, len(live))
             one_run(live[shift:] + live[:shift], server_dsn, args, run, console)
+            if args.io_jobs:
+                io_run(live[shift:] + live[:shift], server_dsn, args, run, console)
     finally:
         if server is not None:
             server.stop()
@@ -562,7 +496,8 @@ def main() -> None:
 
     elapsed = time.monotonic() - started
     console.print()
-    console.print(results_table(states, args.runs))
+    metrics = METRICS + (io_metrics(args.io_inflight) if args.io_jobs else [])
+    console.print(results_table(states, args.runs, metrics))
     console.print(settings_table(states))
     for state in states:
         share = defaults_share(state)
@@ -579,6 +514,12 @@ def main() -> None:
         f"worker process, from the first handler start until every job is finished in the "
         f"database. Latency: {args.latency_jobs} jobs one every 10 ms to an idle worker in "
         f"another process. One at a time: {args.single_jobs:,} jobs.")
+    if args.io_jobs:
+        for line in bound_lines(states, args):
+            console.print(line)
+        console.print(f"I/O-bound: {args.io_jobs:,} jobs whose handler waits "
+                      f"{args.io_seconds * 1000:.0f} ms, one worker process; each system's best "
+                      f"of its settings per run.")
     for state in states:
         if state.unavailable:
             console.print(f"[yellow]{state.name} not run: {state.unavailable}[/]")

@@ -28,6 +28,9 @@ SETTINGS: list[dict[str, Any]] = [
     {"concurrency": 8, "prefetch": 4000},
 ]
 LATENCY_SETTING: dict[str, Any] = {"concurrency": 16, "poll_interval": 5.0}
+#: I/O-bound processing (the runner's io phase): the Worker's defaults but for the slots, which
+#: the phase sets to the jobs in flight (coroutines for async def, threads for def).
+IO_SETTINGS: dict[str, list[dict[str, Any]]] = {"async": [{}], "sync": [{}]}
 
 
 def version() -> str:
@@ -96,6 +99,43 @@ def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tu
 
     t0 = time.perf_counter()
     worker, thread = _start(app, dsn, **{"poll_interval": 1.0, **setting})
+    deadline = t0 + max_seconds
+    while worker.processed < n and time.perf_counter() < deadline:
+        time.sleep(0.002)
+    end = time.perf_counter()
+    done = worker.processed
+    worker.stop()
+    thread.join(timeout=60)
+    return min(done, n), end - (first[0] if first else t0)
+
+
+def process_io(dsn: str, n: int, setting: dict[str, Any], inflight: int, wait: float,
+               mode: str, max_seconds: float) -> tuple[int, float]:
+    """(jobs done, seconds from the first handler start until n acks are written), handlers
+    waiting `wait` seconds: an async def awaiting asyncio.sleep on the worker's event loop with
+    async_concurrency=inflight, or a def calling time.sleep on `inflight` handler threads."""
+    import asyncio
+
+    app = pgqueue.App()
+    first: list[float] = []
+    if mode == "async":
+        @app.job("noop")
+        async def wait_async(job: pgqueue.JobContext) -> None:
+            if not first:
+                first.append(time.perf_counter())
+            await asyncio.sleep(wait)
+
+        slots = {"async_concurrency": inflight}
+    else:
+        @app.job("noop")
+        def wait_sync(job: pgqueue.JobContext) -> None:
+            if not first:
+                first.append(time.perf_counter())
+            time.sleep(wait)
+
+        slots = {"concurrency": inflight}
+    t0 = time.perf_counter()
+    worker, thread = _start(app, dsn, **{"poll_interval": 1.0, **slots, **setting})
     deadline = t0 + max_seconds
     while worker.processed < n and time.perf_counter() < deadline:
         time.sleep(0.002)

@@ -27,6 +27,13 @@ SETTINGS: list[dict[str, Any]] = [
     {"batch_size": 1000, "driver": "connection"},
 ]
 LATENCY_SETTING: dict[str, Any] = {"batch_size": 10, "driver": "connection"}
+#: I/O-bound processing (the runner's io phase): async entrypoints only; the worker's
+#: max_concurrent_tasks is the jobs in flight (at least twice the batch, pgqueuer requires).
+IO_SETTINGS: dict[str, list[dict[str, Any]]] = {"async": [
+    {"batch_size": 10, "driver": "connection"},
+    {"batch_size": 100, "driver": "connection"},
+    {"batch_size": 250, "driver": "pool"},
+]}
 
 
 def version() -> str:
@@ -168,6 +175,51 @@ def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tu
         t0 = time.perf_counter()
         deadline = t0 + max_seconds
         task = asyncio.create_task(qm.run(batch_size=setting["batch_size"]))
+        try:
+            await asyncio.wait_for(all_started.wait(), timeout=max_seconds)
+            await _wait_empty(watcher, deadline)
+        except asyncio.TimeoutError:
+            pass
+        end = time.perf_counter()
+        done = min(state["count"], n)
+        qm.shutdown.set()
+        try:
+            await asyncio.wait_for(task, timeout=30)
+        finally:
+            await conn.close()
+            await watcher.close()
+        return done, end - (first[0] if first else t0)
+
+    return asyncio.run(run())
+
+
+def process_io(dsn: str, n: int, setting: dict[str, Any], inflight: int, wait: float,
+               mode: str, max_seconds: float) -> tuple[int, float]:
+    """(jobs done, seconds from the first handler start until the queue table is empty), each
+    async entrypoint awaiting asyncio.sleep(wait), at most `inflight` at once."""
+    from pgqueuer import QueueManager
+
+    async def run() -> tuple[int, float]:
+        queries, conn = await _queries(dsn, setting["driver"])
+        qm = QueueManager(queries)
+        state = {"count": 0}
+        first: list[float] = []
+        all_started = asyncio.Event()
+
+        async def wait_io(job: Any) -> None:
+            if not first:
+                first.append(time.perf_counter())
+            state["count"] += 1
+            if state["count"] >= n:
+                all_started.set()
+            await asyncio.sleep(wait)
+
+        qm.entrypoint("noop")(wait_io)
+        watcher = await _connection(dsn)
+        t0 = time.perf_counter()
+        deadline = t0 + max_seconds
+        batch = min(setting["batch_size"], inflight // 2)
+        task = asyncio.create_task(qm.run(batch_size=batch, max_concurrent_tasks=inflight))
         try:
             await asyncio.wait_for(all_started.wait(), timeout=max_seconds)
             await _wait_empty(watcher, deadline)

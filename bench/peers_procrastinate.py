@@ -29,6 +29,9 @@ SETTINGS: list[dict[str, Any]] = [
     {"concurrency": 50, "pool": 20},
 ]
 LATENCY_SETTING: dict[str, Any] = {"concurrency": 10, "pool": 12}
+#: I/O-bound processing (the runner's io phase): async tasks only; the worker's concurrency is
+#: the jobs in flight.
+IO_SETTINGS: dict[str, list[dict[str, Any]]] = {"async": [{"pool": 12}, {"pool": 40}]}
 
 
 def version() -> str:
@@ -125,6 +128,43 @@ def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tu
             worker = asyncio.create_task(app.run_worker_async(
                 queues=[QUEUE], concurrency=setting["concurrency"],
                 install_signal_handlers=False))
+            try:
+                await asyncio.wait_for(all_started.wait(), timeout=max_seconds)
+                await _wait_finished(app, deadline)
+            except asyncio.TimeoutError:
+                pass
+            end = time.perf_counter()
+            done = min(state["count"], n)
+            await _stop(worker)
+        return done, end - (first[0] if first else t0)
+
+    return asyncio.run(run())
+
+
+def process_io(dsn: str, n: int, setting: dict[str, Any], inflight: int, wait: float,
+               mode: str, max_seconds: float) -> tuple[int, float]:
+    """(jobs done, seconds from the first handler start until no job is todo or doing), each
+    async task awaiting asyncio.sleep(wait), with worker concurrency `inflight`."""
+    async def run() -> tuple[int, float]:
+        app = _app(dsn, setting["pool"])
+        state = {"count": 0}
+        first: list[float] = []
+        all_started = asyncio.Event()
+
+        async def wait_io() -> None:
+            if not first:
+                first.append(time.perf_counter())
+            state["count"] += 1
+            if state["count"] >= n:
+                all_started.set()
+            await asyncio.sleep(wait)
+
+        app.task(name="noop", queue=QUEUE)(wait_io)
+        async with app.open_async():
+            t0 = time.perf_counter()
+            deadline = t0 + max_seconds
+            worker = asyncio.create_task(app.run_worker_async(
+                queues=[QUEUE], concurrency=inflight, install_signal_handlers=False))
             try:
                 await asyncio.wait_for(all_started.wait(), timeout=max_seconds)
                 await _wait_finished(app, deadline)

@@ -16,7 +16,12 @@ Phases:
   taken just before the enqueue call; the handler notes its own start time. The producer also
   times each enqueue call itself (its round trip and commit are part of every latency);
 - single: enqueue --jobs jobs one call (and one transaction) at a time (timed);
-- producers: --tasks asyncio tasks share --jobs jobs, each enqueuing one per call (timed).
+- producers: --tasks asyncio tasks share --jobs jobs, each enqueuing one per call (timed);
+- io: enqueue --jobs jobs (batched, untimed), then run one worker whose handler waits
+  --io-seconds (asyncio.sleep in an async handler with --mode async, time.sleep on a thread with
+  --mode sync) with --inflight jobs in flight, setting --setting of the adapter's
+  IO_SETTINGS[mode], timed from the first handler start until every job is finished (a system
+  without that mode says so).
 With --setup the system's schema is installed first.
 """
 from __future__ import annotations
@@ -148,12 +153,29 @@ def phase_producers(mod: ModuleType, args: argparse.Namespace) -> dict[str, Any]
     return {"async_producers_per_s": args.jobs / seconds}
 
 
+def phase_io(mod: ModuleType, args: argparse.Namespace) -> dict[str, Any]:
+    settings: dict[str, list[dict[str, Any]]] = getattr(mod, "IO_SETTINGS", {})
+    if args.mode not in settings:
+        return {"io_per_s": None}
+    setting = settings[args.mode][args.setting]
+    mod.enqueue_batch(args.dsn, args.jobs, args.batch)
+    done, seconds = mod.process_io(args.dsn, args.jobs, setting, args.inflight, args.io_seconds,
+                                   args.mode, args.max_seconds)
+    return {
+        "io_per_s": int(done) / float(seconds) if seconds > 0 else 0.0,
+        "processed": int(done),
+        "partial": int(done) < args.jobs,
+        "setting": setting,
+    }
+
+
 PHASES = {
     "process": phase_process,
     "latency": phase_latency,
     "latency-worker": phase_latency_worker,
     "single": phase_single,
     "producers": phase_producers,
+    "io": phase_io,
 }
 
 
@@ -170,11 +192,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--interval", type=float, default=0.010)
     parser.add_argument("--tasks", type=int, default=50, help="producers: concurrent tasks")
+    parser.add_argument("--inflight", type=int, default=500, help="io: jobs in flight")
+    parser.add_argument("--io-seconds", type=float, default=0.05, help="io: each job's wait")
+    parser.add_argument("--mode", choices=["async", "sync"], default="async",
+                        help="io: async handlers (asyncio.sleep) or sync ones (time.sleep)")
     args = parser.parse_args()
     mod = adapter(args.system)
     if args.phase == "settings":
         emit({"version": mod.version(), "settings": mod.SETTINGS,
-              "latency_setting": mod.LATENCY_SETTING, "python": sys.version.split()[0]})
+              "latency_setting": mod.LATENCY_SETTING, "python": sys.version.split()[0],
+              "io_settings": getattr(mod, "IO_SETTINGS", {})})
         return
     if args.setup:
         mod.setup(args.dsn)
