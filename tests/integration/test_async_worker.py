@@ -464,3 +464,48 @@ def test_a_coroutine_still_running_after_the_grace_period_is_cancelled_and_its_l
     assert (info.checkpoint.cursor_step, info.checkpoint.cursor) == ("s", b"3")
     names = op_names(q, job_id)
     assert names[-1] == "ReturnLease" and "Nack" not in names
+
+
+# -- what a lease says started -------------------------------------------------------------------
+
+
+def lease_started(q: pgqueue.Queue, job_id: int) -> bool:
+    with q.connection() as conn:
+        row = conn.execute("SELECT lease_started FROM pgqueue.job WHERE id = %s",
+                           (job_id,)).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def lease_op_says_started(q: pgqueue.Queue, job_id: int) -> bool:
+    (lease_op,) = [o for o in ops(q, job_id) if o.op == "Lease"]
+    return bool(lease_op.body.get("started", True))
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["async only", "async and plain"])
+def test_which_leased_jobs_count_as_started_with_coroutine_slots(
+        dsn: str, q: pgqueue.Queue, mixed: bool) -> None:
+    """An async-only worker's lease says its jobs start at once when coroutines are free, as
+    threads do. With slots of both kinds a lease cannot tell which of its jobs find a free
+    slot, so it says none; the renewal after the handler's start says it started."""
+    app = pgqueue.App()
+    running_now = threading.Event()
+    finish = threading.Event()
+
+    @app.job("io")
+    async def io(job: pgqueue.JobContext) -> None:
+        running_now.set()
+        while not finish.is_set():
+            await asyncio.sleep(0.01)
+
+    if mixed:
+        app.job("plain")(lambda job: None)
+    job_id = q.enqueue({}, kind="io")
+    with running(app, dsn, async_concurrency=2, prefetch=0, renew_interval=0.2):
+        assert running_now.wait(10)
+        assert lease_op_says_started(q, job_id) is not mixed
+        wait_for(lambda: lease_started(q, job_id), 5, "the database to count it as started")
+        finish.set()
+        wait_for(lambda: gone(q, job_id), 10, "the job to be acked")
+    renews = [o for o in ops(q, job_id) if o.op == "Renew" and o.body.get("started")]
+    assert bool(renews) is mixed  # only a job leased ahead needs a renewal to say so
