@@ -1,7 +1,8 @@
 """`pgqueue jobs`: list jobs and show one, in any set (live, dead, parked).
 
-Read-only: what an operator looks at first. A job that was acked is gone from every set (its
-history stays in the op log: `pgqueue oplog tail --job ID`).
+Read-only: what an operator looks at first. `show` prints a job with its history (its ops,
+oldest first, from `Queue.history`); a job that was acked or cancelled is gone from every set,
+and `show` still tells how and when it finished, for as long as the op log keeps its ops.
 
 Payloads are previewed: the database sends only their first PREVIEW_BYTES bytes and their
 size, so a 200 MiB job shows as fast as a small one; --full fetches and prints the whole.
@@ -32,6 +33,7 @@ from .common import (
     size_note,
     unwrap,
 )
+from .oplog import op_json, ops_table
 
 FULL = click.option("--full", is_flag=True,
                     help=f"The whole payload (default: its first {PREVIEW_BYTES:,} bytes and "
@@ -113,20 +115,54 @@ def print_job(job: AnyJob, full: bool) -> None:
         say(text)
 
 
+def history_json(history: pgqueue.JobHistory) -> dict[str, Any]:
+    """A job's history as JSON: its state now (acked or cancelled once gone), when it finished,
+    its lease, whether its first ops were pruned, and its ops oldest first."""
+    return {"job_id": history.job_id, "state": history.state,
+            "finished_at": None if history.finished_at is None else history.finished_at.isoformat(),
+            "lease_id": history.lease_id, "ops_pruned": history.ops_pruned,
+            "payloads_cut": history.payloads_cut, "ops": [op_json(o) for o in history.ops]}
+
+
+def fetch_history(q: pgqueue.Queue, job_id: int, full: bool) -> pgqueue.JobHistory | None:
+    """The job's history, with payloads in op bodies cut by the database unless `full`."""
+    return q.history(job_id, preview_bytes=None if full else PREVIEW_BYTES)
+
+
+def print_history(history: pgqueue.JobHistory) -> None:
+    """The job's ops for people, and plainly what is missing or how it finished."""
+    if history.state in pgqueue.FINISHED_STATES:
+        under = "" if history.lease_id is None else f" under lease {history.lease_id}"
+        say(f"job {history.job_id} is gone: {history.state} {ago(history.finished_at)}{under}")
+    if not history.ops:
+        say(f"no ops of job {history.job_id} are kept: the op log was pruned past them")
+        return
+    if history.ops_pruned:
+        say(f"the op log no longer holds the first ops of job {history.job_id} (pruned): its "
+            f"history below starts at seq {history.ops[0].seq}")
+    console().print(ops_table(f"history of job {history.job_id} ({len(history.ops)} ops, oldest "
+                              f"first)", history.ops, with_stream=False))
+
+
 def show_job(job_id: int, full: bool, as_json: bool, *, dead_only: bool = False) -> None:
     """`jobs show` (and `dead show`, with dead_only)."""
     with open_queue() as q:
         job = fetch_job(q, job_id, full)
+        history = fetch_history(q, job_id, full)
     if job is not None and dead_only and unwrap(job)[0].state != "dead":
         fail(f"job {job_id} is not a dead letter (it is {unwrap(job)[0].state}); see "
              f"`pgqueue jobs show {job_id}`", EXIT_FAILED)
-    if job is None:
-        fail(f"job {job_id} not found (acked jobs are gone; see `pgqueue oplog tail --job "
-             f"{job_id}`)", EXIT_FAILED)
+    if job is None and (dead_only or history is None):
+        fail(f"job {job_id} not found: it never existed, or it finished and the op log was "
+             f"pruned past its ops", EXIT_FAILED)
     if as_json:
-        print_json(job_json(job))
+        data = {} if job is None else job_json(job)
+        print_json({**data, "history": None if history is None else history_json(history)})
         return
-    print_job(job, full)
+    if job is not None:
+        print_job(job, full)
+    if history is not None:
+        print_history(history)
 
 
 @jobs.command()
@@ -134,5 +170,6 @@ def show_job(job_id: int, full: bool, as_json: bool, *, dead_only: bool = False)
 @FULL
 @JSON
 def show(job_id: int, full: bool, as_json: bool) -> None:
-    """Show one job of any stream in any set; exits 1 when it is gone or never existed."""
+    """Show one job of any stream in any set, with its history (also once it was acked or
+    cancelled); exits 1 when nothing of it is left or it never existed."""
     show_job(job_id, full, as_json)

@@ -25,7 +25,16 @@ from .common import (
     table,
     unwrap,
 )
-from .jobs import FULL, JSON, fetch_job, jobs, print_job
+from .jobs import (
+    FULL,
+    JSON,
+    fetch_history,
+    fetch_job,
+    history_json,
+    jobs,
+    print_history,
+    print_job,
+)
 
 
 def _done(message: str, job: AnyJob | None, as_json: bool) -> None:
@@ -40,15 +49,25 @@ def _done(message: str, job: AnyJob | None, as_json: bool) -> None:
 @FULL
 @JSON
 def inspect(job_id: int, full: bool, as_json: bool) -> None:
-    """A job's checkpoint, recorded step list, crashes by step, last error and parking reason."""
+    """A job's checkpoint, recorded step list, crashes by step, last error, parking reason and
+    history (also once it was acked or cancelled)."""
     with open_queue() as q:
         job = fetch_job(q, job_id, full)
+        history = fetch_history(q, job_id, full)
         if job is None:
-            fail(f"job {job_id} not found", EXIT_FAILED)
+            if history is None:
+                fail(f"job {job_id} not found: it never existed, or it finished and the op log "
+                     f"was pruned past its ops", EXIT_FAILED)
+            if as_json:
+                print_json({"history": history_json(history)})
+            else:
+                print_history(history)
+            return
         cp = unwrap(job)[0].checkpoint
         steps = q.step_list(cp.step_set_hash) if cp.step_set_hash else None
     if as_json:
-        print_json({**job_json(job), "steps": steps})
+        print_json({**job_json(job), "steps": steps,
+                    "history": None if history is None else history_json(history)})
         return
     print_job(job, full)
     if steps:
@@ -66,6 +85,8 @@ def inspect(job_id: int, full: bool, as_json: bool) -> None:
         console().print(Text("\n".join(
             literal(line) for line in
             json.dumps(detail, indent=2, ensure_ascii=False, default=str).split("\n"))))
+    if history is not None:
+        print_history(history)
 
 
 def _after(job_id: int, action: Any, message: str, as_json: bool) -> None:

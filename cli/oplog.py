@@ -53,6 +53,16 @@ def _body(body: dict[str, Any], width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def ops_table(title: str, ops: Sequence[pgqueue.Op], *, with_stream: bool = True) -> Table:
+    """Ops for people, in the order given: seq, when, (stream,) op, job, lease, body excerpt."""
+    columns = ["seq", "at (UTC)", *(["stream"] if with_stream else []), "op", "job", "lease",
+               "body"]
+    return table(title, columns, [
+        (op.seq, ago(op.at), *([op.stream] if with_stream else []), op.op, op.job_id,
+         op.lease_id, _body(op.body)) for op in ops],
+        right=["seq", "job", "lease"], nowrap=["seq", "at (UTC)", "op", "job", "lease"])
+
+
 @oplog.command()
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="The newest N ops.")
@@ -80,14 +90,7 @@ def tail(limit: int, stream: str | None, job_id: int | None, full: bool, as_json
         say("no ops")
         return
     plain: list[pgqueue.Op] = [o.op if isinstance(o, OpPreview) else o for o in ops]
-    console().print(table(
-        f"op log (last {len(ops)})",
-        ["seq", "at (UTC)", "stream", "op", "job", "lease", "body"],
-        [(op.seq, ago(op.at), op.stream, op.op, op.job_id, op.lease_id, _body(op.body))
-         for op in plain],
-        right=["seq", "job", "lease"],
-        nowrap=["seq", "at (UTC)", "op", "job", "lease"],
-    ))
+    console().print(ops_table(f"op log (last {len(ops)})", plain))
 
 
 def op_counts(q: pgqueue.Queue) -> dict[str, int]:

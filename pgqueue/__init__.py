@@ -26,7 +26,18 @@ from pgqueue.errors import (
     SchemaMissing,
     SchemaTooNew,
 )
-from pgqueue.models import JOB_STATES, Checkpoint, JobInfo, JobState, Lease, NewJob, Op, StreamStats
+from pgqueue.models import (
+    FINISHED_STATES,
+    JOB_STATES,
+    Checkpoint,
+    JobHistory,
+    JobInfo,
+    JobState,
+    Lease,
+    NewJob,
+    Op,
+    StreamStats,
+)
 from pgqueue.oplog import ReplayResult, replay
 from pgqueue.queue import Queue
 from pgqueue.running import JobContext
@@ -45,6 +56,7 @@ def migrate(dsn: str) -> None:
 
 
 __all__ = [
+    "FINISHED_STATES",
     "JOB_STATES",
     "App",
     "AsyncQueue",
@@ -56,6 +68,7 @@ __all__ = [
     "InvalidState",
     "JobContext",
     "JobHandler",
+    "JobHistory",
     "JobInfo",
     "JobNotFound",
     "JobState",

@@ -201,3 +201,29 @@ class Op:
     body: dict[str, Any]
     xid: str
     at: dt.datetime
+
+
+#: The states a job's history can end in that no live set holds: acked (done, gone) and
+#: cancelled (removed by an operator).
+FINISHED_STATES = ("acked", "cancelled")
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """What is known of a job, also after it finished: its state now (a live set's, or acked
+    or cancelled for a job that is gone), when it finished and under which lease, and its ops,
+    oldest first, as far as the op log still keeps them."""
+
+    job_id: int
+    #: a JOB_STATES state while the job is in a set; "acked" or "cancelled" once it is gone
+    state: str
+    #: when it was acked, cancelled or moved to the dead letters (None: not finished)
+    finished_at: dt.datetime | None
+    #: the lease it holds now, or the one it was acked under (None: none)
+    lease_id: int | None
+    ops: list[Op]
+    #: True when the op log no longer holds the job's first ops (pruned, or the database was
+    #: seeded from another's state after them): `ops` is only the end of its history
+    ops_pruned: bool
+    #: True when the payloads in `ops`' bodies were cut to their first bytes (a preview)
+    payloads_cut: bool = False

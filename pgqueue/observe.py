@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgqueue import run, validate
-from pgqueue.models import JOB_STATES, JobInfo, Op, StreamStats
+from pgqueue.models import JOB_STATES, JobHistory, JobInfo, Op, StreamStats
 
 #: How much of a payload a preview holds by default (bytes).
 PREVIEW_BYTES = 1000
@@ -73,6 +73,51 @@ def stats(conn: run.Conn) -> list[StreamStats]:
                     oldest_age_seconds=r["oldest_age_seconds"])
         for r in run.fetch(conn, "stats")
     ]
+
+
+#: The most ops of one job a history holds (a job renewed every few seconds for days has more:
+#: the newest are kept).
+MAX_HISTORY_OPS = 100_000
+#: The op that ends a job's life without leaving it in any set, and the state it ends in.
+_FINAL_OPS = {"Ack": "acked", "Cancel": "cancelled"}
+
+
+def history(conn: run.Conn, job_id: int, *,
+            preview_bytes: int | None = None) -> JobHistory | None:
+    """A job's state and ops (oldest first), also once it was acked or cancelled, read from
+    one snapshot; None when neither the job nor any op of it is left.
+
+    :param preview_bytes: None: ops with whole bodies; a number: any payload in an op body cut
+        to its first bytes by the database (as op_log_preview).
+    """
+    validate.integer(job_id, "job_id")
+    preview = None if preview_bytes is None else _preview(preview_bytes)
+    if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
+        return None
+    with conn.transaction():
+        run.fetch(conn, "read_snapshot")
+        row = run.fetch_one(conn, "job_preview_by_id", {"job_id": job_id, "preview": 0})
+        if preview is None:
+            ops = [Op(**r) for r in run.fetch(conn, "oplog_tail", {
+                "limit": MAX_HISTORY_OPS, "stream": None, "job_id": job_id})]
+        else:
+            ops = []
+            for r in run.fetch(conn, "oplog_tail_preview", {
+                    "limit": MAX_HISTORY_OPS, "stream": None, "job_id": job_id,
+                    "preview": preview}):
+                r.pop("payload_size")
+                ops.append(Op(**r))
+    ops.reverse()
+    pruned = not ops or ops[0].op != "Enqueue"
+    if row is not None:
+        info = JobInfo.from_row(row)
+        return JobHistory(job_id, info.state, info.died_at if info.state == "dead" else None,
+                          info.lease_id, ops, pruned, preview is not None)
+    if not ops:
+        return None
+    last = ops[-1]
+    return JobHistory(job_id, _FINAL_OPS.get(last.op, "gone"), last.at, last.lease_id, ops,
+                      pruned, preview is not None)
 
 
 def _preview(preview_bytes: int) -> int:

@@ -15,7 +15,7 @@ from pgqueue import deadletter, observe, operate, oplog, run, schedule, validate
 from pgqueue.cron import Schedule, TickResult
 from pgqueue.errors import LeaseLost
 from pgqueue.failover import follow_leader
-from pgqueue.models import JobInfo, Lease, Op, StreamStats
+from pgqueue.models import JobHistory, JobInfo, Lease, Op, StreamStats
 from pgqueue.run import Conn
 
 
@@ -50,6 +50,15 @@ class QueueOperations:
         """A job of any stream in any set; None when acked or unknown."""
         with self.connection() as conn:
             return observe.job(conn, job_id)
+
+    @follow_leader(idempotent=True)
+    def history(self, job_id: int, *,
+                preview_bytes: int | None = None) -> JobHistory | None:
+        """A job's state and its ops, oldest first, also after it was acked or cancelled (as
+        long as the op log keeps its ops); None when nothing of it is left. With
+        `preview_bytes`, payloads in op bodies are cut to their first bytes by the database."""
+        with self.connection() as conn:
+            return observe.history(conn, job_id, preview_bytes=preview_bytes)
 
     @follow_leader(idempotent=True)
     def jobs(self, *, state: str | None = None, all_streams: bool = False,

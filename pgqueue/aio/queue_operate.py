@@ -16,7 +16,7 @@ from pgqueue.aio.failover import follow_leader
 from pgqueue.aio.run import AsyncConn
 from pgqueue.cron import Schedule, TickResult
 from pgqueue.errors import LeaseLost
-from pgqueue.models import JobInfo, Lease, Op, StreamStats
+from pgqueue.models import JobHistory, JobInfo, Lease, Op, StreamStats
 
 
 class AsyncQueueOperations:
@@ -50,6 +50,15 @@ class AsyncQueueOperations:
         """A job of any stream in any set; None when acked or unknown."""
         async with self.connection() as conn:
             return await observe.job(conn, job_id)
+
+    @follow_leader(idempotent=True)
+    async def history(self, job_id: int, *,
+                      preview_bytes: int | None = None) -> JobHistory | None:
+        """A job's state and its ops, oldest first, also after it was acked or cancelled (as
+        long as the op log keeps its ops); None when nothing of it is left. With
+        `preview_bytes`, payloads in op bodies are cut to their first bytes by the database."""
+        async with self.connection() as conn:
+            return await observe.history(conn, job_id, preview_bytes=preview_bytes)
 
     @follow_leader(idempotent=True)
     async def jobs(self, *, state: str | None = None, all_streams: bool = False,

@@ -87,3 +87,8 @@ CROSS JOIN LATERAL (
                 WHEN jsonb_typeof(o.body -> 'payload') = 'string'
                 THEN pgqueue.unb64(o.body ->> 'payload') END AS payload) b
 ORDER BY o.seq DESC
+
+-- name: read_snapshot
+-- The first statement of a read-only transaction whose reads must agree (a job's history: its
+-- row and its ops from one snapshot).
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY

@@ -20,7 +20,7 @@ import pytest
 from click.testing import Result
 
 import pgqueue
-from pgqueue import connection, queries, schema
+from pgqueue import connection, queries, replica, schema
 from pgqueue.embedded import EmbeddedServer
 from tests.acceptance.clihelp import as_json, ok, run
 from tests.pgbed import Bed
@@ -165,12 +165,39 @@ def test_jobs_list_refuses_an_unknown_state_or_an_empty_stream(dsn: str) -> None
     assert_one_line_error(run(dsn, "dead", "list", "--stream", ""), 2, "stream")
 
 
-def test_jobs_show_of_a_missing_or_acked_job_exits_1(dsn: str) -> None:
+def test_jobs_show_and_inspect_tell_an_acked_jobs_history_and_a_pruned_one_plainly(
+        dsn: str) -> None:
     assert_one_line_error(run(dsn, "jobs", "show", "424242"), 1, "424242", "not found")
     job_id = enqueue(dsn, "default", "x")
     with pgqueue.Queue(dsn) as q:
-        q.ack(q.lease()[0])
-    assert_one_line_error(run(dsn, "jobs", "show", str(job_id), "--json"), 1, str(job_id))
+        held = q.lease()[0]
+        q.ack(held)
+        assert q.job(job_id) is None
+    shown = as_json(dsn, "jobs", "show", str(job_id))
+    history = shown["history"]
+    assert (history["job_id"], history["state"], history["lease_id"]) == (
+        job_id, "acked", held.lease_id)
+    assert [o["op"] for o in history["ops"]] == ["Enqueue", "Lease", "Ack"]
+    assert history["finished_at"] == history["ops"][-1]["at"]
+    assert history["ops_pruned"] is False
+    text = ok(dsn, "jobs", "show", str(job_id)).stdout
+    assert f"job {job_id} is gone: acked" in text and f"under lease {held.lease_id}" in text
+    assert "Enqueue" in text and "Ack" in text
+    inspected = as_json(dsn, "jobs", "inspect", str(job_id))
+    assert inspected["history"]["state"] == "acked"
+    assert "is gone: acked" in ok(dsn, "jobs", "inspect", str(job_id)).stdout
+
+    live = enqueue(dsn, "default", "y")
+    with connection.connect(dsn) as conn:  # every op so far pruned, as a week later
+        conn.execute("UPDATE pgqueue.op_log SET at = at - interval '8 days'")
+        replica.prune_batches(conn, keep=7 * 86400.0, stale_after=86400.0, batch=1000, wait=0)
+    text = ok(dsn, "jobs", "show", str(live)).stdout
+    assert f"no ops of job {live} are kept: the op log was pruned past them" in text
+    assert as_json(dsn, "jobs", "show", str(live))["history"]["ops_pruned"] is True
+    assert "pruned" in ok(dsn, "jobs", "inspect", str(live)).stdout
+    # the acked job, with every op pruned: nothing is left of it
+    assert_one_line_error(run(dsn, "jobs", "show", str(job_id)), 1, str(job_id), "not found")
+    assert_one_line_error(run(dsn, "jobs", "inspect", str(job_id)), 1, str(job_id), "not found")
 
 
 def test_jobs_show_for_people_names_the_fields(dsn: str) -> None:
