@@ -14,6 +14,7 @@ import pgqueue
 
 from . import common
 from .bench import bench
+from .client import dsn_cmd, psql
 from .common import EXIT_CODES_HELP, Group, Settings
 from .db import db
 from .dead import dead
@@ -68,5 +69,7 @@ main.add_command(worker)
 main.add_command(workers)
 main.add_command(maintain_cmd)
 main.add_command(embedded_group)
+main.add_command(dsn_cmd)
+main.add_command(psql)
 
 __all__ = ["common", "main"]

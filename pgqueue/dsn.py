@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
 def describe(dsn: str) -> str:
@@ -29,6 +29,31 @@ def redact(dsn: str) -> str:
         return "<unparseable DSN>"
     parts.pop("password", None)
     return " ".join(f"{k}={v}" for k, v in parts.items() if v is not None)
+
+
+#: What a masked password shows as.
+MASK = "***"
+
+
+def masked(dsn: str) -> str:
+    """The DSN as key=value pairs with its password shown as ***, for people who need to see
+    that one is set (`redact` drops it)."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    if parts.get("password") is not None:
+        parts["password"] = MASK
+    return make_conninfo(**{k: v for k, v in parts.items() if v is not None})
+
+
+def without_password(dsn: str) -> tuple[str, str | None]:
+    """(the DSN without its password, the password or None): for a client started with the
+    password in its environment, never on its command line (where `ps` shows it)."""
+    parts = conninfo_to_dict(dsn)
+    password = parts.pop("password", None)
+    return make_conninfo(**{k: v for k, v in parts.items() if v is not None}), (
+        None if password is None else str(password))
 
 
 def dsn_list(dsn: str | Sequence[str]) -> list[str]:

@@ -508,3 +508,22 @@ def test_worker_prefetch_takes_auto_or_a_number_and_names_a_bad_value(dsn: str) 
         assert "--prefetch" in result.stderr and why in result.stderr
     shown = ok(None, "worker", "--help").stdout
     assert "--prefetch" in shown and "auto" in shown
+
+
+def test_dsn_masks_the_password_unless_asked_and_psql_gets_it_from_the_environment(
+        dsn: str) -> None:
+    secret = "hunter2-secret"  # noqa: S105  (trust auth accepts any password)
+    with_password = f"{dsn} password={secret}"
+    shown = ok(with_password, "dsn").stdout.strip()
+    assert "password=***" in shown and "hunter2" not in shown
+    assert secret in ok(with_password, "dsn", "--show-password").stdout
+    assert as_json(with_password, "dsn") == {"dsn": shown, "source": "--dsn or $PGQUEUE_DSN"}
+    conninfo, password = pgqueue.dsn.without_password(with_password)
+    assert password == secret and "hunter2" not in conninfo
+    job_id = enqueue(dsn, "default", "x")
+    done = subprocess.run([sys.executable, "-m", "pgqueue", "--dsn", dsn, "psql", "-At", "-c",
+                           "SELECT count(*) FROM pgqueue.job"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1" and job_id > 0

@@ -163,3 +163,27 @@ def test_stop_stops_a_server_running_from_other_binaries(tmp_path: Path, data_di
     result = run(None, "embedded", "stop", env={"PGQUEUE_DATA_DIR": str(data_dir)})
     assert result.exit_code == 0 and result.stdout.startswith("stopped"), result.output
     assert status(data_dir)["running"] is False
+
+
+def test_dsn_and_psql_find_the_embedded_database(data_dir: Path) -> None:
+    """With no DSN, `pgqueue dsn` prints the embedded server's and `pgqueue psql` opens psql
+    on the same database (a real subprocess: psql writes to the terminal itself)."""
+    env = {**os.environ, "PGQUEUE_DATA_DIR": str(data_dir)}
+    env.pop("PGQUEUE_DSN", None)
+    shown = run(None, "dsn", "--json", env={"PGQUEUE_DATA_DIR": str(data_dir)})
+    assert shown.exit_code == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    assert found["source"] == "embedded"
+    pgqueue.migrate(found["dsn"])
+    with pgqueue.Queue(found["dsn"], stream="found") as q:
+        job_id = q.enqueue("here")
+    done = subprocess.run(
+        [sys.executable, "-m", "pgqueue", "psql", "-At", "-c",
+         "SELECT id, stream FROM pgqueue.jobs ORDER BY id"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines() == [f"{job_id}|found"]
+    failed = subprocess.run([sys.executable, "-m", "pgqueue", "psql", "-c", "SELECT nosuch"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert failed.returncode != 0 and "nosuch" in failed.stderr  # psql's status and message
