@@ -44,7 +44,7 @@ def masked(dsn: str) -> str:
         return "<unparseable DSN>"
     if parts.get("password") is not None:
         parts["password"] = MASK
-    return make_conninfo(**{k: v for k, v in parts.items() if v is not None})
+    return make_conninfo("", **{k: v for k, v in parts.items() if v is not None})
 
 
 def without_password(dsn: str) -> tuple[str, str | None]:
@@ -52,7 +52,7 @@ def without_password(dsn: str) -> tuple[str, str | None]:
     password in its environment, never on its command line (where `ps` shows it)."""
     parts = conninfo_to_dict(dsn)
     password = parts.pop("password", None)
-    return make_conninfo(**{k: v for k, v in parts.items() if v is not None}), (
+    return make_conninfo("", **{k: v for k, v in parts.items() if v is not None}), (
         None if password is None else str(password))
 
 
