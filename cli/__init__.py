@@ -19,6 +19,7 @@ from .common import EXIT_CODES_HELP, Group, Settings
 from .db import db
 from .dead import dead
 from .demo import demo
+from .deploy import deploy_check
 from .embedded import embedded_group
 from .jobs import jobs
 from .operate import inspect as _inspect  # noqa: F401  (registers the operator commands)
@@ -71,5 +72,6 @@ main.add_command(maintain_cmd)
 main.add_command(embedded_group)
 main.add_command(dsn_cmd)
 main.add_command(psql)
+main.add_command(deploy_check)
 
 __all__ = ["common", "main"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pgqueue.aio.queue import AsyncQueue
 from pgqueue.aio.steps import AsyncStepContext
 from pgqueue.app import App, JobHandler, Step, StepJob
+from pgqueue.deploy import Parked
 from pgqueue.errors import (
     ConnectionFailed,
     Contention,
@@ -77,6 +78,7 @@ __all__ = [
     "NewJob",
     "NotLeader",
     "Op",
+    "Parked",
     "PgQueueError",
     "Queue",
     "ReplayResult",

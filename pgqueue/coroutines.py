@@ -29,10 +29,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pgqueue import compat
 from pgqueue.aio import steps as aio_steps
 from pgqueue.app import App
 from pgqueue.errors import LeaseLost
-from pgqueue.handlers import discarded, failed, unknown_kind
+from pgqueue.handlers import discarded, failed
 from pgqueue.held import HeldLeases, label
 from pgqueue.running import Held
 from pgqueue.settler import JobSettler
@@ -209,8 +210,9 @@ class AsyncHandlers:
         handler = self._app.handlers.get(held.lease.kind or "")
         try:
             if handler is None:
-                await self._loop_settler.mark_undecodable(held, "unknown_kind",
-                                                          unknown_kind(self._app, held))
+                refused = compat.unknown_kind(self._app, held.lease.kind)
+                assert refused is not None
+                await self._loop_settler.mark_undecodable(held, refused.reason, refused.detail)
                 return
             await aio_steps.run(handler, held, self._loop_settler)
         except LeaseLost as exc:

@@ -22,7 +22,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from pgqueue import steps
+from pgqueue import compat, steps
 from pgqueue.app import App, JobHandler, StepJob
 from pgqueue.errors import LeaseLost
 from pgqueue.held import HeldLeases, label
@@ -137,7 +137,9 @@ class HandlerThreads:
         handler = self._app.handlers.get(held.lease.kind or "")
         try:
             if handler is None:
-                self._settler.mark_undecodable(held, "unknown_kind", unknown_kind(self._app, held))
+                refused = compat.unknown_kind(self._app, held.lease.kind)
+                assert refused is not None
+                self._settler.mark_undecodable(held, refused.reason, refused.detail)
                 return
             steps.run(handler, held, self._settler)
         except LeaseLost as exc:
@@ -147,13 +149,6 @@ class HandlerThreads:
 
 
 # -- what handler threads and the event loop (coroutines.py) do alike ---------------------------
-
-
-def unknown_kind(app: App, held: Held) -> dict[str, object]:
-    """The detail a job of a kind no handler of this worker knows is parked with."""
-    kind = held.lease.kind
-    return {"message": f"no handler for kind {kind!r} in this worker", "kind": kind,
-            "known_kinds": sorted(app.handlers)}
 
 
 def discarded(worker_id: int, held: Held, exc: LeaseLost) -> None:

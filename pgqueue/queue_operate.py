@@ -8,10 +8,12 @@ failover; Queue's (queue_operate.py) is generated from this source.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from pgqueue import deadletter, observe, operate, oplog, run, schedule, validate
+from pgqueue import deadletter, deploy, observe, operate, oplog, run, schedule, validate
+from pgqueue.app import App
 from pgqueue.cron import Schedule, TickResult
 from pgqueue.errors import LeaseLost
 from pgqueue.failover import follow_leader
@@ -59,6 +61,14 @@ class QueueOperations:
         `preview_bytes`, payloads in op bodies are cut to their first bytes by the database."""
         with self.connection() as conn:
             return observe.history(conn, job_id, preview_bytes=preview_bytes)
+
+    @follow_leader(idempotent=True)
+    def deploy_check(self, app: App, *,
+                     streams: Sequence[str] | None = None) -> list[deploy.Parked]:
+        """The jobs of `streams` (or every stream) that a worker running `app` would park as
+        undecodable, with the worker's reason and detail, by id: run it before a deploy."""
+        with self.connection() as conn:
+            return deploy.check(conn, app, streams=streams)
 
     @follow_leader(idempotent=True)
     def jobs(self, *, state: str | None = None, all_streams: bool = False,

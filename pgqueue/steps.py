@@ -7,7 +7,7 @@ last_completed_step and clears the cursor at once (one write does both at a boun
 so a crash repeats at most one renewal interval of the step in progress. The cursor means
 "last fully processed position". Before a resumed job runs, its payload version and recorded
 step list are checked against the code; a mismatch parks it as undecodable with a reason
-instead of re-running completed side effects.
+instead of re-running completed side effects (the rule: compat.py, shared with deploy-check).
 
 pgqueue/aio/steps.py is the source: it runs `async def` jobs on the worker's event loop
 (coroutines.py), and pgqueue/steps.py, generated from it, runs plain ones on handler threads.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
+from pgqueue import compat
 from pgqueue.app import JobHandler, StepJob
 from pgqueue.errors import LeaseLost
 from pgqueue.running import Held, JobContext, encode_cursor, refuse_awaitable
@@ -72,6 +73,10 @@ def run(handler: JobHandler | StepJob, held: Held, settler: Settler) -> None:
         _run_steps(handler, held, settler)
         return
     assert handler.fn is not None
+    refused = compat.plain_with_checkpoint(handler, held.checkpoint)
+    if refused is not None:
+        settler.mark_undecodable(held, refused.reason, refused.detail)
+        return
     refuse_awaitable(handler.fn(JobContext(held)), f"the handler of {handler.kind!r}")
     held.check()
     settler.ack(held)
@@ -80,58 +85,26 @@ def run(handler: JobHandler | StepJob, held: Held, settler: Settler) -> None:
 def _compatible_start(handler: StepJob, held: Held, settler: Settler) -> int | None:
     """The index of the step to resume at, or None after parking the job as undecodable."""
     cp = held.checkpoint
-    new = handler.step_list
-    names = [s["name"] for s in new]
-    recorded = cp.step_set_hash
-    if recorded is None or recorded == handler.step_set_hash:
-        if cp.last_completed_step is None:
-            return 0
-        if cp.last_completed_step in names:
-            return names.index(cp.last_completed_step) + 1
-        old = None
-    else:
-        old = settler.step_list(recorded)
-    if old is None:
-        settler.mark_undecodable(held, "step_set_changed", {
-            "message": "the job's recorded step list is unknown to this database",
-            "old_hash": recorded, "new_hash": handler.step_set_hash, "new_steps": new,
-            "last_completed_step": cp.last_completed_step, "cursor_step": cp.cursor_step,
-        })
+    recorded = (settler.step_list(cp.step_set_hash)
+                if cp.step_set_hash is not None and compat.needs_recorded_steps(handler, cp)
+                else None)
+    start = compat.resume(handler, cp, recorded)
+    if isinstance(start, compat.Verdict):
+        settler.mark_undecodable(held, start.reason, start.detail)
         return None
-    old_names = [s["name"] for s in old]
-    done = old_names.index(cp.last_completed_step) + 1 if cp.last_completed_step in old_names else 0
-    ok = cp.last_completed_step is None or cp.last_completed_step in old_names
-    ok = ok and old[:done] == new[:done]
-    in_progress = cp.cursor_step is not None and cp.cursor_step != cp.last_completed_step
-    if ok and in_progress:
-        ok = done < len(old) and done < len(new) and old[done] == new[done]
-    if ok:
-        return done
-    settler.mark_undecodable(held, "step_set_changed", {
-        "message": "completed steps are no longer an unchanged prefix of the step list, "
-                   "or the step in progress changed",
-        "old_hash": recorded, "new_hash": handler.step_set_hash,
-        "old_steps": old, "new_steps": new,
-        "last_completed_step": cp.last_completed_step, "cursor_step": cp.cursor_step,
-    })
-    return None
+    return start
 
 
 def _upcast(handler: StepJob, held: Held, settler: Settler) -> bool:
     """Bring the payload to the code's schema version; False after parking the job."""
     code = handler.schema_version
     version = held.checkpoint.schema_version
+    refused = compat.payload(handler, version)
+    if refused is not None:
+        settler.mark_undecodable(held, refused.reason, refused.detail)
+        return False
     if version is None or version == code:
         return True
-    missing = [v for v in range(version, code) if v not in handler.upcasters]
-    if version > code or missing:
-        settler.mark_undecodable(held, "payload_version", {
-            "message": (f"payload version {version} is newer than the code's {code}"
-                        if version > code
-                        else f"no upcaster from version {missing[0]} (payload {version}, code {code})"),
-            "job_schema_version": version, "code_schema_version": code,
-        })
-        return False
     payload = held.payload
     for v in range(version, code):
         payload = handler.upcasters[v](payload)

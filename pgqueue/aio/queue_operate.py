@@ -7,13 +7,15 @@ failover; Queue's (queue_operate.py) is generated from this source.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from pgqueue import validate
-from pgqueue.aio import deadletter, observe, operate, oplog, run, schedule
+from pgqueue.aio import deadletter, deploy, observe, operate, oplog, run, schedule
 from pgqueue.aio.failover import follow_leader
 from pgqueue.aio.run import AsyncConn
+from pgqueue.app import App
 from pgqueue.cron import Schedule, TickResult
 from pgqueue.errors import LeaseLost
 from pgqueue.models import JobHistory, JobInfo, Lease, Op, StreamStats
@@ -59,6 +61,14 @@ class AsyncQueueOperations:
         `preview_bytes`, payloads in op bodies are cut to their first bytes by the database."""
         async with self.connection() as conn:
             return await observe.history(conn, job_id, preview_bytes=preview_bytes)
+
+    @follow_leader(idempotent=True)
+    async def deploy_check(self, app: App, *,
+                           streams: Sequence[str] | None = None) -> list[deploy.Parked]:
+        """The jobs of `streams` (or every stream) that a worker running `app` would park as
+        undecodable, with the worker's reason and detail, by id: run it before a deploy."""
+        async with self.connection() as conn:
+            return await deploy.check(conn, app, streams=streams)
 
     @follow_leader(idempotent=True)
     async def jobs(self, *, state: str | None = None, all_streams: bool = False,
