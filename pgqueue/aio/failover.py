@@ -9,17 +9,18 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pgqueue.errors import ConnectionFailed, NotLeader
 
 R = TypeVar("R")
-Method = Callable[..., Awaitable[R]]  # async-only
-# sync-only: Method = Callable[..., R]
+#: A Queue method: the decorator keeps its signature, so callers' arguments are type-checked.
+M = TypeVar("M", bound=Callable[..., Awaitable[Any]])  # async-only
+# sync-only: M = TypeVar("M", bound=Callable[..., Any])
 
 
 def follow_leader(*, idempotent: bool, token: bool = False, flag_retry: bool = False
-                  ) -> Callable[[Method[R]], Method[R]]:
+                  ) -> Callable[[M], M]:
     """Given several DSNs, a call refused because its database turned out to be a replica
     moves to the leader and runs again (a refused write changed nothing, so this is safe).
 
@@ -33,9 +34,9 @@ def follow_leader(*, idempotent: bool, token: bool = False, flag_retry: bool = F
     (`conn=`) is never re-run: its transaction is the caller's.
     """
 
-    def decorate(method: Method[R]) -> Method[R]:
+    def decorate(method: M) -> M:
         @functools.wraps(method)
-        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> R:
+        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             if token:
                 kwargs["_request"] = uuid.uuid4()  # the same token for every attempt
             try:
@@ -66,6 +67,6 @@ def follow_leader(*, idempotent: bool, token: bool = False, flag_retry: bool = F
                     kwargs["_resent"] = True
                 return await method(self, *args, **kwargs)
 
-        return wrapper
+        return cast(M, wrapper)
 
     return decorate

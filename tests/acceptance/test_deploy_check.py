@@ -142,4 +142,4 @@ def test_deploy_check_refuses_what_is_not_an_app(dsn: str, new_code: Any) -> Non
     assert result.exit_code == 2 and "not a pgqueue.App" in result.stderr
     with pytest.raises(TypeError, match=r"app must be a pgqueue\.App"):
         with pgqueue.Queue(dsn) as q:
-            q.deploy_check("newcode_deploy:app")
+            q.deploy_check("newcode_deploy:app")  # type: ignore[arg-type]

@@ -109,7 +109,7 @@ def test_bad_arguments_raise_the_errors_queue_raises(dsn: str) -> None:
             with pytest.raises(ValueError, match="priority"):
                 await q.enqueue(b"x", priority=999)
             with pytest.raises(TypeError, match="jobs"):
-                await q.enqueue_many(b"not a list")
+                await q.enqueue_many(b"not a list")  # type: ignore[arg-type]
             with pytest.raises(ValueError, match="limit"):
                 await q.lease(0)
 

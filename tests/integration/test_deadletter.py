@@ -130,7 +130,7 @@ def test_requeue_is_allowed_when_the_key_is_held_in_another_stream(dsn: str) -> 
 
 def test_requeue_rejects_a_bad_id(q: pgqueue.Queue) -> None:
     with pytest.raises(TypeError, match="job_id"):
-        q.requeue_dead_letter("1")
+        q.requeue_dead_letter("1")  # type: ignore[arg-type]
 
 
 def test_requeue_of_an_id_beyond_bigint_is_not_a_missing_schema(q: pgqueue.Queue,

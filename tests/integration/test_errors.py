@@ -227,9 +227,9 @@ def test_payload_neither_bytes_str_nor_json_is_refused(shared_q: pgqueue.Queue, 
 def test_enqueue_many_needs_new_jobs(shared_q: pgqueue.Queue, shared_dsn: str) -> None:
     before = totals(shared_dsn)
     with pytest.raises(TypeError, match="NewJob"):
-        shared_q.enqueue_many([b"raw"])
+        shared_q.enqueue_many([b"raw"])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="NewJob"):
-        shared_q.enqueue_many(pgqueue.NewJob(b"x"))
+        shared_q.enqueue_many(pgqueue.NewJob(b"x"))  # type: ignore[arg-type]
     assert totals(shared_dsn) == before
 
 
@@ -281,7 +281,7 @@ def test_renew_with_a_checkpoint_that_is_not_a_checkpoint(q: pgqueue.Queue, dsn:
     [held] = q.lease()
     before = totals(dsn)
     with pytest.raises(TypeError, match="checkpoint"):
-        q.renew(held, checkpoint={"cursor": b""})
+        q.renew(held, checkpoint={"cursor": b""})  # type: ignore[arg-type]
     assert totals(dsn) == before
 
 

@@ -318,9 +318,9 @@ def test_nack_rejects_bad_arguments_and_changes_nothing(q: pgqueue.Queue, dsn: s
     with pytest.raises(ValueError, match="retry_in"):
         q.nack(held, retry_in=-1)
     with pytest.raises(TypeError, match="error"):
-        q.nack(held, error=123)
+        q.nack(held, error=123)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="retry_in"):
-        q.nack(held, retry_in="soon")
+        q.nack(held, retry_in="soon")  # type: ignore[arg-type]
     assert state_snapshot(dsn) == snapshot
     assert op_counts(dsn) == ops
 
