@@ -106,7 +106,6 @@ class Queue(QueueOperations):
 
     # -- enqueue -----------------------------------------------------------------------------
 
-    @follow_leader(idempotent=False, token=True)
     def enqueue(
         self,
         payload: Any,
@@ -119,17 +118,23 @@ class Queue(QueueOperations):
         max_attempts: int | None = None,
         schema_version: int | None = None,
         conn: object | None = None,
-        _request: uuid.UUID | None = None,
-        _resent: bool = False,
     ) -> int:
         """Enqueue one job; returns its id (or the id of the live job holding dedup_key).
 
         With `conn`, the job is written in the caller's transaction and exists only if the
         caller commits: a psycopg Connection, a SQLAlchemy Connection or Session (psycopg
-        dialect), or Django's connection inside transaction.atomic() (callers.py)."""
+        dialect), or Django's connection inside transaction.atomic() (callers.py). Without
+        it, AsyncQueue's concurrent calls share a transaction while every pooled connection
+        is busy (aio/coalesce.py); each returns once its job is committed."""
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version)
+        return self._enqueue_job(job, conn=conn)
+
+    @follow_leader(idempotent=False, token=True)
+    def _enqueue_job(self, job: NewJob, *, conn: object | None = None,
+                     _request: uuid.UUID | None = None, _resent: bool = False) -> int:
+        """One job in one transaction (the caller's with `conn`), one round trip."""
         if conn is not None:
             mine = callers.psycopg_connection(conn)
             return enqueue.enqueue_one(mine, self.stream, job)

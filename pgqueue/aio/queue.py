@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgqueue import callers, validate
-from pgqueue.aio import connection, enqueue, lease, reclaim, settle
+from pgqueue.aio import coalesce, connection, enqueue, lease, reclaim, settle
 from pgqueue.aio.failover import follow_leader
 from pgqueue.aio.queue_operate import AsyncQueueOperations
 from pgqueue.aio.run import AsyncConn
@@ -47,6 +47,9 @@ class AsyncQueue(AsyncQueueOperations):
         self._lock = asyncio.Lock()
         self.dsn = self.dsns[0]
         self._pool: AsyncConnectionPool[Any] | None = None
+        self._batcher = coalesce.EnqueueBatcher(  # async-only
+            alone=self._enqueue_job, together=self.enqueue_many,  # async-only
+            batches=self._pool_size)  # async-only
         # sync-only: self._open()  # Queue connects now: a bad DSN or schema fails here
 
     async def _open(self) -> AsyncConnectionPool[Any]:
@@ -106,7 +109,6 @@ class AsyncQueue(AsyncQueueOperations):
 
     # -- enqueue -----------------------------------------------------------------------------
 
-    @follow_leader(idempotent=False, token=True)
     async def enqueue(
         self,
         payload: Any,
@@ -119,17 +121,25 @@ class AsyncQueue(AsyncQueueOperations):
         max_attempts: int | None = None,
         schema_version: int | None = None,
         conn: object | None = None,
-        _request: uuid.UUID | None = None,
-        _resent: bool = False,
     ) -> int:
         """Enqueue one job; returns its id (or the id of the live job holding dedup_key).
 
         With `conn`, the job is written in the caller's transaction and exists only if the
         caller commits: a psycopg Connection, a SQLAlchemy Connection or Session (psycopg
-        dialect), or Django's connection inside transaction.atomic() (callers.py)."""
+        dialect), or Django's connection inside transaction.atomic() (callers.py). Without
+        it, AsyncQueue's concurrent calls share a transaction while every pooled connection
+        is busy (aio/coalesce.py); each returns once its job is committed."""
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version)
+        if conn is None:  # async-only
+            return await self._batcher.submit(job)  # async-only
+        return await self._enqueue_job(job, conn=conn)
+
+    @follow_leader(idempotent=False, token=True)
+    async def _enqueue_job(self, job: NewJob, *, conn: object | None = None,
+                           _request: uuid.UUID | None = None, _resent: bool = False) -> int:
+        """One job in one transaction (the caller's with `conn`), one round trip."""
         if conn is not None:
             mine = await callers.async_psycopg_connection(conn)  # async-only
             # sync-only: mine = callers.psycopg_connection(conn)

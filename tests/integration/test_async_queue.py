@@ -255,3 +255,74 @@ def test_a_sqlalchemy_async_session_or_connection_commits_or_rolls_back_the_job(
     with pgqueue.Queue(dsn) as q:
         kept = [i for i in ids if q.job(i) is not None]
     assert orders == [1, 3] and kept == [ids[0], ids[2]]
+
+
+# -- concurrent enqueue calls share transactions (aio/coalesce.py) ------------------------------
+
+
+def op_xids(dsn: str, job_ids: list[int]) -> list[str]:
+    """The transaction of each job's Enqueue op."""
+    with psycopg.connect(dsn) as conn:
+        return [r[0] for r in conn.execute(
+            "SELECT xid::text FROM pgqueue.op_log WHERE op = 'Enqueue' AND job_id = ANY(%s) "
+            "ORDER BY job_id", (job_ids,)).fetchall()]
+
+
+def test_concurrent_enqueue_calls_share_transactions_and_each_gets_its_own_id(dsn: str) -> None:
+    async def main() -> tuple[list[int], list[int]]:
+        async with pgqueue.AsyncQueue(dsn, pool_size=2) as q:
+            ids = await asyncio.gather(*(q.enqueue({"n": i}) for i in range(300)))
+            lone = [await q.enqueue({"n": "alone"}), await q.enqueue({"n": "alone"})]
+            return list(ids), lone
+
+    ids, lone = run(main())
+    assert len(set(ids)) == 300 and ids == sorted(ids)  # in the calls' order
+    with pgqueue.Queue(dsn) as q:
+        jobs = {j.job_id: j for j in q.jobs(limit=1000)}
+    assert sorted(jobs) == sorted(ids + lone)
+    assert [jobs[i].payload for i in ids] == [f'{{"n":{i}}}'.encode() for i in range(300)]
+    xids = op_xids(dsn, ids)
+    assert len(set(xids)) < 100  # shared commits, not one per call
+    assert len(set(op_xids(dsn, lone))) == 2  # one after the other: each alone
+
+
+def test_a_failing_call_in_a_shared_batch_fails_alone_with_its_own_error(dsn: str) -> None:
+    """A payload over its stream's limit fails the shared transaction: nothing of it was
+    written, each call runs alone, and only the oversized one raises, as it would alone."""
+    with pgqueue.Queue(dsn) as q:
+        q.configure_stream(max_payload_bytes=100)
+
+    async def main() -> list[int | BaseException]:
+        async with pgqueue.AsyncQueue(dsn, pool_size=1) as q:
+            calls = [q.enqueue(b"x" * (500 if i == 7 else 10), dedup_key=f"k{i % 20}")
+                     for i in range(40)]
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+
+    outcomes = run(main())
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(errors) == 1 and outcomes[7] is errors[0]
+    assert isinstance(errors[0], ValueError) and "500 bytes" in str(errors[0])
+    ids = [o for o in outcomes if isinstance(o, int)]
+    # a dedup key repeated among the calls gives one job, as one call after the other would
+    assert len(set(ids)) == 20
+    assert all(outcomes[i] == outcomes[i % 20] for i in range(20, 40) if i != 27)
+
+
+def test_a_call_cancelled_before_its_batch_was_sent_is_left_out(dsn: str) -> None:
+    async def main() -> tuple[int, bool]:
+        async with pgqueue.AsyncQueue(dsn, pool_size=1) as q:
+            first = asyncio.ensure_future(q.enqueue(b"first"))
+            await asyncio.sleep(0)  # the first call holds the only connection
+            doomed = asyncio.ensure_future(q.enqueue(b"cancelled"))
+            kept = asyncio.ensure_future(q.enqueue(b"kept"))
+            await asyncio.sleep(0)
+            doomed.cancel()
+            await first
+            await kept
+            return len(await q.jobs()), doomed.cancelled()
+
+    count, cancelled = run(main())
+    assert cancelled
+    with pgqueue.Queue(dsn) as q:
+        assert sorted(j.payload for j in q.jobs()) == [b"first", b"kept"]
+    assert count == 2
