@@ -22,6 +22,7 @@ from .demo import demo
 from .deploy import deploy_check
 from .embedded import embedded_group
 from .jobs import jobs
+from .metrics import metrics
 from .operate import inspect as _inspect  # noqa: F401  (registers the operator commands)
 from .oplog import oplog
 from .queue_cmds import enqueue, stats
@@ -73,5 +74,6 @@ main.add_command(embedded_group)
 main.add_command(dsn_cmd)
 main.add_command(psql)
 main.add_command(deploy_check)
+main.add_command(metrics)
 
 __all__ = ["common", "main"]

@@ -17,6 +17,7 @@ import click
 
 import pgqueue
 from pgqueue import connection, maintain
+from pgqueue.logs import JsonFormatter
 from pgqueue.worker import HEARTBEAT_SECONDS
 
 from . import common
@@ -64,10 +65,11 @@ def load_app(spec: str) -> pgqueue.App:
     return app
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _logging(verbose: bool, log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     logging.getLogger("psycopg").setLevel(logging.WARNING)
 
 
@@ -99,14 +101,22 @@ def _logging(verbose: bool) -> None:
               help="Jobs leased ahead of a free handler thread: a number, or auto (about a "
                    "quarter second of work at the worker's recent rate, at most 4000). A job "
                    "leased ahead is charged nothing if the worker dies before it starts.")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
+              help="Serve this worker's Prometheus metrics on this port (/metrics; 0: any free "
+                   "port, logged at start) [default: none].")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="The address the metrics listen on (0.0.0.0: every interface).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Log lines as text, or one JSON object per record.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility_timeout: float,
            renew_interval: float | None, poll_interval: float, maintenance_interval: float,
            no_maintenance: bool, grace_period: float, node: int, prefetch: int | None,
-           async_concurrency: int | None, verbose: bool) -> None:
+           async_concurrency: int | None, metrics_port: int | None, metrics_host: str,
+           log_format: str, verbose: bool) -> None:
     """Run the handlers of an App until SIGTERM or SIGINT, then drain and exit 0."""
     app = load_app(app_spec)
-    _logging(verbose)
+    _logging(verbose, log_format)
     dsn = common.dsn()
     logging.getLogger("pgqueue.worker").info("connecting to %s", connection.redact(dsn))
     pgqueue.Worker(
@@ -114,7 +124,8 @@ def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility
         visibility_timeout=visibility_timeout, renew_interval=renew_interval,
         poll_interval=poll_interval, maintenance_interval=maintenance_interval,
         maintenance=not no_maintenance, grace_period=grace_period, node=node, prefetch=prefetch,
-        async_concurrency=async_concurrency,
+        async_concurrency=async_concurrency, metrics_port=metrics_port,
+        metrics_host=metrics_host,
     ).run()
 
 

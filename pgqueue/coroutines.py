@@ -202,7 +202,7 @@ class AsyncHandlers:
         try:
             await self._run(held)
         finally:
-            self._leases.ran(time.monotonic() - began)
+            self._leases.ran(held, time.monotonic() - began)
             if not held.acking.is_set():  # an acked job is released by the acker
                 self._leases.release(held)
 

@@ -129,7 +129,7 @@ class HandlerThreads:
         try:
             self._run(held)
         finally:
-            self._leases.ran(time.monotonic() - began)
+            self._leases.ran(held, time.monotonic() - began)
             if not held.acking.is_set():  # an acked job is released by the acker
                 self._leases.release(held)
 
@@ -151,9 +151,19 @@ class HandlerThreads:
 # -- what handler threads and the event loop (coroutines.py) do alike ---------------------------
 
 
+def fields(held: Held, **more: object) -> dict[str, dict[str, object]]:
+    """A log record's structured fields about a job (`--log-format json`): never its payload."""
+    lease = held.lease
+    return {"pgqueue": {"stream": lease.stream, "kind": lease.kind, "job_id": lease.job_id,
+                        "attempt": lease.attempts + 1, **more}}
+
+
 def discarded(worker_id: int, held: Held, exc: LeaseLost) -> None:
     """A handler stopped because its lease was lost: nothing to write, its result is dropped."""
-    log.warning("worker %s: %s: %s; result discarded", worker_id, label(held), exc)
+    held.outcome = "lost"
+    log.warning("worker %s: %s: %s; result discarded", worker_id, label(held), exc,
+                extra=fields(held, event="lost", outcome="lost",
+                             lease_id=held.lease.lease_id))
 
 
 def failed(settler: JobSettler, worker_id: int, held: Held, handler: JobHandler | StepJob | None,
@@ -167,8 +177,16 @@ def failed(settler: JobSettler, worker_id: int, held: Held, handler: JobHandler 
         except LeaseLost:
             pass  # lost meanwhile: said below
         else:
+            held.outcome = ("lost" if nacked.dead is None else "dead" if nacked.dead
+                            else "retried")
             log.warning("worker %s: %s failed: %s; %s", worker_id,
-                        label(held, nacked.max_attempts), error_summary(exc), outcome(nacked))
+                        label(held, nacked.max_attempts), error_summary(exc), outcome(nacked),
+                        extra=fields(held, event="failed", outcome=held.outcome,
+                                     error=error_summary(exc),
+                                     retry_at=None if nacked.retry_at is None
+                                     else nacked.retry_at.isoformat()))
             return
+    held.outcome = "lost"
     log.warning("worker %s: %s failed after its lease was lost (result discarded): %s",
-                worker_id, label(held), error_summary(exc))
+                worker_id, label(held), error_summary(exc),
+                extra=fields(held, event="failed", outcome="lost", error=error_summary(exc)))

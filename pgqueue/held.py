@@ -74,11 +74,14 @@ import queue as queue_mod
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from pgqueue import lease, queries, settle
 from pgqueue.errors import PgQueueError
 from pgqueue.running import Held
+
+if TYPE_CHECKING:
+    from pgqueue.metrics import WorkerMetrics
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
@@ -124,6 +127,14 @@ def label(held: Held, max_attempts: int | None = None) -> str:
     return f"job {lease_.job_id} (kind {lease_.kind}, {attempt_of(lease_.attempts + 1, limit)})"
 
 
+def lease_fields(held: Held, event: str) -> dict[str, dict[str, object]]:
+    """A log record's structured fields about a lost lease (`--log-format json`)."""
+    lease_ = held.lease
+    return {"pgqueue": {"event": event, "stream": lease_.stream, "kind": lease_.kind,
+                        "job_id": lease_.job_id, "attempt": lease_.attempts + 1,
+                        "outcome": "lost", "lease_id": lease_.lease_id}}
+
+
 class Db(Protocol):
     """One database call on the worker's pool, failing over when it finds a replica."""
 
@@ -144,7 +155,8 @@ class HeldLeases:
 
     def __init__(self, *, concurrency: int, prefetch: int | None, lease_loops: int, db: Db,
                  retry_db: RetryDb, freed: Callable[[], None],
-                 worker_id: Callable[[], int], say_start: bool = True) -> None:
+                 worker_id: Callable[[], int], say_start: bool = True,
+                 metrics: WorkerMetrics | None = None) -> None:
         """
         :param concurrency: handler slots (threads, or coroutines on the event loop); at most
             this many held jobs run at once.
@@ -160,6 +172,7 @@ class HeldLeases:
         """
         self._concurrency = concurrency
         self._say_start = say_start
+        self._metrics = metrics
         self._prefetch = prefetch
         self._loops = lease_loops
         #: the mean handler time in seconds (None: no job ran yet); written by handler
@@ -205,11 +218,14 @@ class HeldLeases:
         return int(min(AUTO_PREFETCH_MAX, self._concurrency * AUTO_PREFETCH_SECONDS
                        / max(mean, 1e-6)))
 
-    def ran(self, seconds: float) -> None:
-        """A handler thread ran a job for `seconds` (the automatic prefetch follows the mean)."""
+    def ran(self, held: Held, seconds: float) -> None:
+        """A handler ran a job for `seconds` (the automatic prefetch follows the mean; the
+        metrics, when on, record it and the job's wait from its due time to its start)."""
         mean = self._mean_run
         self._mean_run = seconds if mean is None else (
             mean + DURATION_WEIGHT * (seconds - mean))
+        if self._metrics is not None:
+            self._metrics.ran(held.lease, seconds)
 
     def reserve(self) -> Reservation:
         """Capacity for one lease call: what is free, at most one lease loop's share, and how
@@ -256,12 +272,25 @@ class HeldLeases:
     # -- letting go --------------------------------------------------------------------------
 
     def release(self, *done: Held) -> None:
-        """Stop holding these jobs: their capacity is free again."""
+        """Stop holding these jobs: their capacity is free again (each counted under the
+        outcome that was decided for it)."""
         with self._lock:
             for held in done:
                 self._held.pop(held.lease.lease_id, None)
             self._processed += len(done)
+        if self._metrics is not None:
+            for held in done:
+                self._metrics.job_finished(held.lease, held.outcome)
         self._freed()
+
+    def held_by_stream(self) -> dict[str, int]:
+        """How many leases this worker holds now, by stream."""
+        with self._lock:
+            snapshot = list(self._held.values())
+        counts: dict[str, int] = {}
+        for h in snapshot:
+            counts[h.lease.stream] = counts.get(h.lease.stream, 0) + 1
+        return counts
 
     def ack(self, held: Held) -> None:
         """Hand a finished job to the acker; it stays held (and renewed) until then."""
@@ -306,11 +335,14 @@ class HeldLeases:
         acked = self._retry_db(lambda c: settle.ack_many(c, [h.lease for h in batch]),
                                f"ack of {len(batch)} job(s)", deadline=deadline, until=_NEVER)
         for h in batch:
-            if acked is None or h.lease.job_id not in acked:
+            if acked is not None and h.lease.job_id in acked:
+                h.outcome = "acked"
+            else:
                 h.lost.set()
                 why = "" if acked is not None else " (it expired before the ack was written)"
                 log.warning("worker %s: %s finished, but its lease %s was lost%s: it will run "
-                            "again", self._worker_id(), label(h), h.lease.lease_id, why)
+                            "again", self._worker_id(), label(h), h.lease.lease_id, why,
+                            extra=lease_fields(h, "lost"))
         self.release(*batch)
 
     # -- the renewer -------------------------------------------------------------------------
@@ -362,7 +394,8 @@ class HeldLeases:
                     h.lost.set()
                     log.warning("worker %s: %s: its lease %s was lost (expired and reclaimed, "
                                 "or changed by an operator); its result will be discarded",
-                                self._worker_id(), label(h), h.lease.lease_id)
+                                self._worker_id(), label(h), h.lease.lease_id,
+                                extra=lease_fields(h, "lost"))
         finally:
             for h in held:
                 h.write_lock.release()
@@ -405,7 +438,13 @@ class HeldLeases:
 
             returned = self._retry_db(give, "return leases", deadline=time.monotonic() + 10.0)
             log.info("worker %s: returned %d unfinished job(s)", self._worker_id(),
-                     len(returned or []))
+                     len(returned or []), extra={"pgqueue": {
+                         "event": "returned", "count": len(returned or [])}})
+            if self._metrics is not None and returned:
+                given = {int(r["id"]) for r in returned}
+                for h in held:
+                    if h.lease.job_id in given:
+                        self._metrics.job_finished(h.lease, "returned")
         finally:
             for h in held:
                 h.write_lock.release()

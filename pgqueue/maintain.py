@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -47,11 +48,14 @@ class PassResult:
     vacuumed: bool = False
     #: False when the database is a replica: the leader's share of the pass was skipped.
     leader: bool = True
+    #: the jobs reclaimed, with their new state (for the worker's metrics and logs)
+    reclaimed_jobs: tuple[reclaim.Reclaimed, ...] = ()
 
 
 def run_pass(conn: queries.Conn) -> PassResult:
     """One pass of every maintenance task, in batches until each comes back short."""
-    reclaimed = fired = ops = 0
+    fired = ops = 0
+    reclaimed: list[reclaim.Reclaimed] = []
     leader = replica.is_leader(conn)
     if leader:
         try:
@@ -61,15 +65,39 @@ def run_pass(conn: queries.Conn) -> PassResult:
             log.info("maintenance: this database became a replica; leader tasks skipped")
             leader = False
     pruned = len(queries.fetch(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
+    queries.fetch(conn, "fold_job_counts")  # the job counts' deltas, added up (observe.sql)
     if reclaimed:
-        log.info("maintenance: reclaimed %d expired lease(s)", reclaimed)
-    return PassResult(reclaimed=reclaimed, workers_pruned=pruned, schedules_fired=fired,
-                      ops_pruned=ops, vacuumed=vacuum_if_needed(conn), leader=leader)
+        _log_reclaimed(reclaimed)
+    return PassResult(reclaimed=len(reclaimed), workers_pruned=pruned, schedules_fired=fired,
+                      ops_pruned=ops, vacuumed=vacuum_if_needed(conn), leader=leader,
+                      reclaimed_jobs=tuple(reclaimed))
 
 
-def _leader_pass(conn: queries.Conn) -> tuple[int, int, int]:
+def _log_reclaimed(reclaimed: list[reclaim.Reclaimed]) -> None:
+    """One line for the pass, and one per job it quarantined or buried."""
+    by_state: dict[str, int] = {}
+    for r in reclaimed:
+        by_state[r.state] = by_state.get(r.state, 0) + 1
+    log.info("maintenance: reclaimed %d expired lease(s) (%s)", len(reclaimed),
+             ", ".join(f"{n} {state}" for state, n in sorted(by_state.items())),
+             extra={"pgqueue": {"event": "reclaimed", "count": len(reclaimed), **by_state}})
+    for r in reclaimed:
+        if r.state == "quarantined":
+            log.warning("maintenance: job %d (kind %s) quarantined: step %r crashed %d time(s)",
+                        r.job_id, r.kind, r.step, r.crashes or 0, extra={"pgqueue": {
+                            "event": "quarantined", "stream": r.stream, "kind": r.kind,
+                            "job_id": r.job_id, "outcome": "quarantined", "step": r.step,
+                            "crashes": r.crashes}})
+        elif r.state == "dead":
+            log.warning("maintenance: job %d (kind %s) dead: its lease expired on its last "
+                        "attempt", r.job_id, r.kind, extra={"pgqueue": {
+                            "event": "dead", "stream": r.stream, "kind": r.kind,
+                            "job_id": r.job_id, "outcome": "dead"}})
+
+
+def _leader_pass(conn: queries.Conn) -> tuple[list[reclaim.Reclaimed], int, int]:
     """The writes only a leader makes: (leases reclaimed, cron ticks fired, ops pruned)."""
-    reclaimed = reclaim.reclaim_expired(conn)
+    reclaimed = reclaim.reclaim_expired_jobs(conn)
     ticks = schedule.tick(conn)
     replica.touch(conn)
     # no waiting for a logical replica's slot here: ops are kept a week anyway, and a wait
@@ -104,7 +132,12 @@ class Maintainer:
     election is a session advisory lock on a connection that the server closes once it sits
     idle for FROZEN_RUNNER_SECONDS (or three intervals), so a frozen runner cannot hold it."""
 
-    def __init__(self, dsn: str, *, interval: float = 1.0, elect: bool = True) -> None:
+    def __init__(self, dsn: str, *, interval: float = 1.0, elect: bool = True,
+                 on_pass: Callable[[PassResult], None] | None = None) -> None:
+        """
+        :param on_pass: called with each pass's result (a worker's metrics count reclaims).
+        """
+        self.on_pass = on_pass
         self.dsn = dsn
         self.interval = interval
         self.elect = elect
@@ -138,6 +171,8 @@ class Maintainer:
                 return None
         result = run_pass(self._conn)
         self.passes += 1
+        if self.on_pass is not None:
+            self.on_pass(result)
         return result
 
     def run(self) -> None:

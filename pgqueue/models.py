@@ -118,6 +118,9 @@ class Lease:
     #: ahead of a free handler (prefetch) until a renewal says it started. Reclaim charges no
     #: attempt and no crash to a lease that never started.
     started: bool = True
+    #: When the job became due (its not_before): the wait before its handler started is
+    #: measured from here. None on a Lease made by hand.
+    due_at: dt.datetime | None = None
 
     @classmethod
     def from_lease_row(cls, row: tuple[Any, ...], visibility_timeout: float) -> Lease:
@@ -126,14 +129,14 @@ class Lease:
         object.__setattr__ (with tuple rows, the client side of a lease of 500 went from
         ~2.5 to ~1.8 ms)."""
         (job_id, lease_id, stream, kind, payload, priority, attempts, max_attempts, enqueued_at,
-         expires_at, started, *checkpoint_columns) = row
+         expires_at, started, *checkpoint_columns, due_at) = row
         checkpoint = Checkpoint.from_columns(*checkpoint_columns)
         lease = object.__new__(cls)
         lease.__dict__.update(
             lease_id=lease_id, job_id=job_id, stream=stream, kind=kind, payload=bytes(payload),
             priority=priority, attempts=attempts, max_attempts=max_attempts,
             enqueued_at=enqueued_at, expires_at=expires_at, checkpoint=checkpoint,
-            visibility_timeout=visibility_timeout, started=started)
+            visibility_timeout=visibility_timeout, started=started, due_at=due_at)
         return lease
 
 
@@ -227,3 +230,24 @@ class JobHistory:
     ops_pruned: bool
     #: True when the payloads in `ops`' bodies were cut to their first bytes (a preview)
     payloads_cut: bool = False
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    """What a metrics scrape reports of one database, read by a bounded number of cheap
+    queries (Queue.gauges; no scan of the job table)."""
+
+    #: every stream that has or had jobs, or has a schedule, sorted
+    streams: list[str]
+    #: jobs by (stream, state), dead letters as state "dead"; a missing pair is 0
+    jobs: dict[tuple[str, str], int]
+    #: per stream, seconds since its oldest ready job became leasable (None: none ready)
+    oldest_pending_age_seconds: dict[str, float | None]
+    #: ops the op log keeps (from its first and last seq)
+    op_log_ops: int
+    #: schedules by (stream, paused)
+    schedules: dict[tuple[str, bool], int]
+    #: registered workers by "live" / "stale"
+    workers: dict[str, int]
+    #: the leader's replicas: name, lag_ops, lag_seconds, stale, ...
+    replicas: list[dict[str, Any]]

@@ -47,8 +47,8 @@ _TABLES = re.compile(r"^-- schema: tables\b.*$", re.MULTILINE)
 _FUNCTIONS = re.compile(r"^-- schema: functions\b.*$", re.MULTILINE)
 #: The order a fresh database installs the stages in: every stage's tables first, then every
 #: stage's functions (SQL-language bodies are checked at creation, so helpers come first).
-SCHEMA_STAGES = ("core", "schema", "oplog", "replica", "steps", "schedule", "worker", "enqueue", "lease",
-                 "settle", "reclaim", "deadletter", "operate", "maintain")
+SCHEMA_STAGES = ("core", "observe", "schema", "oplog", "replica", "steps", "schedule", "worker",
+                 "enqueue", "lease", "settle", "reclaim", "deadletter", "operate", "maintain")
 _HOLDER = re.compile(r"holder=(\d+)")
 #: SQLSTATEs meaning the server went away (shutdown, crash, terminated backend).
 _CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})

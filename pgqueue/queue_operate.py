@@ -17,7 +17,7 @@ from pgqueue.app import App
 from pgqueue.cron import Schedule, TickResult
 from pgqueue.errors import LeaseLost
 from pgqueue.failover import follow_leader
-from pgqueue.models import JobHistory, JobInfo, Lease, Op, StreamStats
+from pgqueue.models import JobHistory, JobInfo, Lease, Op, QueueGauges, StreamStats
 from pgqueue.run import Conn
 
 
@@ -69,6 +69,13 @@ class QueueOperations:
         undecodable, with the worker's reason and detail, by id: run it before a deploy."""
         with self.connection() as conn:
             return deploy.check(conn, app, streams=streams)
+
+    @follow_leader(idempotent=True)
+    def gauges(self) -> QueueGauges:
+        """The database's figures for metrics (jobs by stream and state, oldest ready job,
+        op log, schedules, workers, replicas), by a bounded number of cheap queries."""
+        with self.connection() as conn:
+            return observe.gauges(conn)
 
     @follow_leader(idempotent=True)
     def jobs(self, *, state: str | None = None, all_streams: bool = False,

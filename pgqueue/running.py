@@ -40,9 +40,9 @@ class Held:
     writes about this job, so a renewal carrying an older checkpoint can never land after a
     step-boundary write. The order they are taken in, and who takes them: pgqueue/held.py."""
 
-    __slots__ = ("_claim", "acking", "checkpoint", "flushed_version", "lease", "lost", "payload",
-                 "start_said", "started", "state_lock", "version", "visibility_timeout",
-                 "write_lock")
+    __slots__ = ("_claim", "acking", "checkpoint", "flushed_version", "lease", "lost", "outcome",
+                 "payload", "start_said", "started", "state_lock", "version",
+                 "visibility_timeout", "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
         self.lease = lease
@@ -60,6 +60,8 @@ class Held:
         self.start_said = lease.started
         self.state_lock = threading.Lock()
         self.write_lock = threading.Lock()
+        #: how the worker let go of it (metrics.OUTCOMES), set by whoever decided it
+        self.outcome = "lost"
 
     def claim(self) -> bool:
         """Take this job's one-way claim: True for the first caller only, never again. Who

@@ -95,11 +95,18 @@ class JobSettler:
 
     def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:
         log.warning("worker %s: %s is undecodable (%s), parked without using an attempt: %s",
-                    self._worker_id(), label(held), reason, detail.get("message", ""))
+                    self._worker_id(), label(held), reason, detail.get("message", ""),
+                    extra={"pgqueue": {
+                        "event": "undecodable", "stream": held.lease.stream,
+                        "kind": held.lease.kind, "job_id": held.lease.job_id,
+                        "attempt": held.lease.attempts + 1, "outcome": "undecodable",
+                        "reason": reason}})
         marked = self.write(held, "mark undecodable", lambda c: queries.scalar(
             c, "mark_undecodable", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id,
                                     "reason": reason, "detail": Jsonb(detail)}))
-        if not marked:
+        if marked:
+            held.outcome = "undecodable"
+        else:
             held.lost.set()
             log.warning("worker %s: %s could not be parked: its lease %s was lost (or the "
                         "database stayed unreachable)", self._worker_id(), label(held),

@@ -64,6 +64,7 @@ from pgqueue.errors import PgQueueError
 from pgqueue.handlers import MAX_ERROR_CHARS, HandlerThreads
 from pgqueue.held import AUTO_PREFETCH_MAX, HEARTBEAT_SECONDS, HeldLeases, Reservation
 from pgqueue.maintain import Maintainer
+from pgqueue.metrics import MetricsServer, WorkerMetrics
 from pgqueue.models import Lease
 from pgqueue.running import Held
 from pgqueue.settler import JobSettler
@@ -102,6 +103,8 @@ class Worker:
         node: int = 0,
         prefetch: int | None = None,
         async_concurrency: int | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         if not isinstance(app, App):
             raise TypeError(f"app must be a pgqueue.App, got {type(app).__name__}")
@@ -153,6 +156,15 @@ class Worker:
         self.grace_period = validate.seconds(grace_period, "grace_period")
         self.node = validate.integer(node, "node", low=0, high=2**31 - 1)
         self.worker_id = 0
+        # The worker's own Prometheus metrics on http://metrics_host:metrics_port/metrics
+        # (0: any free port, see metrics_address); None: none are kept.
+        self.metrics_port = (None if metrics_port is None
+                             else validate.integer(metrics_port, "metrics_port", low=0, high=65535))
+        if not isinstance(metrics_host, str) or not metrics_host:
+            raise TypeError("metrics_host must be a non-empty str (an address to listen on)")
+        self.metrics_host = metrics_host
+        self.metrics: WorkerMetrics | None = None
+        self._metrics_server: MetricsServer | None = None
 
         self._stopping = threading.Event()   # stop leasing
         self._finished = threading.Event()   # background threads exit
@@ -168,8 +180,11 @@ class Worker:
         self._db = self._dbs.db
         self._retry = self._dbs.retry
         self._retry_db = self._dbs.retry_db
+        if self.metrics_port is not None:
+            self.metrics = WorkerMetrics(lambda: self._leases.held_by_stream())
         self._leases = HeldLeases(concurrency=slots, prefetch=self.prefetch,
                                   say_start=not (self._thread_slots and self._loop_slots),
+                                  metrics=self.metrics,
                                   lease_loops=self.lease_loops, db=self._db,
                                   retry_db=self._retry_db, freed=self._wake.set,
                                   worker_id=self._id)
@@ -196,6 +211,12 @@ class Worker:
     def held_count(self) -> int:
         """How many leases this worker holds now."""
         return len(self._leases)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """(host, port) the worker's metrics are served on, once it runs (None: not served)."""
+        server = self._metrics_server
+        return None if server is None else (server.host, server.port)
 
     @property
     def processed(self) -> int:
@@ -245,7 +266,8 @@ class Worker:
                 # A second signal: stop waiting for handlers (the drain on the main thread
                 # reads grace_period at each turn; a float attribute is written atomically).
                 self.grace_period = 0.0
-            log.info("worker %s: received %s, draining", self.worker_id, sig.name)
+            log.info("worker %s: received %s, draining", self.worker_id, sig.name,
+                 extra={"pgqueue": {"event": "draining", "signal": sig.name}})
             self.stop()
 
         return signals.install(on_signal)
@@ -273,8 +295,16 @@ class Worker:
         if self._retry(self._dbs.open, "connect", until=self._stopping) is None \
                 or not self._register():
             return
-        log.info("worker %s started: streams=%s concurrency=%d async_concurrency=%d",
-                 self.worker_id, ",".join(self.streams), self._thread_slots, self._loop_slots)
+        if self.metrics is not None:
+            self._metrics_server = MetricsServer(self.metrics.registry, host=self.metrics_host,
+                                                 port=self.metrics_port or 0).start()
+        log.info("worker %s started: streams=%s concurrency=%d async_concurrency=%d%s",
+                 self.worker_id, ",".join(self.streams), self._thread_slots, self._loop_slots,
+                 "" if self._metrics_server is None else
+                 f" metrics=http://{self._metrics_server.host}:{self._metrics_server.port}/metrics",
+                 extra={"pgqueue": {"event": "started", "streams": self.streams,
+                                    "concurrency": self._thread_slots,
+                                    "async_concurrency": self._loop_slots}})
         if self._coroutines is not None:  # before any lease loop hands it a job
             self._coroutines.start(self._loop_slots)
         for i in range(1, self.lease_loops):
@@ -290,7 +320,9 @@ class Worker:
             self._acker]
         self._handlers.start(self._thread_slots)
         if self.maintenance:  # a plain bool: written once, before any thread starts
-            self._maintainer = Maintainer(self.dsn, interval=self.maintenance_interval)
+            self._maintainer = Maintainer(
+                self.dsn, interval=self.maintenance_interval,
+                on_pass=None if self.metrics is None else self.metrics.reclaimed_by)
             self._threads.append(self._thread("maintenance", self._maintainer.run))
 
     def _thread(self, name: str, loop: Callable[[], None]) -> threading.Thread:
@@ -441,4 +473,7 @@ class Worker:
                 except PgQueueError as exc:
                     log.warning("worker %s: deregister failed: %s", self.worker_id, exc)
             self._pool.close()
-        log.info("worker %s stopped after %d job(s)", self.worker_id, self.processed)
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
+        log.info("worker %s stopped after %d job(s)", self.worker_id, self.processed,
+                 extra={"pgqueue": {"event": "stopped", "processed": self.processed}})

@@ -67,7 +67,8 @@ class WorkerDb:
         if old is not None:
             old.close()
         log.warning("worker %s: moved to the leader at %s", self._worker_id(),
-                    connection.describe(leader))
+                    connection.describe(leader),
+                    extra={"pgqueue": {"event": "failover", "leader": connection.describe(leader)}})
         self._moved(leader)
 
     def db(self, fn: Callable[[queries.Conn], T]) -> T:

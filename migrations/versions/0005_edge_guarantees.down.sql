@@ -1,3 +1,13 @@
+-- 13 metrics
+DROP TRIGGER job_count_insert ON pgqueue.job;
+DROP TRIGGER job_count_update ON pgqueue.job;
+DROP TRIGGER job_count_delete ON pgqueue.job;
+DROP TRIGGER dead_letter_count_insert ON pgqueue.dead_letter;
+DROP TRIGGER dead_letter_count_delete ON pgqueue.dead_letter;
+DROP INDEX pgqueue.job_pending_since_idx;
+DROP TABLE pgqueue.job_count_delta;
+DROP TABLE pgqueue.job_count;
+
 -- Undo 0005's tables.
 
 -- op seq: back to an identity that goes on where the plain sequence stopped

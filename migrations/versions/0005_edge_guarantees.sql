@@ -32,3 +32,24 @@ ALTER SEQUENCE pgqueue.op_log_seq_seq OWNED BY pgqueue.op_log.seq;
 -- 11.8 prefetch: reclaim charges nothing to a lease whose handler never started.
 ALTER TABLE pgqueue.job ADD COLUMN lease_started boolean NOT NULL DEFAULT true;
 ALTER TABLE pgqueue.job ADD COLUMN unstarted_reclaims int NOT NULL DEFAULT 0;
+
+-- 13 metrics: job counts kept by the writes (pgqueue/sql/observe.sql). The tables start with
+-- the counts of the jobs there are, taken while writers wait (the triggers that keep them
+-- are created with the code, in this transaction), so no write falls between the two.
+CREATE TABLE pgqueue.job_count (
+    stream text NOT NULL,
+    state  text NOT NULL,
+    n      bigint NOT NULL,
+    PRIMARY KEY (stream, state)
+);
+CREATE TABLE pgqueue.job_count_delta (
+    stream text NOT NULL,
+    state  text NOT NULL,
+    delta  bigint NOT NULL
+);
+CREATE INDEX job_pending_since_idx ON pgqueue.job (stream, not_before) WHERE state = 'pending';
+LOCK TABLE pgqueue.job, pgqueue.dead_letter IN SHARE ROW EXCLUSIVE MODE;
+INSERT INTO pgqueue.job_count (stream, state, n)
+SELECT stream, state, count(*) FROM pgqueue.job GROUP BY stream, state
+UNION ALL
+SELECT stream, 'dead', count(*) FROM pgqueue.dead_letter GROUP BY stream;

@@ -18,7 +18,7 @@ from pgqueue.aio.run import AsyncConn
 from pgqueue.app import App
 from pgqueue.cron import Schedule, TickResult
 from pgqueue.errors import LeaseLost
-from pgqueue.models import JobHistory, JobInfo, Lease, Op, StreamStats
+from pgqueue.models import JobHistory, JobInfo, Lease, Op, QueueGauges, StreamStats
 
 
 class AsyncQueueOperations:
@@ -69,6 +69,13 @@ class AsyncQueueOperations:
         undecodable, with the worker's reason and detail, by id: run it before a deploy."""
         async with self.connection() as conn:
             return await deploy.check(conn, app, streams=streams)
+
+    @follow_leader(idempotent=True)
+    async def gauges(self) -> QueueGauges:
+        """The database's figures for metrics (jobs by stream and state, oldest ready job,
+        op log, schedules, workers, replicas), by a bounded number of cheap queries."""
+        async with self.connection() as conn:
+            return await observe.gauges(conn)
 
     @follow_leader(idempotent=True)
     async def jobs(self, *, state: str | None = None, all_streams: bool = False,

@@ -1,3 +1,101 @@
+-- observe: what the queue holds, read cheaply: job counts kept by the writes themselves, the
+-- readers' named queries (jobs, stats, history, previews) and the metrics' gauges.
+
+-- schema: tables ----------------------------------------------------------------------------
+-- Jobs by stream and state, kept without a scan of the job table (whose size grows with the
+-- queue): every statement that inserts, updates or deletes jobs or dead letters appends its
+-- net change per (stream, state) to job_count_delta (an insert: writers never wait on each
+-- other), and fold_job_counts() adds the deltas into job_count now and then (maintenance, and
+-- a metrics scrape). A count is job_count's plus the deltas not folded yet.
+CREATE TABLE pgqueue.job_count (
+    stream text NOT NULL,
+    state  text NOT NULL,
+    n      bigint NOT NULL,
+    PRIMARY KEY (stream, state)
+);
+CREATE TABLE pgqueue.job_count_delta (
+    stream text NOT NULL,
+    state  text NOT NULL,
+    delta  bigint NOT NULL
+);
+-- The oldest ready job of a stream in one index probe (pgqueue_oldest_pending_age_seconds).
+CREATE INDEX job_pending_since_idx ON pgqueue.job (stream, not_before) WHERE state = 'pending';
+
+-- schema: functions -------------------------------------------------------------------------
+
+-- The statement triggers behind job_count_delta: the rows a statement removed count -1 in
+-- their (stream, state), the rows it wrote +1, nothing is written for no net change (a
+-- renewal). They run on every path that writes jobs, replicas' apply included (ENABLE ALWAYS).
+CREATE OR REPLACE FUNCTION pgqueue.count_jobs() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
+        SELECT stream, state, count(*) FROM new_rows GROUP BY stream, state;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
+        SELECT stream, state, -count(*) FROM old_rows GROUP BY stream, state;
+    ELSE
+        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
+        SELECT stream, state, sum(d) FROM (
+            SELECT stream, state, 1 AS d FROM new_rows
+            UNION ALL SELECT stream, state, -1 FROM old_rows) c
+        GROUP BY stream, state HAVING sum(d) <> 0;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.count_dead_letters() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
+        SELECT stream, 'dead', count(*) FROM new_rows GROUP BY stream;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
+        SELECT stream, 'dead', -count(*) FROM old_rows GROUP BY stream;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER job_count_insert AFTER INSERT ON pgqueue.job
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
+CREATE OR REPLACE TRIGGER job_count_update AFTER UPDATE ON pgqueue.job
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
+CREATE OR REPLACE TRIGGER job_count_delete AFTER DELETE ON pgqueue.job
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
+CREATE OR REPLACE TRIGGER dead_letter_count_insert AFTER INSERT ON pgqueue.dead_letter
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+    EXECUTE FUNCTION pgqueue.count_dead_letters();
+CREATE OR REPLACE TRIGGER dead_letter_count_delete AFTER DELETE ON pgqueue.dead_letter
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
+    EXECUTE FUNCTION pgqueue.count_dead_letters();
+ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_insert;
+ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_update;
+ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_delete;
+ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_insert;
+ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_delete;
+
+-- Add the deltas written so far into job_count (concurrent folds each take other rows).
+-- Returns how many delta rows it folded.
+CREATE OR REPLACE FUNCTION pgqueue.fold_job_counts() RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    WITH d AS (DELETE FROM pgqueue.job_count_delta RETURNING stream, state, delta),
+    folded AS (
+        INSERT INTO pgqueue.job_count AS c (stream, state, n)
+        SELECT stream, state, sum(delta) FROM d GROUP BY stream, state
+        ORDER BY stream, state  -- one lock order: concurrent folds never deadlock
+        ON CONFLICT (stream, state) DO UPDATE SET n = c.n + EXCLUDED.n
+        RETURNING 1)
+    SELECT count(*) FROM d
+$$;
+
 -- name: job_by_id
 -- One job in any set, dead letters included.
 SELECT * FROM pgqueue.jobs WHERE id = %(job_id)s
@@ -92,3 +190,42 @@ ORDER BY o.seq DESC
 -- The first statement of a read-only transaction whose reads must agree (a job's history: its
 -- row and its ops from one snapshot).
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+
+-- name: fold_job_counts
+-- Add the counts' pending deltas into job_count (maintenance, and a metrics scrape).
+SELECT pgqueue.fold_job_counts() AS folded
+
+-- name: gauge_job_counts
+-- Jobs by stream and state without a scan of the job table: the folded counts plus the deltas
+-- not folded yet (as many rows as write statements since the last fold, a second or so).
+SELECT stream, state, sum(n)::bigint AS count
+FROM (SELECT stream, state, n FROM pgqueue.job_count
+      UNION ALL SELECT stream, state, delta FROM pgqueue.job_count_delta) c
+GROUP BY stream, state
+
+-- name: gauge_schedules
+-- Schedules by stream and paused (the schedule table: one row per schedule).
+SELECT stream, paused, count(*)::bigint AS count FROM pgqueue.schedule GROUP BY stream, paused
+
+-- name: gauge_oldest_pending
+-- Per stream, seconds since its oldest ready job became leasable: one probe each of
+-- job_pending_since_idx (NULL: none ready).
+SELECT s.stream,
+       extract(epoch FROM now() - (SELECT min(j.not_before) FROM pgqueue.job j
+                                   WHERE j.stream = s.stream AND j.state = 'pending'))::float8
+           AS age_seconds
+FROM unnest(%(streams)s::text[]) AS s(stream)
+
+-- name: gauge_op_log
+-- The ops the log keeps, from its first and last seq (two probes of the primary key; seqs
+-- rolled back leave gaps, so this is at most a few more than a count).
+SELECT coalesce(max(seq) - min(seq) + 1, 0)::bigint AS ops FROM pgqueue.op_log
+
+-- name: gauge_workers
+-- Registered workers, live or stale by the database's clock (a heartbeat older than
+-- %(stale_after)s seconds), as `pgqueue workers` tells them.
+SELECT count(*) FILTER (WHERE heartbeat_at >= now() - %(stale_after)s * interval '1 second')::bigint
+           AS live,
+       count(*) FILTER (WHERE heartbeat_at < now() - %(stale_after)s * interval '1 second')::bigint
+           AS stale
+FROM pgqueue.worker

@@ -9,13 +9,14 @@
 -- the job's unstarted_reclaims counts it: from then on each of its leases counts as started,
 -- so a job that kills its worker before the start was said is charged from its next lease.
 -- The expiry is re-checked under the row lock, so a renewal that commits first wins. Returns
--- the number reclaimed.
-CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RETURNS int
+-- a row per job reclaimed: its new state, and for a crash the step and its count.
+CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000)
+RETURNS TABLE (job_id bigint, stream text, kind text, state text, step text, crashes int)
 LANGUAGE plpgsql VOLATILE
 AS $$
+#variable_conflict use_column
 DECLARE
     v_now   timestamptz := pgqueue.now_ms();
-    v_count int := 0;
     j       pgqueue.job;
     v_step  text;
     v_crashes int;
@@ -40,7 +41,9 @@ BEGIN
             WHERE id = j.id;
             INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
             VALUES (j.stream, 'Reclaim', j.id, v_lease, pgqueue.outcome_json(j, 'pending', v_now));
-            v_count := v_count + 1;
+            job_id := j.id; stream := j.stream; kind := j.kind; state := 'pending';
+            step := NULL; crashes := NULL;
+            RETURN NEXT;
             CONTINUE;
         END IF;
         v_step := coalesce(j.cursor_step, '');
@@ -74,14 +77,21 @@ BEGIN
         END IF;
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
         VALUES (j.stream, 'Reclaim', j.id, v_lease, pgqueue.outcome_json(j, v_state, v_now));
-        v_count := v_count + 1;
+        job_id := j.id; stream := j.stream; kind := j.kind; state := v_state;
+        step := v_step; crashes := v_crashes;
+        RETURN NEXT;
     END LOOP;
-    RETURN v_count;
 END
 $$;
+
+-- The count only (what the previous releases' maintenance calls).
+CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RETURNS int
+LANGUAGE sql VOLATILE
+AS $$ SELECT count(*)::int FROM pgqueue.reclaim_expired_jobs(p_limit) $$;
 
 -- queries -----------------------------------------------------------------------------------
 
 -- name: reclaim_expired
--- Return up to %(limit)s expired leases (of every stream) to pending, dead or quarantined.
-SELECT pgqueue.reclaim_expired(%(limit)s::int) AS reclaimed
+-- Return up to %(limit)s expired leases (of every stream) to pending, dead or quarantined: one
+-- row per job (its stream, kind and new state; for a crash, the step and its crash count).
+SELECT job_id, stream, kind, state, step, crashes FROM pgqueue.reclaim_expired_jobs(%(limit)s::int)
