@@ -59,7 +59,7 @@ class LoopSettler:
     async def write_checkpoint(self, held: Held) -> None:
         await self._blocking(self._settler.write_checkpoint, held)
 
-    async def ack(self, held: Held) -> None:
+    def ack(self, held: Held) -> None:
         self._settler.ack(held)  # a hand-off to the acker: no I/O
 
     async def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:

@@ -47,11 +47,7 @@ class Checkpoint:
         if (last_completed_step is None and cursor_step is None and cursor is None
                 and updated is None and schema_version is None and step_set_hash is None
                 and not crashes):
-            # a job that never ran a step (most leases): filled directly, as Lease does, since
-            # the frozen __init__ costs ~1 us per lease on the worker's lease path
-            empty = object.__new__(cls)
-            empty.__dict__.update(dict.fromkeys(_CHECKPOINT_FIELDS), crashes_by_step={})
-            return empty
+            return cls.empty()
         return cls(
             last_completed_step=last_completed_step,
             cursor_step=cursor_step,
@@ -61,6 +57,17 @@ class Checkpoint:
             step_set_hash=step_set_hash,
             crashes_by_step=dict(crashes or {}),
         )
+
+    @classmethod
+    def empty(cls) -> Checkpoint:
+        """The checkpoint of a job that never ran a step (most leases): filled directly, as
+        Lease is, since the frozen __init__ costs ~1 us per lease on the worker's lease path
+        (0.74 -> 0.27 us)."""
+        empty = object.__new__(cls)
+        fields = empty.__dict__
+        fields.update(_EMPTY_CHECKPOINT)
+        fields["crashes_by_step"] = {}
+        return empty
 
     def to_json(self) -> dict[str, Any]:
         """The worker-owned fields as the renewal takes them (cursor in base64)."""
@@ -75,6 +82,7 @@ class Checkpoint:
 
 #: Checkpoint's field names (crashes_by_step, a dict, is filled per instance).
 _CHECKPOINT_FIELDS = tuple(f.name for f in fields(Checkpoint) if f.name != "crashes_by_step")
+_EMPTY_CHECKPOINT = dict.fromkeys(_CHECKPOINT_FIELDS)
 
 
 @dataclass(slots=True)
@@ -130,7 +138,8 @@ class Lease:
         ~2.5 to ~1.8 ms)."""
         (job_id, lease_id, stream, kind, payload, priority, attempts, max_attempts, enqueued_at,
          expires_at, started, *checkpoint_columns, due_at) = row
-        checkpoint = Checkpoint.from_columns(*checkpoint_columns)
+        checkpoint = (Checkpoint.empty() if checkpoint_columns.count(None) == 7  # never ran a step
+                      else Checkpoint.from_columns(*checkpoint_columns))
         lease = object.__new__(cls)
         lease.__dict__.update(
             lease_id=lease_id, job_id=job_id, stream=stream, kind=kind, payload=bytes(payload),

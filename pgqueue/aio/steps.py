@@ -29,7 +29,7 @@ class AsyncSettler(Protocol):
     job awaits them through coroutines.py)."""
 
     async def write_checkpoint(self, held: Held) -> None: ...
-    async def ack(self, held: Held) -> None: ...
+    def ack(self, held: Held) -> None: ...  # a hand-off to the acker: no I/O to await
     async def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None: ...
     async def upcast(self, held: Held, payload: bytes, schema_version: int) -> None: ...
     async def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None: ...
@@ -78,7 +78,7 @@ async def run(handler: JobHandler | StepJob, held: Held, settler: AsyncSettler) 
         return
     refuse_awaitable(await handler.fn(JobContext(held)), f"the handler of {handler.kind!r}")
     held.check()
-    await settler.ack(held)
+    settler.ack(held)
 
 
 async def _compatible_start(handler: StepJob, held: Held, settler: AsyncSettler) -> int | None:
@@ -146,4 +146,4 @@ async def _run_steps(handler: StepJob, held: Held, settler: AsyncSettler) -> Non
         held.set_checkpoint(dataclasses.replace(
             base, last_completed_step=names[-1], cursor_step=None, cursor=None))
         await settler.write_checkpoint(held)
-    await settler.ack(held)
+    settler.ack(held)
