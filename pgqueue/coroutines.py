@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pgqueue import compat
+from pgqueue import compat, tracing
 from pgqueue.aio import steps as aio_steps
 from pgqueue.app import App
 from pgqueue.errors import LeaseLost
@@ -199,8 +199,11 @@ class AsyncHandlers:
             return
         held.started.set()  # the renewer's next round says so, if the lease did not
         began = time.monotonic()
+        lease = held.lease
         try:
-            await self._run(held)
+            with tracing.consuming(lease.stream, lease.kind, lease.job_id, lease.attempts + 1,
+                                   lease.trace_context):
+                await self._run(held)
         finally:
             self._leases.ran(held, time.monotonic() - began)
             if not held.acking.is_set():  # an acked job is released by the acker
@@ -223,4 +226,5 @@ class AsyncHandlers:
             # the handler's own (an awaited task it was cancelled): a failure like any other
             await self._blocking(failed, self._settler, self._worker_id(), held, handler, exc)
         except Exception as exc:
+            tracing.failed(exc)
             await self._blocking(failed, self._settler, self._worker_id(), held, handler, exc)

@@ -22,7 +22,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from pgqueue import compat, steps
+from pgqueue import compat, steps, tracing
 from pgqueue.app import App, JobHandler, StepJob
 from pgqueue.errors import LeaseLost
 from pgqueue.held import HeldLeases, label
@@ -126,8 +126,11 @@ class HandlerThreads:
             return  # the drain returned it first: not ours to start
         held.started.set()  # the renewer's next round says so, if the lease did not
         began = time.monotonic()
+        lease = held.lease
         try:
-            self._run(held)
+            with tracing.consuming(lease.stream, lease.kind, lease.job_id, lease.attempts + 1,
+                                   lease.trace_context):
+                self._run(held)
         finally:
             self._leases.ran(held, time.monotonic() - began)
             if not held.acking.is_set():  # an acked job is released by the acker
@@ -145,6 +148,7 @@ class HandlerThreads:
         except LeaseLost as exc:
             discarded(self._worker_id(), held, exc)
         except Exception as exc:
+            tracing.failed(exc)
             failed(self._settler, self._worker_id(), held, handler, exc)
 
 

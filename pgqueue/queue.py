@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from pgqueue import callers, connection, enqueue, lease, reclaim, settle, validate
+from pgqueue import callers, connection, enqueue, lease, reclaim, settle, tracing, validate
 from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
 from pgqueue.failover import follow_leader
 from pgqueue.models import Checkpoint, Lease, NewJob
@@ -129,28 +129,43 @@ class Queue(QueueOperations):
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version)
-        return self._enqueue_job(job, conn=conn)
+        with tracing.producing(self.stream, 1) as trace:
+            return self._enqueue_job(job, trace, conn=conn)
 
     @follow_leader(idempotent=False, token=True)
-    def _enqueue_job(self, job: NewJob, *, conn: object | None = None,
-                     _request: uuid.UUID | None = None, _resent: bool = False) -> int:
-        """One job in one transaction (the caller's with `conn`), one round trip."""
+    def _enqueue_job(self, job: NewJob, trace: dict[str, str] | None = None, *,
+                     conn: object | None = None, _request: uuid.UUID | None = None,
+                     _resent: bool = False) -> int:
+        """One job in one transaction (the caller's with `conn`), one round trip; `trace`:
+        the producer span's context it carries."""
         if conn is not None:
             mine = callers.psycopg_connection(conn)
-            return enqueue.enqueue_one(mine, self.stream, job)
+            return enqueue.enqueue_one(mine, self.stream, job, trace=trace)
         with self.connection() as own:
-            return enqueue.enqueue_one(own, self.stream, job, request=_request, resent=_resent)
+            return enqueue.enqueue_one(own, self.stream, job, request=_request,
+                                       resent=_resent, trace=trace)
+
+    def enqueue_many(self, jobs: Sequence[NewJob], *,
+                     conn: object | None = None) -> list[int]:
+        """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
+        count = len(jobs) if isinstance(jobs, Sequence) else 0
+        with tracing.producing(self.stream, count) as trace:
+            return self._enqueue_jobs(jobs, None if trace is None else [trace] * count,
+                                      conn=conn)
 
     @follow_leader(idempotent=False, token=True)
-    def enqueue_many(self, jobs: Sequence[NewJob], *, conn: object | None = None,
-                     _request: uuid.UUID | None = None, _resent: bool = False) -> list[int]:
-        """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
+    def _enqueue_jobs(self, jobs: Sequence[NewJob],
+                      traces: Sequence[dict[str, str] | None] | None = None, *,
+                      conn: object | None = None, _request: uuid.UUID | None = None,
+                      _resent: bool = False) -> list[int]:
+        """A batch in one transaction (the caller's with `conn`), one round trip; `traces`:
+        the producer spans' contexts, one per job."""
         if conn is not None:
             mine = callers.psycopg_connection(conn)
-            return enqueue.enqueue_many(mine, self.stream, jobs)
+            return enqueue.enqueue_many(mine, self.stream, jobs, traces=traces)
         with self.connection() as own:
             return enqueue.enqueue_many(own, self.stream, jobs, request=_request,
-                                        resent=_resent)
+                                        resent=_resent, traces=traces)
 
     # -- lease and settle --------------------------------------------------------------------
 

@@ -1,3 +1,6 @@
+-- 13 traces
+ALTER TABLE pgqueue.job DROP COLUMN trace_context;
+
 -- 13 metrics
 DROP TRIGGER job_count_insert ON pgqueue.job;
 DROP TRIGGER job_count_update ON pgqueue.job;

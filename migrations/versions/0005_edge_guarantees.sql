@@ -53,3 +53,6 @@ INSERT INTO pgqueue.job_count (stream, state, n)
 SELECT stream, state, count(*) FROM pgqueue.job GROUP BY stream, state
 UNION ALL
 SELECT stream, 'dead', count(*) FROM pgqueue.dead_letter GROUP BY stream;
+
+-- 13 traces: the producer's trace context, carried by the job (and its Enqueue op's body).
+ALTER TABLE pgqueue.job ADD COLUMN trace_context jsonb;

@@ -32,29 +32,34 @@ from pgqueue.models import NewJob
 
 #: The most jobs one shared transaction carries.
 MAX_BATCH = 1000
+#: A call's trace context (tracing.py), or None.
+Trace = dict[str, str] | None
 
 
 class EnqueueBatcher:
     """The calls waiting for a connection, and the batches in flight (at most `batches`)."""
 
-    def __init__(self, *, alone: Callable[[NewJob], Awaitable[int]],
-                 together: Callable[[list[NewJob]], Awaitable[list[int]]],
+    def __init__(self, *, alone: Callable[[NewJob, Trace], Awaitable[int]],
+                 together: Callable[[list[NewJob], list[Trace]], Awaitable[list[int]]],
                  batches: int) -> None:
         """
-        :param alone: enqueue one job (what a call does without company).
-        :param together: enqueue jobs in one transaction, ids in order.
+        :param alone: enqueue one job (what a call does without company), with the trace
+            context of the call's producer span.
+        :param together: enqueue jobs in one transaction, ids in order, each with its call's
+            trace context.
         :param batches: how many batches may be in flight (the pool's size).
         """
         self._alone = alone
         self._together = together
         self._batches = batches
-        self._waiting: list[tuple[NewJob, asyncio.Future[int]]] = []
+        self._waiting: list[tuple[NewJob, Trace, asyncio.Future[int]]] = []
         self._senders: set[asyncio.Task[None]] = set()
 
-    async def submit(self, job: NewJob) -> int:
-        """Enqueue `job`, alone or with the calls waiting beside it; its id."""
+    async def submit(self, job: NewJob, trace: Trace) -> int:
+        """Enqueue `job`, alone or with the calls waiting beside it; its id. `trace`: the trace
+        context its call's producer span gives the job (tracing.py; None: none)."""
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._waiting.append((job, future))
+        self._waiting.append((job, trace, future))
         if len(self._senders) < self._batches:
             sender = asyncio.ensure_future(self._send())
             self._senders.add(sender)
@@ -65,15 +70,15 @@ class EnqueueBatcher:
         """Send what is waiting, batch after batch, until nothing is."""
         while self._waiting:
             taken, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
-            batch = [(job, future) for job, future in taken if not future.done()]
+            batch = [item for item in taken if not item[2].done()]
             if len(batch) == 1:
                 await self._settle_alone(*batch[0])
             elif batch:
                 await self._settle_together(batch)
 
-    async def _settle_alone(self, job: NewJob, future: asyncio.Future[int]) -> None:
+    async def _settle_alone(self, job: NewJob, trace: Trace, future: asyncio.Future[int]) -> None:
         try:
-            result = await self._alone(job)
+            result = await self._alone(job, trace)
         except Exception as exc:  # the call's own error, as without company
             if not future.done():
                 future.set_exception(exc)
@@ -81,17 +86,18 @@ class EnqueueBatcher:
             if not future.done():
                 future.set_result(result)
 
-    async def _settle_together(self, batch: list[tuple[NewJob, asyncio.Future[int]]]) -> None:
+    async def _settle_together(self, batch: list[tuple[NewJob, Trace, asyncio.Future[int]]]
+                               ) -> None:
         try:
-            ids = await self._together([job for job, _ in batch])
+            ids = await self._together([job for job, _, _ in batch], [t for _, t, _ in batch])
         except ConnectionFailed as exc:  # it may have committed: running each again could not
-            for _, future in batch:
+            for _, _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
         except Exception:  # nothing was written: each call runs alone, to its own outcome
-            for job, future in batch:
-                await self._settle_alone(job, future)
+            for job, trace, future in batch:
+                await self._settle_alone(job, trace, future)
         else:
-            for (_, future), job_id in zip(batch, ids, strict=True):
+            for (_, _, future), job_id in zip(batch, ids, strict=True):
                 if not future.done():
                     future.set_result(job_id)

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 from pgqueue import newjobs, validate
 from pgqueue.aio import run
 from pgqueue.models import NewJob
@@ -18,17 +20,24 @@ from pgqueue.newjobs import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "MAX_PAYLOAD_BYTES", "enqueue_many", "enqueue_one"]
 
 async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob], *,
-                       request: uuid.UUID | None = None, resent: bool = False) -> list[int]:
+                       request: uuid.UUID | None = None, resent: bool = False,
+                       trace: dict[str, str] | None = None,
+                       traces: Sequence[dict[str, str] | None] | None = None) -> list[int]:
     """Insert jobs into `stream` in the caller's transaction (or autocommit); ids in order.
-    A call `resent` with the same `request` token returns its first attempt's ids."""
+    A call `resent` with the same `request` token returns its first attempt's ids. `trace`
+    is the trace context every job carries (tracing.py), or `traces` one per job."""
     validate.stream(stream)
     if isinstance(jobs, NewJob | str | bytes):
         raise TypeError("jobs must be a sequence of pgqueue.NewJob")
     jobs = list(jobs)
     if not jobs:
         return []
-    params: dict[str, Any] = {"stream": stream, **newjobs.columns(jobs), "request": request,
-                              "resent": resent}
+    if traces is None and trace is not None:
+        traces = [trace] * len(jobs)
+    params: dict[str, Any] = {
+        "stream": stream, **newjobs.columns(jobs), "request": request, "resent": resent,
+        "traces": None if traces is None or not any(traces)
+        else [None if t is None else Jsonb(t) for t in traces]}
     for optional in ("kinds", "delays_ms", "not_befores", "dedup_keys", "schema_versions"):
         if all(value is None for value in params[optional]):
             params[optional] = None  # NULL for every job: nothing to encode and send
@@ -39,7 +48,8 @@ async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob],
 
 
 async def enqueue_one(conn: run.AsyncConn, stream: str, job: NewJob, *,
-                      request: uuid.UUID | None = None, resent: bool = False) -> int:
+                      request: uuid.UUID | None = None, resent: bool = False,
+                      trace: dict[str, str] | None = None) -> int:
     """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
     validate.stream(stream)
     cols = newjobs.columns([job])
@@ -48,7 +58,7 @@ async def enqueue_one(conn: run.AsyncConn, stream: str, job: NewJob, *,
         "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],
         "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
         "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
-        "request": request, "resent": resent,
+        "request": request, "resent": resent, "trace": None if trace is None else Jsonb(trace),
     })
     if found is None:
         raise newjobs.lost_holder(request)

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgqueue import callers, validate
+from pgqueue import callers, tracing, validate
 from pgqueue.aio import coalesce, connection, enqueue, lease, reclaim, settle
 from pgqueue.aio.failover import follow_leader
 from pgqueue.aio.queue_operate import AsyncQueueOperations
@@ -48,7 +48,7 @@ class AsyncQueue(AsyncQueueOperations):
         self.dsn = self.dsns[0]
         self._pool: AsyncConnectionPool[Any] | None = None
         self._batcher = coalesce.EnqueueBatcher(  # async-only
-            alone=self._enqueue_job, together=self.enqueue_many,  # async-only
+            alone=self._enqueue_job, together=self._enqueue_jobs,  # async-only
             batches=self._pool_size)  # async-only
         # sync-only: self._open()  # Queue connects now: a bad DSN or schema fails here
 
@@ -132,32 +132,47 @@ class AsyncQueue(AsyncQueueOperations):
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version)
-        if conn is None:  # async-only
-            return await self._batcher.submit(job)  # async-only
-        return await self._enqueue_job(job, conn=conn)
+        with tracing.producing(self.stream, 1) as trace:
+            if conn is None:  # async-only
+                return await self._batcher.submit(job, trace)  # async-only
+            return await self._enqueue_job(job, trace, conn=conn)
 
     @follow_leader(idempotent=False, token=True)
-    async def _enqueue_job(self, job: NewJob, *, conn: object | None = None,
-                           _request: uuid.UUID | None = None, _resent: bool = False) -> int:
-        """One job in one transaction (the caller's with `conn`), one round trip."""
+    async def _enqueue_job(self, job: NewJob, trace: dict[str, str] | None = None, *,
+                           conn: object | None = None, _request: uuid.UUID | None = None,
+                           _resent: bool = False) -> int:
+        """One job in one transaction (the caller's with `conn`), one round trip; `trace`:
+        the producer span's context it carries."""
         if conn is not None:
             mine = await callers.async_psycopg_connection(conn)  # async-only
             # sync-only: mine = callers.psycopg_connection(conn)
-            return await enqueue.enqueue_one(mine, self.stream, job)
+            return await enqueue.enqueue_one(mine, self.stream, job, trace=trace)
         async with self.connection() as own:
-            return await enqueue.enqueue_one(own, self.stream, job, request=_request, resent=_resent)
+            return await enqueue.enqueue_one(own, self.stream, job, request=_request,
+                                             resent=_resent, trace=trace)
+
+    async def enqueue_many(self, jobs: Sequence[NewJob], *,
+                           conn: object | None = None) -> list[int]:
+        """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
+        count = len(jobs) if isinstance(jobs, Sequence) else 0
+        with tracing.producing(self.stream, count) as trace:
+            return await self._enqueue_jobs(jobs, None if trace is None else [trace] * count,
+                                            conn=conn)
 
     @follow_leader(idempotent=False, token=True)
-    async def enqueue_many(self, jobs: Sequence[NewJob], *, conn: object | None = None,
-                           _request: uuid.UUID | None = None, _resent: bool = False) -> list[int]:
-        """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
+    async def _enqueue_jobs(self, jobs: Sequence[NewJob],
+                            traces: Sequence[dict[str, str] | None] | None = None, *,
+                            conn: object | None = None, _request: uuid.UUID | None = None,
+                            _resent: bool = False) -> list[int]:
+        """A batch in one transaction (the caller's with `conn`), one round trip; `traces`:
+        the producer spans' contexts, one per job."""
         if conn is not None:
             mine = await callers.async_psycopg_connection(conn)  # async-only
             # sync-only: mine = callers.psycopg_connection(conn)
-            return await enqueue.enqueue_many(mine, self.stream, jobs)
+            return await enqueue.enqueue_many(mine, self.stream, jobs, traces=traces)
         async with self.connection() as own:
             return await enqueue.enqueue_many(own, self.stream, jobs, request=_request,
-                                              resent=_resent)
+                                              resent=_resent, traces=traces)
 
     # -- lease and settle --------------------------------------------------------------------
 

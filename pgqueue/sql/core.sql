@@ -86,7 +86,10 @@ CREATE TABLE pgqueue.job (
     -- how often a lease of this job expired before its handler started (said so, or not yet
     -- said: a job that kills its worker the moment it starts looks the same); from the first,
     -- each later lease counts as started, so such a job is charged and still quarantined
-    unstarted_reclaims    int NOT NULL DEFAULT 0
+    unstarted_reclaims    int NOT NULL DEFAULT 0,
+    -- the producer's trace context (W3C traceparent/tracestate, as OpenTelemetry propagates
+    -- it), so the span of the job's run joins the trace of the request that enqueued it
+    trace_context         jsonb
 ) WITH (fillfactor = 70);  -- room on each page so renewals stay HOT updates
 
 -- Lease order: priority DESC then id, within a stream. Nothing a renewal writes is indexed.

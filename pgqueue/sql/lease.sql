@@ -51,7 +51,7 @@ CREATE OR REPLACE FUNCTION pgqueue.lease(
     attempts int, max_attempts int, enqueued_at timestamptz, lease_expires_at timestamptz,
     lease_started boolean, last_completed_step text, cursor_step text, cursor bytea,
     checkpoint_updated_at timestamptz, schema_version int, step_set_hash text,
-    crashes_by_step jsonb, not_before timestamptz
+    crashes_by_step jsonb, not_before timestamptz, trace_context jsonb
 )
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -83,7 +83,7 @@ BEGIN
                    j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
                    j.last_completed_step,
                    j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
-                   j.step_set_hash, j.crashes_by_step, j.not_before
+                   j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context
             FROM pgqueue.job j
             JOIN pgqueue.op_log o ON o.job_id = j.id AND o.lease_id = j.lease_id
             WHERE o.seq >= v_seen.seq AND o.xid = v_seen.xid AND o.op = 'Lease'
@@ -113,7 +113,7 @@ BEGIN
                   j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
                   j.last_completed_step,
                   j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
-                  j.step_set_hash, j.crashes_by_step, j.not_before
+                  j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
         SELECT l.stream, 'Lease', l.id, l.lease_id,
@@ -189,7 +189,8 @@ SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, en
        lease_expires_at, lease_started, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash,
        nullif(crashes_by_step, '{}'::jsonb) AS crashes_by_step,  -- nothing to decode when none
-       not_before  -- when it became due (the worker's wait histogram)
+       not_before,  -- when it became due (the worker's wait histogram)
+       trace_context  -- the producer's, for the consumer span (pgqueue/tracing.py)
 FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
                    %(worker_instance)s::int, %(request)s::uuid, %(resent)s::boolean,
                    %(start)s::int)

@@ -90,14 +90,14 @@ BEGIN
         -- max_attempts is null in an op of a job whose producer did not set it (0005 on)
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                  enqueued_at, dedup_key, attempts, max_attempts, schema_version,
-                                 max_attempts_given)
+                                 max_attempts_given, trace_context)
         VALUES (p_job_id, b ->> 'stream', b ->> 'kind', pgqueue.unb64(b ->> 'payload'),
                 (b ->> 'priority')::smallint, b ->> 'state',
                 pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
                 pgqueue.from_ms((b ->> 'enqueued_at_ms')::bigint),
                 pgqueue.unb64(b ->> 'dedup_key'), (b ->> 'attempts')::int,
                 coalesce((b ->> 'max_attempts')::int, 25), (b ->> 'schema_version')::int,
-                (b ->> 'max_attempts') IS NOT NULL)
+                (b ->> 'max_attempts') IS NOT NULL, b -> 'trace')
         ON CONFLICT (id) DO NOTHING;
     WHEN 'Lease' THEN
         UPDATE pgqueue.job

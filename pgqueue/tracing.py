@@ -1,0 +1,80 @@
+"""Optional OpenTelemetry traces (`pip install pgqueue-py[otel]`): a producer span per enqueue
+call and a consumer span per job run, joined through the trace context the job carries.
+
+An enqueue call opens a PRODUCER span ("<stream> publish") and stores the W3C trace context
+(traceparent, tracestate) with each of its jobs (`pgqueue.job.trace_context`, also in the
+Enqueue op, so replicas and replays keep it). The worker runs each job inside a CONSUMER span
+("<stream> process") whose parent is that context: the job's span joins the trace of the
+request that enqueued it. A handler that raised marks its span as an error.
+
+Nothing happens unless opentelemetry-api is installed and the application has set a tracer
+provider (the SDK's, or a vendor's): without one every call here returns at once, so the hot
+paths pay a check, not a span. A dead letter requeued runs without its producer's context (the
+dead-letter table keeps none).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+try:  # an optional dependency
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import ProxyTracerProvider, SpanKind, Status, StatusCode
+except ImportError:  # pragma: no cover - exercised where opentelemetry is not installed
+    trace = None  # type: ignore[assignment]
+
+#: The instrumentation scope pgqueue's spans are created under.
+SCOPE = "pgqueue"
+
+
+def active() -> bool:
+    """Whether spans are recorded: the API is installed and a real tracer provider is set."""
+    if trace is None:
+        return False
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+@contextmanager
+def producing(stream: str, count: int) -> Iterator[dict[str, str] | None]:
+    """A producer span around one enqueue call of `count` jobs; yields the trace context to
+    store with each (None: not tracing)."""
+    if not active():
+        yield None
+        return
+    tracer = trace.get_tracer(SCOPE)
+    with tracer.start_as_current_span(
+            f"{stream} publish", kind=SpanKind.PRODUCER,
+            attributes={"messaging.system": "pgqueue", "messaging.operation.type": "send",
+                        "messaging.destination.name": stream,
+                        "messaging.batch.message_count": count}):
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        yield carrier or None
+
+
+@contextmanager
+def consuming(stream: str, kind: str | None, job_id: int, attempt: int,
+              context: dict[str, Any] | None) -> Iterator[None]:
+    """A consumer span around one job's run, child of the producer's context when it has one."""
+    if not active():
+        yield
+        return
+    tracer = trace.get_tracer(SCOPE)
+    parent = propagate.extract(context) if context else None
+    with tracer.start_as_current_span(
+            f"{stream} process", context=parent, kind=SpanKind.CONSUMER,
+            attributes={"messaging.system": "pgqueue", "messaging.operation.type": "process",
+                        "messaging.destination.name": stream, "messaging.message.id": str(job_id),
+                        "pgqueue.kind": kind or "", "pgqueue.attempt": attempt}):
+        yield
+
+
+def failed(exc: BaseException) -> None:
+    """Mark the current span (the job's) as failed with `exc`."""
+    if not active():
+        return
+    span = trace.get_current_span()
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
