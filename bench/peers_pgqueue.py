@@ -97,23 +97,14 @@ def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tu
         if not first:
             first.append(time.perf_counter())
 
-    t0 = time.perf_counter()
-    worker, thread = _start(app, dsn, **{"poll_interval": 1.0, **setting})
-    deadline = t0 + max_seconds
-    while worker.processed < n and time.perf_counter() < deadline:
-        time.sleep(0.002)
-    end = time.perf_counter()
-    done = worker.processed
-    worker.stop()
-    thread.join(timeout=60)
-    return min(done, n), end - (first[0] if first else t0)
+    return _work(app, dsn, n, setting, max_seconds, first)
 
 
 def process_io(dsn: str, n: int, setting: dict[str, Any], inflight: int, wait: float,
                mode: str, max_seconds: float) -> tuple[int, float]:
-    """(jobs done, seconds from the first handler start until n acks are written), handlers
-    waiting `wait` seconds: an async def awaiting asyncio.sleep on the worker's event loop with
-    async_concurrency=inflight, or a def calling time.sleep on `inflight` handler threads."""
+    """process, the handlers waiting `wait` seconds: an async def awaiting asyncio.sleep on
+    the worker's event loop with async_concurrency=inflight, or a def calling time.sleep on
+    `inflight` handler threads."""
     import asyncio
 
     app = pgqueue.App()
@@ -134,8 +125,15 @@ def process_io(dsn: str, n: int, setting: dict[str, Any], inflight: int, wait: f
             time.sleep(wait)
 
         slots = {"concurrency": inflight}
+    return _work(app, dsn, n, {**slots, **setting}, max_seconds, first)
+
+
+def _work(app: pgqueue.App, dsn: str, n: int, setting: dict[str, Any], max_seconds: float,
+          first: list[float]) -> tuple[int, float]:
+    """Run a worker until n acks are written (or max_seconds); (done, seconds from the first
+    handler start, which the handlers note in `first`)."""
     t0 = time.perf_counter()
-    worker, thread = _start(app, dsn, **{"poll_interval": 1.0, **slots, **setting})
+    worker, thread = _start(app, dsn, **{"poll_interval": 1.0, **setting})
     deadline = t0 + max_seconds
     while worker.processed < n and time.perf_counter() < deadline:
         time.sleep(0.002)

@@ -154,49 +154,18 @@ async def _wait_empty(conn: Any, deadline: float) -> None:
 
 def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tuple[int, float]:
     """(jobs done, seconds from the first handler start until the queue table is empty)."""
-    from pgqueuer import QueueManager
-
-    async def run() -> tuple[int, float]:
-        queries, conn = await _queries(dsn, setting["driver"])
-        qm = QueueManager(queries)
-        state = {"count": 0}
-        first: list[float] = []
-        all_started = asyncio.Event()
-
-        async def noop(job: Any) -> None:
-            if not first:
-                first.append(time.perf_counter())
-            state["count"] += 1
-            if state["count"] >= n:
-                all_started.set()
-
-        qm.entrypoint("noop")(noop)
-        watcher = await _connection(dsn)
-        t0 = time.perf_counter()
-        deadline = t0 + max_seconds
-        task = asyncio.create_task(qm.run(batch_size=setting["batch_size"]))
-        try:
-            await asyncio.wait_for(all_started.wait(), timeout=max_seconds)
-            await _wait_empty(watcher, deadline)
-        except asyncio.TimeoutError:
-            pass
-        end = time.perf_counter()
-        done = min(state["count"], n)
-        qm.shutdown.set()
-        try:
-            await asyncio.wait_for(task, timeout=30)
-        finally:
-            await conn.close()
-            await watcher.close()
-        return done, end - (first[0] if first else t0)
-
-    return asyncio.run(run())
+    return _process(dsn, n, setting, max_seconds)
 
 
 def process_io(dsn: str, n: int, setting: dict[str, Any], inflight: int, wait: float,
                mode: str, max_seconds: float) -> tuple[int, float]:
-    """(jobs done, seconds from the first handler start until the queue table is empty), each
-    async entrypoint awaiting asyncio.sleep(wait), at most `inflight` at once."""
+    """process, each async entrypoint awaiting asyncio.sleep(wait), at most `inflight` at
+    once (the worker's max_concurrent_tasks; its batch at most half of it, as pgqueuer wants)."""
+    return _process(dsn, n, setting, max_seconds, wait=wait, inflight=inflight)
+
+
+def _process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float, *,
+             wait: float | None = None, inflight: int | None = None) -> tuple[int, float]:
     from pgqueuer import QueueManager
 
     async def run() -> tuple[int, float]:
@@ -206,20 +175,24 @@ def process_io(dsn: str, n: int, setting: dict[str, Any], inflight: int, wait: f
         first: list[float] = []
         all_started = asyncio.Event()
 
-        async def wait_io(job: Any) -> None:
+        async def handler(job: Any) -> None:
             if not first:
                 first.append(time.perf_counter())
             state["count"] += 1
             if state["count"] >= n:
                 all_started.set()
-            await asyncio.sleep(wait)
+            if wait is not None:
+                await asyncio.sleep(wait)
 
-        qm.entrypoint("noop")(wait_io)
+        qm.entrypoint("noop")(handler)
         watcher = await _connection(dsn)
         t0 = time.perf_counter()
         deadline = t0 + max_seconds
-        batch = min(setting["batch_size"], inflight // 2)
-        task = asyncio.create_task(qm.run(batch_size=batch, max_concurrent_tasks=inflight))
+        options: dict[str, Any] = {"batch_size": setting["batch_size"]}
+        if inflight is not None:
+            options = {"batch_size": min(setting["batch_size"], inflight // 2),
+                       "max_concurrent_tasks": inflight}
+        task = asyncio.create_task(qm.run(**options))
         try:
             await asyncio.wait_for(all_started.wait(), timeout=max_seconds)
             await _wait_empty(watcher, deadline)

@@ -108,63 +108,39 @@ async def _stop(worker_task: asyncio.Task[Any]) -> None:
 
 def process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float) -> tuple[int, float]:
     """(jobs done, seconds from the first handler start until no job is todo or doing)."""
-    async def run() -> tuple[int, float]:
-        app = _app(dsn, setting["pool"])
-        state = {"count": 0}
-        first: list[float] = []
-        all_started = asyncio.Event()
-
-        async def noop() -> None:
-            if not first:
-                first.append(time.perf_counter())
-            state["count"] += 1
-            if state["count"] >= n:
-                all_started.set()
-
-        app.task(name="noop", queue=QUEUE)(noop)
-        async with app.open_async():
-            t0 = time.perf_counter()
-            deadline = t0 + max_seconds
-            worker = asyncio.create_task(app.run_worker_async(
-                queues=[QUEUE], concurrency=setting["concurrency"],
-                install_signal_handlers=False))
-            try:
-                await asyncio.wait_for(all_started.wait(), timeout=max_seconds)
-                await _wait_finished(app, deadline)
-            except asyncio.TimeoutError:
-                pass
-            end = time.perf_counter()
-            done = min(state["count"], n)
-            await _stop(worker)
-        return done, end - (first[0] if first else t0)
-
-    return asyncio.run(run())
+    return _process(dsn, n, setting, max_seconds, concurrency=setting["concurrency"])
 
 
 def process_io(dsn: str, n: int, setting: dict[str, Any], inflight: int, wait: float,
                mode: str, max_seconds: float) -> tuple[int, float]:
-    """(jobs done, seconds from the first handler start until no job is todo or doing), each
-    async task awaiting asyncio.sleep(wait), with worker concurrency `inflight`."""
+    """process, each async task awaiting asyncio.sleep(wait), with worker concurrency
+    `inflight`."""
+    return _process(dsn, n, setting, max_seconds, concurrency=inflight, wait=wait)
+
+
+def _process(dsn: str, n: int, setting: dict[str, Any], max_seconds: float, *,
+             concurrency: int, wait: float | None = None) -> tuple[int, float]:
     async def run() -> tuple[int, float]:
         app = _app(dsn, setting["pool"])
         state = {"count": 0}
         first: list[float] = []
         all_started = asyncio.Event()
 
-        async def wait_io() -> None:
+        async def handler() -> None:
             if not first:
                 first.append(time.perf_counter())
             state["count"] += 1
             if state["count"] >= n:
                 all_started.set()
-            await asyncio.sleep(wait)
+            if wait is not None:
+                await asyncio.sleep(wait)
 
-        app.task(name="noop", queue=QUEUE)(wait_io)
+        app.task(name="noop", queue=QUEUE)(handler)
         async with app.open_async():
             t0 = time.perf_counter()
             deadline = t0 + max_seconds
             worker = asyncio.create_task(app.run_worker_async(
-                queues=[QUEUE], concurrency=inflight, install_signal_handlers=False))
+                queues=[QUEUE], concurrency=concurrency, install_signal_handlers=False))
             try:
                 await asyncio.wait_for(all_started.wait(), timeout=max_seconds)
                 await _wait_finished(app, deadline)
