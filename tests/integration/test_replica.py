@@ -1088,3 +1088,39 @@ def test_a_follower_whose_leader_backend_is_terminated_mid_poll_carries_on(
     wait_for(lambda: caught_up(leader, "follower") or ft.error, 60, "the follower to go on")
     assert ft.error is None and ft.thread.is_alive()
     assert_identical(leader, follow_db)
+
+
+def test_metrics_report_replica_lag_and_replicas_keep_their_own_job_counts(
+        cluster: Cluster) -> None:
+    """The leader's scrape reports each replica's lag; a replica's job counts, kept by the
+    count triggers also inside the subscription's apply (ENABLE ALWAYS) and a follower's
+    ingest, equal its tables."""
+    from pgqueue.metrics import database_registry
+    from tests.integration.test_metrics import scrape, serving, true_counts, value
+
+    leader = cluster.leader
+    logical_db, follow_db = cluster.replica_db(0), cluster.replica_db(1)
+    replica.attach(leader, logical_db, "logical")
+    follower = cluster.follow(follow_db, "follower")
+    with pgqueue.Queue(leader) as q:
+        q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(20)])
+        for held in q.lease(limit=5):
+            q.ack(held)
+        q.lease(limit=3)
+    with serving(database_registry(leader)) as url:
+        wait_for(lambda: value(scrape(url), "pgqueue_replica_lag_ops", replica="logical") == 0
+                 and value(scrape(url), "pgqueue_replica_lag_ops", replica="follower") == 0,
+                 30, "both replicas to catch up")
+        follower.stop()
+        with pgqueue.Queue(leader) as q:
+            q.enqueue_many([pgqueue.NewJob(b"y") for _ in range(7)])
+        samples = scrape(url)
+        lag_seconds = value(samples, "pgqueue_replica_lag_seconds", replica="follower")
+    assert (value(samples, "pgqueue_replica_lag_ops", replica="follower") or 0) >= 7
+    assert lag_seconds is not None and lag_seconds >= 0
+    wait_for(lambda: true_counts(logical_db) == true_counts(leader), 30,
+             "the logical replica to apply the last enqueue")
+    for db in (logical_db, follow_db):
+        with pgqueue.Queue(db) as rq:
+            kept = {k: n for k, n in rq.gauges().jobs.items() if n}
+        assert kept == true_counts(db), db
