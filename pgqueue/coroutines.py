@@ -201,8 +201,11 @@ class AsyncHandlers:
         began = time.monotonic()
         lease = held.lease
         try:
-            with tracing.consuming(lease.stream, lease.kind, lease.job_id, lease.attempts + 1,
-                                   lease.trace_context):
+            if tracing.active():  # checked first: a context manager per job costs ~1.5 us
+                with tracing.consuming(lease.stream, lease.kind, lease.job_id,
+                                       lease.attempts + 1, lease.trace_context):
+                    await self._run(held)
+            else:
                 await self._run(held)
         finally:
             self._leases.ran(held, time.monotonic() - began)

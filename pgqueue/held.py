@@ -4,9 +4,9 @@ A lease is held from the lease call that returned it until its ack is written, i
 ends without an ack (nack, undecodable, lost), or the drain gives it back. While held it
 counts against the worker's capacity and is renewed. This module owns that table and the
 thread roles that work on many held leases at once: capacity reservations for the lease
-loops, the renewer's batched renewal, the acker's batched acks, and the drain's give-back.
-The lifecycle that starts these threads is in worker.py; the per-job writes a running job
-makes are in settler.py.
+loops, the acker's batched acks, and the drain's give-back (the renewer's batched renewal
+is renewer.py). The lifecycle that starts these threads is in worker.py; the per-job writes
+a running job makes are in settler.py.
 
 Lock discipline
 ---------------
@@ -35,9 +35,9 @@ And leaves, never held while taking another lock, a database round trip, or a lo
 Who touches the table: the lease loops (``reserve`` before a lease call, ``admit`` after
 it); handler threads (``release`` of a job that ended without an ack; ``ack`` hands one to
 the acker, without the lock); the acker (``release`` per ack batch); the renewer
-(``renew_round`` copies the table under the lock, then takes write locks); the drain, on
-the main thread after the lease loops ended (``acks_pending``, ``unfinished``,
-``give_back``); any thread (``len``, ``processed``).
+(renewer.py: copies the table with ``snapshot``, then takes write locks); the drain, on the
+main thread after the lease loops ended (``acks_pending``, ``unfinished``, ``give_back``);
+any thread (``len``, ``processed``).
 
 On the hot path no job takes the table lock on its own: a lease loop takes it twice per
 lease batch and the acker once per ack batch.
@@ -77,7 +77,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from pgqueue import lease, queries, settle
-from pgqueue.errors import PgQueueError
 from pgqueue.running import Held
 
 if TYPE_CHECKING:
@@ -345,62 +344,12 @@ class HeldLeases:
                             extra=lease_fields(h, "lost"))
         self.release(*batch)
 
-    # -- the renewer -------------------------------------------------------------------------
+    # -- the renewer (renewer.py) and the drain ---------------------------------------------
 
-    def renew_loop(self, interval: float, finished: threading.Event,
-                   heartbeat: Callable[[], None]) -> None:
-        """The renewer thread: a renewal round every `interval` until `finished`; the
-        worker's registry heartbeat rides along every HEARTBEAT_SECONDS."""
-        last_beat = time.monotonic()
-        while not finished.wait(interval):
-            try:
-                self.renew_round()
-                if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
-                    heartbeat()
-                    last_beat = time.monotonic()
-            except PgQueueError as exc:
-                log.warning("worker %s: renewal failed: %s", self._worker_id(), exc)
-            except Exception:
-                # never let the renewer die: every lease would expire under running handlers;
-                # the next round (one interval on) is the retry
-                log.exception("worker %s: renewal round failed unexpectedly; retrying in %.1fs",
-                              self._worker_id(), interval)
-
-    def renew_round(self) -> None:
-        """Renew every held lease in one statement, acks in flight included, carrying each
-        dirty checkpoint; a lease the database no longer has is marked lost. One attempt:
-        the renewer's next round is the retry."""
+    def snapshot(self) -> list[Held]:
+        """The leases held now (a copy: the caller takes their write locks, never the table's)."""
         with self._lock:
-            snapshot = list(self._held.values())
-        held = sorted(snapshot, key=lambda h: h.lease.lease_id)
-        if not held:
-            return
-        for h in held:
-            h.write_lock.acquire()
-        try:
-            snapshots = [h.snapshot() for h in held]
-            items = [(h.lease, h.visibility_timeout, cp if h.dirty else None)
-                     for h, (cp, _v) in zip(held, snapshots, strict=True)]
-            # jobs leased ahead whose handlers have started since: said in the same UPDATE
-            started = [h.start_unsaid() for h in held]
-            renewed = self._db(lambda c: lease.renew_many(
-                c, items, started if any(started) else None))
-            for h, (_cp, version), said in zip(held, snapshots, started, strict=True):
-                if h.lease.lease_id in renewed:
-                    h.mark_flushed(version)
-                    if said:
-                        h.start_said = True
-                elif not h.acking.is_set():  # an ack that raced this renewal removed the row
-                    h.lost.set()
-                    log.warning("worker %s: %s: its lease %s was lost (expired and reclaimed, "
-                                "or changed by an operator); its result will be discarded",
-                                self._worker_id(), label(h), h.lease.lease_id,
-                                extra=lease_fields(h, "lost"))
-        finally:
-            for h in held:
-                h.write_lock.release()
-
-    # -- the drain ---------------------------------------------------------------------------
+            return list(self._held.values())
 
     def acks_pending(self) -> bool:
         """Whether a job handed to the acker is still waiting for its ack to be written."""

@@ -21,6 +21,9 @@ from typing import Any
 try:  # an optional dependency
     from opentelemetry import propagate, trace
     from opentelemetry.trace import ProxyTracerProvider, SpanKind, Status, StatusCode
+
+    #: The providers that record nothing: the API's stand-ins until one is set.
+    _INACTIVE: frozenset[type] = frozenset({ProxyTracerProvider, trace.NoOpTracerProvider})
 except ImportError:  # pragma: no cover - exercised where opentelemetry is not installed
     trace = None  # type: ignore[assignment]
 
@@ -32,8 +35,7 @@ def active() -> bool:
     """Whether spans are recorded: the API is installed and a real tracer provider is set."""
     if trace is None:
         return False
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, ProxyTracerProvider | trace.NoOpTracerProvider)
+    return type(trace.get_tracer_provider()) not in _INACTIVE
 
 
 @contextmanager

@@ -32,6 +32,7 @@ This module is the lifecycle: start, signals, lease loops, drain, failover. The 
 - handlers.py: the handler threads; settler.py: the writes a running job makes about itself
   (checkpoints, ack hand-off, nack, undecodable, upcast), the object steps.run calls back;
 - wakeup.py: the lease loops' wake-up and the listener thread;
+- leasing.py: the lease loops; registry.py: registering, heartbeats;
 - worker_db.py: the pool on the leader, database calls with failover and retries.
 
 State this module shares between threads: `_stopping` and `_finished` are Events; `_wake`
@@ -45,27 +46,24 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from pgqueue import connection, lease, queries, signals, validate
-from pgqueue.app import App, StepJob
+from pgqueue import connection, registry, signals, validate
+from pgqueue.app import App
 from pgqueue.coroutines import DEFAULT_ASYNC_CONCURRENCY, WRITERS, AsyncHandlers
 from pgqueue.errors import PgQueueError
 from pgqueue.handlers import MAX_ERROR_CHARS, HandlerThreads
-from pgqueue.held import AUTO_PREFETCH_MAX, HEARTBEAT_SECONDS, HeldLeases, Reservation
+from pgqueue.held import AUTO_PREFETCH_MAX, HEARTBEAT_SECONDS, HeldLeases
+from pgqueue.leasing import RESTART_SECONDS, LeaseLoops
 from pgqueue.maintain import Maintainer
 from pgqueue.metrics import MetricsServer, WorkerMetrics
-from pgqueue.models import Lease
+from pgqueue.renewer import Renewer
 from pgqueue.running import Held
 from pgqueue.settler import JobSettler
 from pgqueue.wakeup import NOTIFY_CHANNEL, Wakeup, listen_loop
@@ -80,8 +78,6 @@ T = TypeVar("T")
 
 #: Leased capacity above which a second lease loop runs beside the first (see _lease_loop).
 PARALLEL_LEASE_CAPACITY = 256
-#: The pause before a loop that failed unexpectedly runs again.
-RESTART_SECONDS = 1.0
 
 
 class Worker:
@@ -195,6 +191,11 @@ class Worker:
                                           stopping=self._stopping, worker_id=self._id)
                             if self._loop_slots else None)
         self._hand_out = self._handlers.work.put if self._coroutines is None else self._route
+        self._leasing = LeaseLoops(
+            app=app, streams=self.streams, leases=self._leases, wake=self._wake,
+            stopping=self._stopping, retry_db=self._retry_db, hand_out=self._hand_out,
+            poll_interval=self.poll_interval, visibility_timeout=self.visibility_timeout,
+            node=self.node, worker_id=self._id)
         self._leasers: list[threading.Thread] = []
         self._threads: list[threading.Thread] = []
         self._acker: threading.Thread | None = None
@@ -228,7 +229,7 @@ class Worker:
         restore = self._install_signals()
         try:
             self._start()
-            self._lease_forever(0)
+            self._leasing.forever(0)
         finally:
             try:
                 self._drain()
@@ -267,22 +268,20 @@ class Worker:
                 # reads grace_period at each turn; a float attribute is written atomically).
                 self.grace_period = 0.0
             log.info("worker %s: received %s, draining", self.worker_id, sig.name,
-                 extra={"pgqueue": {"event": "draining", "signal": sig.name}})
+                     extra={"pgqueue": {"event": "draining", "signal": sig.name}})
             self.stop()
 
         return signals.install(on_signal)
 
     def _register(self) -> bool:
-        row = self._retry(lambda: self._db(lambda c: queries.fetch_one(c, "register_worker", {
-            "node": self.node, "host": socket.gethostname(), "pid": os.getpid(),
-            "streams": self.streams,
-            "concurrency": self._thread_slots + self._loop_slots})), "register",
-            until=self._stopping)
-        if row is None:
+        found = self._retry(lambda: self._db(lambda c: registry.register(
+            c, node=self.node, streams=self.streams,
+            concurrency=self._thread_slots + self._loop_slots)), "register", until=self._stopping)
+        if found is None:
             return False
-        self.worker_id = int(row["id"])
-        self._retry(lambda: self._db(self._register_handlers), "register handlers",
-                    until=self._stopping)
+        self.worker_id = found
+        self._retry(lambda: self._db(lambda c: registry.register_handlers(
+            c, self.app, self.streams)), "register handlers", until=self._stopping)
         return True
 
     def _reregister(self) -> None:
@@ -296,8 +295,13 @@ class Worker:
                 or not self._register():
             return
         if self.metrics is not None:
-            self._metrics_server = MetricsServer(self.metrics.registry, host=self.metrics_host,
-                                                 port=self.metrics_port or 0).start()
+            try:
+                self._metrics_server = MetricsServer(
+                    self.metrics.registry, host=self.metrics_host,
+                    port=self.metrics_port or 0).start()
+            except OSError as exc:  # the drain still runs: nothing was leased yet
+                raise ValueError(f"metrics_port: cannot listen on {self.metrics_host}:"
+                                 f"{self.metrics_port}: {exc.strerror or exc}") from None
         log.info("worker %s started: streams=%s concurrency=%d async_concurrency=%d%s",
                  self.worker_id, ",".join(self.streams), self._thread_slots, self._loop_slots,
                  "" if self._metrics_server is None else
@@ -309,11 +313,12 @@ class Worker:
             self._coroutines.start(self._loop_slots)
         for i in range(1, self.lease_loops):
             self._leasers.append(self._thread(f"leaser-{i}",
-                                              functools.partial(self._lease_forever, i)))
+                                              functools.partial(self._leasing.forever, i)))
         self._acker = self._thread("acker", self._leases.ack_loop)
         self._threads += [
             self._thread("renewer", functools.partial(
-                self._leases.renew_loop, self.renew_interval, self._finished, self._heartbeat)),
+                Renewer(self._leases, self._db, self._id).loop, self.renew_interval,
+                self._finished, self._heartbeat)),
             self._thread("listener", functools.partial(
                 listen_loop, self._wake, self.streams, dsn=self._leader, finished=self._finished,
                 worker_id=self._id)),
@@ -343,72 +348,9 @@ class Worker:
         return t
 
     def _heartbeat(self) -> None:
-        self._db(lambda c: queries.fetch(c, "heartbeat_worker", {"id": self.worker_id}))
+        self._db(lambda c: registry.heartbeat(c, self.worker_id))
 
-    def _register_handlers(self, conn: queries.Conn) -> None:
-        """Record step lists and per-kind quarantine thresholds where reclaim can see them."""
-        for handler in self.app.handlers.values():
-            if isinstance(handler, StepJob) and handler.steps:
-                queries.fetch(conn, "register_step_set", {
-                    "hash": handler.step_set_hash, "kind": handler.kind,
-                    "steps": Jsonb(handler.step_list)})
-            if handler.quarantine_after is not None:
-                for stream in self.streams:
-                    queries.fetch(conn, "configure_kind", {
-                        "stream": stream, "kind": handler.kind,
-                        "quarantine_after": handler.quarantine_after})
-
-    # -- the lease loops ---------------------------------------------------------------------
-
-    def _lease_loop(self, turn: int = 0) -> None:
-        delay = 0.1
-        while not self._stopping.is_set():
-            seen = self._wake.generation
-            reservation = self._leases.reserve()
-            if reservation.want == 0:
-                self._wake.wait(seen, self.poll_interval)
-                continue
-            stream = self.streams[turn % len(self.streams)]
-            turn += 1
-            try:
-                got = self._take(stream, reservation)
-                delay = 0.1
-            except PgQueueError as exc:
-                log.warning("worker %s: lease failed (%s); retrying in %.1fs",
-                            self.worker_id, exc, delay)
-                self._stopping.wait(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            if got < reservation.want and turn % len(self.streams) == 0:
-                # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.
-                self._wake.wait(seen, self.poll_interval)
-
-    def _take(self, stream: str, reservation: Reservation) -> int:
-        """Lease up to the reserved number of jobs of `stream` (saying how many start at
-        once) and hand them to the handlers; the reservation is given back whatever happens.
-        Returns how many were leased."""
-        fresh: list[Held] = []
-        # One token for the call and its re-sends: a lease whose reply was lost returns the
-        # leases its first attempt granted, which are not left to expire and be charged.
-        request = uuid.uuid4()
-        sent: list[bool] = []  # the first call is not a re-send; every later one is
-
-        def take(conn: queries.Conn) -> list[Lease]:
-            resent = bool(sent)
-            sent.append(True)
-            return lease.lease(conn, stream, reservation.want, self.visibility_timeout,
-                               self.node, self.worker_id, request, resent, reservation.start)
-
-        try:
-            got = self._retry_db(take, "lease", until=self._stopping) or []
-            for leased in got:
-                handler = self.app.handlers.get(leased.kind or "")
-                vt = (handler.visibility_timeout if handler and handler.visibility_timeout
-                      else self.visibility_timeout)
-                fresh.append(Held(leased, vt))
-        finally:
-            self._leases.admit(reservation, fresh, self._hand_out)
-        return len(fresh)
+    # -- the lease loops (leasing.py) ---------------------------------------------------------
 
     def _route(self, held: Held) -> None:
         """Queue a leased job for the slots of its kind: an async def handler's for the event
@@ -419,18 +361,6 @@ class Worker:
             self._coroutines.put(held)
         else:
             self._handlers.work.put(held)
-
-    def _lease_forever(self, turn: int) -> None:
-        """A lease loop (the main thread's is turn 0) until stop(): an unexpected error is
-        logged and the loop goes on after a pause, so the worker neither stops leasing nor
-        ends with its handlers, renewals and acks still running."""
-        while not self._stopping.is_set():
-            try:
-                self._lease_loop(turn)
-            except Exception:
-                log.exception("worker %s: lease loop %d failed unexpectedly; restarting it in "
-                              "%.0fs", self.worker_id, turn, RESTART_SECONDS)
-                self._stopping.wait(RESTART_SECONDS)
 
     # -- shutdown ----------------------------------------------------------------------------
 
@@ -469,7 +399,7 @@ class Worker:
         if self._pool is not None:
             if self.worker_id:
                 try:
-                    self._db(lambda c: queries.fetch(c, "deregister_worker", {"id": self.worker_id}))
+                    self._db(lambda c: registry.deregister(c, self.worker_id))
                 except PgQueueError as exc:
                     log.warning("worker %s: deregister failed: %s", self.worker_id, exc)
             self._pool.close()

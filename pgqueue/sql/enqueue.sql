@@ -51,6 +51,8 @@ $$;
 -- enqueuer is found by the lookup that follows the conflict, in the same round trip.
 -- An Enqueue op's own body (its job's fields are the op row's columns): what every op of the
 -- call shares, and the job's trace context when it has one (a replica's job gets it too).
+-- pgqueue.enqueue writes the same CASE inline: called per row, the function cost 9 % of a
+-- batch of 1,000.
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(p_shared jsonb, p_trace jsonb) RETURNS jsonb
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT CASE WHEN p_trace IS NULL THEN p_shared
@@ -162,7 +164,8 @@ BEGIN
             INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
                                         not_before, dedup_key, max_attempts, schema_version,
                                         request)
-            SELECT ins.stream, 'Enqueue', ins.id, pgqueue.enqueue_body(v_body, ins.trace_context),
+            SELECT ins.stream, 'Enqueue', ins.id, CASE WHEN ins.trace_context IS NULL THEN v_body
+                        ELSE v_body || jsonb_build_object('trace', ins.trace_context) END,
                    ins.kind, ins.payload, ins.priority,
                    ins.not_before, ins.dedup_key,
                    CASE WHEN ins.max_attempts_given THEN ins.max_attempts END,  -- null: not set
@@ -211,7 +214,8 @@ BEGIN
             INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
                                         not_before, dedup_key, max_attempts, schema_version,
                                         request)
-            SELECT ins.stream, 'Enqueue', ins.id, pgqueue.enqueue_body(v_body, ins.trace_context),
+            SELECT ins.stream, 'Enqueue', ins.id, CASE WHEN ins.trace_context IS NULL THEN v_body
+                        ELSE v_body || jsonb_build_object('trace', ins.trace_context) END,
                    ins.kind, ins.payload, ins.priority,
                    ins.not_before, ins.dedup_key,
                    CASE WHEN ins.max_attempts_given THEN ins.max_attempts END,

@@ -257,3 +257,17 @@ def test_metrics_settings_are_checked(dsn: str) -> None:
     with pytest.raises(TypeError, match="metrics_host"):
         pgqueue.Worker(app, dsn, metrics_port=0, metrics_host="")
     assert pgqueue.Worker(app, dsn).metrics is None
+
+
+def test_a_metrics_port_in_use_stops_the_worker_with_an_error_naming_it(dsn: str) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        worker = pgqueue.Worker(pgqueue.App(), dsn, metrics_port=port, grace_period=0)
+        with pytest.raises(ValueError, match=rf"metrics_port: cannot listen on 127\.0\.0\.1:{port}"):
+            worker.run()
+    with pgqueue.Queue(dsn) as q:
+        assert q.workers() == []  # the drain ran: it deregistered

@@ -20,6 +20,8 @@ import pgqueue
 from pgqueue import lease, settle
 from pgqueue.handlers import HandlerThreads
 from pgqueue.held import HeldLeases
+from pgqueue.leasing import LeaseLoops
+from pgqueue.renewer import Renewer
 from pgqueue.running import Held
 from tests.dbhelp import force_reclaim, wait_for
 from tests.integration.test_worker import gone, job, op_names, running, state
@@ -128,16 +130,16 @@ def test_the_renewer_logs_an_unexpected_error_and_keeps_renewing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: the renewer thread died on a non-PgQueueError and every lease then expired."""
     caplog.set_level(logging.WARNING, logger=WORKER_LOG)
-    renew_round = HeldLeases.renew_round
+    renew_round = Renewer.round
     broken = threading.Event()
 
-    def break_once(self: HeldLeases) -> None:
-        if len(self) and not broken.is_set():
+    def break_once(self: Renewer) -> None:
+        if self._leases.snapshot() and not broken.is_set():
             broken.set()
             raise RuntimeError("a bug in the renewal round")
         renew_round(self)
 
-    monkeypatch.setattr(HeldLeases, "renew_round", break_once)
+    monkeypatch.setattr(Renewer, "round", break_once)
     app = pgqueue.App()
     app.job("long")(lambda job: time.sleep(3.0))
     job_id = q.enqueue("x", kind="long")
@@ -187,16 +189,16 @@ def test_a_main_lease_loop_that_raises_does_not_leave_the_drain_waiting_forever(
         dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: with two lease loops, the drain joined the second one, which only stops once
     `_stopping` is set, and nothing set it."""
-    lease_loop = pgqueue.Worker._lease_loop
+    lease_loop = LeaseLoops.loop
     leased = threading.Event()
 
-    def crash_the_main_loop(self: pgqueue.Worker, turn: int = 0) -> None:
+    def crash_the_main_loop(self: LeaseLoops, turn: int = 0) -> None:
         if turn == 0:
             assert leased.wait(10)
             raise Crash
         lease_loop(self, turn)
 
-    monkeypatch.setattr(pgqueue.Worker, "_lease_loop", crash_the_main_loop)
+    monkeypatch.setattr(LeaseLoops, "loop", crash_the_main_loop)
     app = pgqueue.App()
 
     @app.job("slow")

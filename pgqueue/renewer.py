@@ -1,0 +1,84 @@
+"""The renewer: every renewal interval, one statement renews every lease the worker holds.
+
+Each dirty checkpoint rides the same UPDATE (the write a step's `advance` waits for), and so
+does the news that a job leased ahead has started (held.py). A lease the database no longer
+has is marked lost, and its handler learns it at its next `advance` or write. The worker's
+registry heartbeat rides along every HEARTBEAT_SECONDS. Write locks are taken in ascending
+lease id, the order held.py sets for every thread that takes many.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from pgqueue import lease
+from pgqueue.errors import PgQueueError
+from pgqueue.held import HEARTBEAT_SECONDS, Db, HeldLeases, label, lease_fields
+
+# The worker's logger: these lines are the worker's, and operators filter on its name.
+log = logging.getLogger("pgqueue.worker")
+
+
+class Renewer:
+    """The renewer thread's work, over one worker's held leases."""
+
+    def __init__(self, leases: HeldLeases, db: Db, worker_id: Callable[[], int]) -> None:
+        """
+        :param worker_id: the worker's registry id, for log lines (it changes on failover).
+        """
+        self._leases = leases
+        self._db = db
+        self._worker_id = worker_id
+
+    def loop(self, interval: float, finished: threading.Event,
+             heartbeat: Callable[[], None]) -> None:
+        """The renewer thread: a renewal round every `interval` until `finished`; the
+        worker's registry heartbeat rides along every HEARTBEAT_SECONDS."""
+        last_beat = time.monotonic()
+        while not finished.wait(interval):
+            try:
+                self.round()
+                if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                    heartbeat()
+                    last_beat = time.monotonic()
+            except PgQueueError as exc:
+                log.warning("worker %s: renewal failed: %s", self._worker_id(), exc)
+            except Exception:
+                # never let the renewer die: every lease would expire under running handlers;
+                # the next round (one interval on) is the retry
+                log.exception("worker %s: renewal round failed unexpectedly; retrying in %.1fs",
+                              self._worker_id(), interval)
+
+    def round(self) -> None:
+        """Renew every held lease in one statement, acks in flight included, carrying each
+        dirty checkpoint; a lease the database no longer has is marked lost. One attempt:
+        the renewer's next round is the retry."""
+        held = sorted(self._leases.snapshot(), key=lambda h: h.lease.lease_id)
+        if not held:
+            return
+        for h in held:
+            h.write_lock.acquire()
+        try:
+            snapshots = [h.snapshot() for h in held]
+            items = [(h.lease, h.visibility_timeout, cp if h.dirty else None)
+                     for h, (cp, _v) in zip(held, snapshots, strict=True)]
+            # jobs leased ahead whose handlers have started since: said in the same UPDATE
+            started = [h.start_unsaid() for h in held]
+            renewed = self._db(lambda c: lease.renew_many(
+                c, items, started if any(started) else None))
+            for h, (_cp, version), said in zip(held, snapshots, started, strict=True):
+                if h.lease.lease_id in renewed:
+                    h.mark_flushed(version)
+                    if said:
+                        h.start_said = True
+                elif not h.acking.is_set():  # an ack that raced this renewal removed the row
+                    h.lost.set()
+                    log.warning("worker %s: %s: its lease %s was lost (expired and reclaimed, "
+                                "or changed by an operator); its result will be discarded",
+                                self._worker_id(), label(h), h.lease.lease_id,
+                                extra=lease_fields(h, "lost"))
+        finally:
+            for h in held:
+                h.write_lock.release()
