@@ -122,22 +122,17 @@ class HandlerThreads:
     def _execute(self, held: Held) -> None:
         """Run a job taken off the work queue, if this thread wins its claim (the drain may
         have given it back meanwhile), and let go of it unless the acker has it."""
-        if not held.claim():
+        if not self._leases.begin(held):
             return  # the drain returned it first: not ours to start
-        held.started.set()  # the renewer's next round says so, if the lease did not
         began = time.monotonic()
-        lease = held.lease
         try:
             if tracing.active():  # checked first: a context manager per job costs ~1.5 us
-                with tracing.consuming(lease.stream, lease.kind, lease.job_id,
-                                       lease.attempts + 1, lease.trace_context):
+                with tracing.consuming(held.lease):
                     self._run(held)
             else:
                 self._run(held)
         finally:
-            self._leases.ran(held, time.monotonic() - began)
-            if not held.acking.is_set():  # an acked job is released by the acker
-                self._leases.release(held)
+            self._leases.end(held, time.monotonic() - began)
 
     def _run(self, held: Held) -> None:
         handler = self._app.handlers.get(held.lease.kind or "")

@@ -217,6 +217,21 @@ class HeldLeases:
         return int(min(AUTO_PREFETCH_MAX, self._concurrency * AUTO_PREFETCH_SECONDS
                        / max(mean, 1e-6)))
 
+    def begin(self, held: Held) -> bool:
+        """A handler (thread or coroutine) is about to run `held`: True when it won the job's
+        claim (the drain may have given it back first), and the job counts as started."""
+        if not held.claim():
+            return False
+        held.started.set()  # the renewer's next round says so, if the lease did not
+        return True
+
+    def end(self, held: Held, seconds: float) -> None:
+        """The handler is done with `held` after `seconds`: let go of it unless the acker has
+        it (the acker releases acked jobs once their ack is written)."""
+        self.ran(held, seconds)
+        if not held.acking.is_set():
+            self.release(held)
+
     def ran(self, held: Held, seconds: float) -> None:
         """A handler ran a job for `seconds` (the automatic prefetch follows the mean; the
         metrics, when on, record it and the job's wait from its due time to its start)."""

@@ -14,13 +14,12 @@ schedule, worker and replica tables. A scrape that cannot reach the database rep
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -172,28 +171,25 @@ class _HeldCollector(Collector):
         yield held
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # one line per scrape on stderr is noise
-
-
 class MetricsServer:
-    """`/metrics` (and `/`) of a registry over HTTP, on a daemon thread."""
+    """`/metrics` of a registry over HTTP on a daemon thread: prometheus_client's own server
+    (threaded, quiet), with the port it bound (0: any free one) and a way to stop it."""
 
     def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
-        app = make_wsgi_app(registry)
-        self._server: WSGIServer = make_server(host, port, app, handler_class=_QuietHandler)
-        self.host, self.port = host, int(self._server.server_port)
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="pgqueue-metrics", daemon=True)
+        self._registry = registry
+        self.host, self.port = host, port
+        self._server: WSGIServer | None = None
 
     def start(self) -> MetricsServer:
-        self._thread.start()
+        self._server, _thread = start_http_server(self.port, addr=self.host,
+                                                  registry=self._registry)
+        self.port = int(self._server.server_port)
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
 
 
 def database_registry(dsn: str) -> CollectorRegistry:

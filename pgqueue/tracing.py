@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pgqueue.models import Lease
 
 try:  # an optional dependency
     from opentelemetry import propagate, trace
@@ -57,19 +60,19 @@ def producing(stream: str, count: int) -> Iterator[dict[str, str] | None]:
 
 
 @contextmanager
-def consuming(stream: str, kind: str | None, job_id: int, attempt: int,
-              context: dict[str, Any] | None) -> Iterator[None]:
+def consuming(lease: Lease) -> Iterator[None]:
     """A consumer span around one job's run, child of the producer's context when it has one."""
     if not active():
         yield
         return
     tracer = trace.get_tracer(SCOPE)
-    parent = propagate.extract(context) if context else None
+    parent = propagate.extract(lease.trace_context) if lease.trace_context else None
     with tracer.start_as_current_span(
-            f"{stream} process", context=parent, kind=SpanKind.CONSUMER,
+            f"{lease.stream} process", context=parent, kind=SpanKind.CONSUMER,
             attributes={"messaging.system": "pgqueue", "messaging.operation.type": "process",
-                        "messaging.destination.name": stream, "messaging.message.id": str(job_id),
-                        "pgqueue.kind": kind or "", "pgqueue.attempt": attempt}):
+                        "messaging.destination.name": lease.stream,
+                        "messaging.message.id": str(lease.job_id),
+                        "pgqueue.kind": lease.kind or "", "pgqueue.attempt": lease.attempts + 1}):
         yield
 
 

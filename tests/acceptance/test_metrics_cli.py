@@ -8,23 +8,15 @@ import re
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import psycopg
-from prometheus_client.parser import text_string_to_metric_families
 
 import pgqueue
 from tests.dbhelp import wait_for
+from tests.integration.test_metrics import scrape
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (http://127.0.0.1)
-        text = response.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def test_metrics_serve_serves_the_database_until_sigterm(dsn: str, q: pgqueue.Queue) -> None:

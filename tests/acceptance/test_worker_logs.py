@@ -13,6 +13,7 @@ from typing import Any
 
 import pgqueue
 from tests.dbhelp import wait_for
+from tests.integration.test_worker import state
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "PAYLOAD-MARKER-4711"  # a payload no log line may show
@@ -70,8 +71,3 @@ def test_json_logs_carry_each_event_with_consistent_fields_and_no_secrets(
         crashing, "ok", "quarantined")
     reclaimed = next(r for r in found if r.get("event") == "reclaimed")
     assert reclaimed["count"] == 1 and reclaimed["quarantined"] == 1
-
-
-def state(q: pgqueue.Queue, job_id: int) -> str | None:
-    info = q.job(job_id)
-    return None if info is None else info.state

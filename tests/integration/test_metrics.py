@@ -47,11 +47,10 @@ def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
 
 
 def true_counts(dsn: str) -> dict[tuple[str, str], int]:
-    """Jobs by (stream, state), counted in the tables: what the kept counts must equal."""
-    with connection.connect(dsn) as conn:
-        rows = conn.execute("SELECT stream, state, count(*) FROM pgqueue.jobs "
-                            "GROUP BY stream, state").fetchall()
-    return {(s, st_): int(n) for s, st_, n in rows}
+    """Jobs by (stream, state), counted in the tables (Queue.stats): what the kept counts
+    must equal."""
+    with pgqueue.Queue(dsn) as q:
+        return {(s.stream, s.state): s.count for s in q.stats()}
 
 
 def kept_counts(q: pgqueue.Queue) -> dict[tuple[str, str], int]:

@@ -1107,6 +1107,9 @@ def test_metrics_report_replica_lag_and_replicas_keep_their_own_job_counts(
         for held in q.lease(limit=5):
             q.ack(held)
         q.lease(limit=3)
+    traced = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    traced_id = one(leader, "SELECT pgqueue.enqueue_one('default', 'x', NULL, 0, NULL, NULL, "
+                            "NULL, NULL, NULL, p_trace => %s)", (Jsonb(traced),))
     with serving(database_registry(leader)) as url:
         wait_for(lambda: value(scrape(url), "pgqueue_replica_lag_ops", replica="logical") == 0
                  and value(scrape(url), "pgqueue_replica_lag_ops", replica="follower") == 0,
@@ -1124,3 +1127,6 @@ def test_metrics_report_replica_lag_and_replicas_keep_their_own_job_counts(
         with pgqueue.Queue(db) as rq:
             kept = {k: n for k, n in rq.gauges().jobs.items() if n}
         assert kept == true_counts(db), db
+        # both replica paths carry the trace context the job was enqueued with
+        assert one(db, "SELECT trace_context FROM pgqueue.job WHERE id = %s",
+                   (traced_id,)) == traced
