@@ -293,8 +293,15 @@ class EmbeddedServer:
     def _stop_postmaster(self, pm: Postmaster, mode: str, timeout: float = 60.0) -> None:
         """Stop `pm` as pg_ctl would (its signal for `mode`, then wait for postmaster.pid to
         go), without needing the pg_ctl of the binaries it runs from."""
+        said = ""
         if runs_from(pm, self.bin_dir):
-            self._pg_ctl("-m", mode, "-w", "-t", str(int(timeout)), "stop")
+            done = self._pg_ctl("-m", mode, "-w", "-t", str(int(timeout)), "stop")
+            said = " ".join(f"{done.stdout} {done.stderr}".split())
+            if done.returncode != 0 and _alive(pm.pid):
+                # pg_ctl could not stop it (once, under load, the postmaster never got the
+                # request): send the signal pg_ctl would have sent
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pm.pid, STOP_SIGNALS[mode])
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pm.pid, STOP_SIGNALS[mode])
@@ -303,7 +310,7 @@ class EmbeddedServer:
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"the embedded Postgres in {self.pgdata} (pid {pm.pid}) did not stop "
-                    f"within {timeout:.0f} s")
+                    f"within {timeout:.0f} s" + (f" (pg_ctl said: {said})" if said else ""))
             time.sleep(0.05)
 
     def stop(self, mode: str = "fast") -> Postmaster | None:
