@@ -16,6 +16,7 @@ from . import common
 from .bench import bench
 from .client import dsn_cmd, psql
 from .common import EXIT_CODES_HELP, Group, Settings
+from .dashboard import dashboard
 from .db import db
 from .dead import dead
 from .demo import demo
@@ -74,6 +75,7 @@ main.add_command(embedded_group)
 main.add_command(dsn_cmd)
 main.add_command(psql)
 main.add_command(deploy_check)
+main.add_command(dashboard)
 main.add_command(metrics)
 
 __all__ = ["common", "main"]

@@ -16,7 +16,6 @@ escapes, which parse back to the same values.
 """
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
 import os
@@ -33,6 +32,12 @@ from rich.text import Text
 
 import pgqueue
 from pgqueue import connection, embedded, observe
+from pgqueue.jsonview import AnyJob as AnyJob
+from pgqueue.jsonview import checkpoint_json as checkpoint_json
+from pgqueue.jsonview import encode_bytes as encode_bytes
+from pgqueue.jsonview import iso as iso
+from pgqueue.jsonview import job_json as job_json
+from pgqueue.jsonview import unwrap as unwrap
 
 # Re-exported: every command takes its output helpers from here.
 from .literal import _JSON_ESCAPES, literal_streams
@@ -202,92 +207,8 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot print a {type(value).__name__} as JSON")
 
 
-def encode_bytes(value: bytes | None, *, prefix: bool = False) -> tuple[str | None, str | None]:
-    """(text, encoding): UTF-8 text when the bytes decode, else base64; (None, None) for None.
-
-    :param prefix: the bytes are the start of a longer value (a preview): a UTF-8 character
-        cut in two at the end is dropped rather than making the whole preview base64.
-    """
-    if value is None:
-        return None, None
-    try:
-        return value.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError as exc:
-        if prefix and exc.end == len(value) and exc.reason == "unexpected end of data":
-            try:
-                return value[: exc.start].decode("utf-8"), "utf-8"
-            except UnicodeDecodeError:
-                pass
-        return base64.b64encode(value).decode("ascii"), "base64"
-
-
-def iso(value: dt.datetime | None) -> str | None:
-    """An ISO 8601 timestamp, or None."""
-    return None if value is None else value.isoformat()
-
-
-def checkpoint_json(cp: pgqueue.Checkpoint) -> dict[str, Any]:
-    """A checkpoint as JSON (cursor as text or base64, like payloads)."""
-    cursor, cursor_encoding = encode_bytes(cp.cursor)
-    return {
-        "last_completed_step": cp.last_completed_step,
-        "cursor_step": cp.cursor_step,
-        "cursor": cursor,
-        "cursor_encoding": cursor_encoding,
-        "updated_at_ms": cp.updated_at_ms,
-        "schema_version": cp.schema_version,
-        "step_set_hash": cp.step_set_hash,
-        "crashes_by_step": dict(cp.crashes_by_step),
-    }
-
-
 #: How much of a payload people (and JSON without --full) see: the database cuts it.
 PREVIEW_BYTES = observe.PREVIEW_BYTES
-
-#: A job as commands get it: whole (`Queue.job`) or with its payload cut (`Queue.job_preview`).
-AnyJob = pgqueue.JobInfo | observe.JobPreview
-
-
-def unwrap(job: AnyJob) -> tuple[pgqueue.JobInfo, int, bool]:
-    """(snapshot, whole payload size, whether snapshot.payload is only its start)."""
-    if isinstance(job, observe.JobPreview):
-        return job.job, job.payload_size, job.payload_truncated
-    return job, len(job.payload), False
-
-
-def job_json(job: AnyJob) -> dict[str, Any]:
-    """Every field of a job snapshot as JSON; bytes say how they are encoded. payload_size is
-    the whole payload's, and payload_truncated says the payload is only its start."""
-    info, size, truncated = unwrap(job)
-    payload, payload_encoding = encode_bytes(info.payload, prefix=truncated)
-    dedup_key, dedup_key_encoding = encode_bytes(info.dedup_key)
-    return {
-        "job_id": info.job_id,
-        "stream": info.stream,
-        "kind": info.kind,
-        "state": info.state,
-        "state_reason": info.state_reason,
-        "state_detail": info.state_detail,
-        "priority": info.priority,
-        "attempts": info.attempts,
-        "max_attempts": info.max_attempts,
-        "payload": payload,
-        "payload_encoding": payload_encoding,
-        "payload_size": size,
-        "payload_truncated": truncated,
-        "dedup_key": dedup_key,
-        "dedup_key_encoding": dedup_key_encoding,
-        "enqueued_at": iso(info.enqueued_at),
-        "not_before": iso(info.not_before),
-        "last_error": info.last_error,
-        "lease_id": info.lease_id,
-        "lease_expires_at": iso(info.lease_expires_at),
-        "worker_node": info.worker_node,
-        "worker_instance": info.worker_instance,
-        "died_at": iso(info.died_at),
-        "checkpoint": checkpoint_json(info.checkpoint),
-    }
-
 
 def size_note(size: int, shown: int | None) -> str:
     """A payload's size for people, saying how much of it is shown when not all."""

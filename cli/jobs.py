@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 import pgqueue
+from pgqueue.jsonview import history_json
 
 from .common import (
     EXIT_FAILED,
@@ -33,7 +34,7 @@ from .common import (
     size_note,
     unwrap,
 )
-from .oplog import op_json, ops_table
+from .oplog import ops_table
 
 FULL = click.option("--full", is_flag=True,
                     help=f"The whole payload (default: its first {PREVIEW_BYTES:,} bytes and "
@@ -113,15 +114,6 @@ def print_job(job: AnyJob, full: bool) -> None:
         text, encoding = encode_bytes(info.payload)
         say(f"payload ({len(info.payload):,} bytes, {encoding}):")
         say(text)
-
-
-def history_json(history: pgqueue.JobHistory) -> dict[str, Any]:
-    """A job's history as JSON: its state now (acked or cancelled once gone), when it finished,
-    its lease, whether its first ops were pruned, and its ops oldest first."""
-    return {"job_id": history.job_id, "state": history.state,
-            "finished_at": None if history.finished_at is None else history.finished_at.isoformat(),
-            "lease_id": history.lease_id, "ops_pruned": history.ops_pruned,
-            "payloads_cut": history.payloads_cut, "ops": [op_json(o) for o in history.ops]}
 
 
 def fetch_history(q: pgqueue.Queue, job_id: int, full: bool) -> pgqueue.JobHistory | None:

@@ -11,6 +11,8 @@ from typing import Any
 import click
 from rich.text import Text
 
+from pgqueue.jsonview import history_json
+
 from .common import (
     EXIT_FAILED,
     PREVIEW_BYTES,
@@ -30,7 +32,6 @@ from .jobs import (
     JSON,
     fetch_history,
     fetch_job,
-    history_json,
     jobs,
     print_history,
     print_job,

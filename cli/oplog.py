@@ -16,7 +16,8 @@ from rich.table import Table
 import pgqueue
 from pgqueue import connection
 from pgqueue import oplog as pg_oplog
-from pgqueue.observe import OpPreview
+from pgqueue.jsonview import op_json
+from pgqueue.models import OpPreview
 
 from .common import (
     PREVIEW_BYTES,
@@ -33,19 +34,6 @@ from .common import (
 @click.group()
 def oplog() -> None:
     """Read and replay the op log."""
-
-
-def op_json(op: pgqueue.Op | OpPreview) -> dict[str, Any]:
-    """One op as JSON (its body is already JSON). A preview's body holds only the start of
-    its payload (base64, as in the whole body): payload_size is the whole payload's, and
-    payload_truncated says so."""
-    extra: dict[str, Any] = {}
-    if isinstance(op, OpPreview):
-        extra = {"payload_size": op.payload_size, "payload_truncated": op.payload_truncated}
-        op = op.op
-    return {"seq": op.seq, "stream": op.stream, "op": op.op, "job_id": op.job_id,
-            "lease_id": op.lease_id, "xid": op.xid, "at": op.at.isoformat(), "body": op.body,
-            **extra}
 
 
 def _body(body: dict[str, Any], width: int = 60) -> str:

@@ -13,13 +13,12 @@ import click
 
 import pgqueue
 from pgqueue import schedule as schedule_mod
+from pgqueue.jsonview import schedule_json
 
 from .common import (
     EXIT_FAILED,
     console,
-    encode_bytes,
     fail,
-    iso,
     kv_table,
     open_queue,
     print_json,
@@ -31,18 +30,6 @@ from .queue_cmds import read_payload
 STREAM = click.option("--stream", default="default", show_default=True,
                       help="The stream the schedule belongs to.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-
-
-def schedule_json(s: pgqueue.Schedule) -> dict[str, Any]:
-    payload, encoding = encode_bytes(s.payload)
-    return {
-        "stream": s.stream, "name": s.name, "cron": s.cron, "timezone": s.timezone,
-        "payload": payload, "payload_encoding": encoding, "kind": s.kind,
-        "priority": s.priority, "max_attempts": s.max_attempts, "catch_up": s.catch_up,
-        "misfire_grace": s.misfire_grace, "paused": s.paused,
-        "next_run_at": iso(s.next_run_at), "last_fired_at": iso(s.last_fired_at),
-        "updated_at": iso(s.updated_at),
-    }
 
 
 def _local(s: pgqueue.Schedule, value: Any) -> str:

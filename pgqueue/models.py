@@ -263,3 +263,76 @@ class QueueGauges:
     workers: dict[str, int]
     #: the leader's replicas: name, lag_ops, lag_seconds, stale, ...
     replicas: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class JobCount:
+    """How many jobs a filter (stream, state, kind) matches, and the newest one's id: a bulk
+    action given `newest` as its bound touches no job enqueued after the count."""
+
+    count: int
+    newest: int | None
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """One stream's jobs over the last `seconds`, from the op log."""
+
+    stream: str
+    seconds: float
+    enqueued: int
+    acked: int
+    #: nacked or reclaimed (each failed attempt once)
+    failed: int
+    cancelled: int
+
+
+#: The operator verbs on a job, by the names the CLI, the HTTP API and the dashboard use.
+VERBS = ("requeue", "release", "rewind", "restart", "skip-step", "accept-step-set", "cancel")
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What one operator verb did to the jobs of a filter: how many it moved, and those it
+    did not fit (changed meanwhile), the first of them with why."""
+
+    verb: str
+    done: int
+    refused: int
+    #: (job id, why) of the first refused jobs, at most BulkResult.MAX_REASONS
+    reasons: list[tuple[int, str]]
+
+    MAX_REASONS = 50
+
+
+@dataclass(frozen=True)
+class JobPreview:
+    """A job snapshot whose payload is at most its first bytes (`job.payload`), and the
+    payload's whole size."""
+
+    job: JobInfo
+    payload_size: int
+
+    @property
+    def payload_truncated(self) -> bool:
+        """True when `job.payload` is only the start of the payload."""
+        return self.payload_size > len(self.job.payload)
+
+
+@dataclass(frozen=True)
+class OpPreview:
+    """An op whose body's payload (if it has one) is at most its first bytes, base64 as in
+    the full body; `payload_size` is the whole payload's size (None: the op has none)."""
+
+    op: Op
+    payload_size: int | None
+    payload_truncated: bool
+
+
+@dataclass(frozen=True)
+class JobsPage:
+    """One page of jobs, newest first, and the id to pass back as `after` for the next page
+    (None on the last page)."""
+
+    jobs: list[JobPreview]
+    next: int | None

@@ -1,10 +1,16 @@
 # Generated from pgqueue/aio/operate.py (python -m pgqueue.aio.generate): edit that file.
 """Operator transitions on one job: release, rewind, restart, skip a step, accept a new step
 set, cancel. Each is a SQL function that refuses a job in a state where it makes no sense
-(InvalidState, JobNotFound, DedupConflict) and logs its op."""
+(InvalidState, JobNotFound, DedupConflict) and logs its op. `act` runs one by its verb name
+(models.VERBS: the names the CLI and the HTTP API use), `act_on_jobs` one on every job of a
+filter through the same SQL functions."""
 from __future__ import annotations
 
-from pgqueue import run, validate
+from collections.abc import Sequence
+
+from pgqueue import deadletter, observe, run, validate
+from pgqueue.errors import InvalidState, JobNotFound
+from pgqueue.models import VERBS, BulkResult
 
 
 def _job_id(job_id: int) -> int:
@@ -64,3 +70,85 @@ def configure_stream(conn: run.Conn, stream: str, *, retry_base: float | None = 
         "quarantine_after": None if quarantine_after is None
         else validate.integer(quarantine_after, "quarantine_after", low=1),
     })
+
+
+def _verb(verb: str, to_step: str | None) -> str | None:
+    if verb not in VERBS:
+        raise ValueError(f"verb must be one of {', '.join(VERBS)}, got {verb!r}")
+    if verb == "rewind":
+        if not isinstance(to_step, str) or not to_step:
+            raise ValueError("to_step must be a step name (rewind needs the step to start at)")
+        return validate.step_name(to_step, "to_step")
+    if to_step is not None:
+        raise ValueError(f"to_step is for rewind only, not {verb}")
+    return None
+
+
+def act(conn: run.Conn, verb: str, job_id: int, *, to_step: str | None = None) -> None:
+    """Run the operator verb named `verb` on one job (JobNotFound: no such job; InvalidState:
+    the verb does not fit the job's state)."""
+    step = _verb(verb, to_step)
+    if verb == "requeue":
+        try:
+            deadletter.requeue(conn, job_id)
+        except JobNotFound:
+            job = observe.job(conn, job_id)
+            if job is None:
+                raise
+            raise InvalidState(f"cannot requeue job {job_id}: it is {job.state}, not dead; only "
+                               f"dead letters are requeued") from None
+        return
+    if verb == "release":
+        release(conn, job_id)
+    elif verb == "rewind":
+        assert step is not None
+        rewind(conn, job_id, step)
+    elif verb == "restart":
+        restart(conn, job_id)
+    elif verb == "skip-step":
+        skip_step(conn, job_id)
+    elif verb == "accept-step-set":
+        accept_step_set(conn, job_id)
+    else:
+        cancel(conn, job_id)
+
+
+def apply_to_jobs(conn: run.Conn, verb: str, job_ids: Sequence[int], *,
+                  to_step: str | None = None) -> dict[int, str]:
+    """One verb on each job, each in its own subtransaction of one statement; the jobs it did
+    not fit, with why."""
+    step = _verb(verb, to_step)
+    ids = [_job_id(i) for i in job_ids]
+    rows = run.fetch(conn, "apply_to_jobs", {"verb": verb, "job_ids": ids, "to_step": step})
+    return {int(r["job_id"]): str(r["refused"]) for r in rows}
+
+
+#: Jobs per statement of a bulk action (each its own subtransaction; one commit per batch).
+BULK_BATCH = 500
+
+
+def act_on_jobs(conn: run.Conn, verb: str, *, stream: str | None = None,
+                state: str | None = None, kind: str | None = None,
+                through: int | None = None, to_step: str | None = None,
+                batch: int = BULK_BATCH) -> BulkResult:
+    """Run `verb` on every job of a filter with an id of at most `through` (JobCount.newest
+    from the count shown before confirming: later jobs are left), newest first, a batch per
+    statement. A job changed meanwhile so the verb no longer fits is counted as refused."""
+    _verb(verb, to_step)
+    observe.job_filter(stream, state, kind)
+    done = refused = 0
+    reasons: list[tuple[int, str]] = []
+    after: int | None = None
+    while True:
+        ids = observe.jobs_page_ids(conn, stream=stream, state=state, kind=kind,
+                                    after=after, through=through, limit=batch)
+        if not ids:
+            break
+        failed = apply_to_jobs(conn, verb, ids, to_step=to_step)
+        done += len(ids) - len(failed)
+        refused += len(failed)
+        reasons.extend(list(failed.items())[:BulkResult.MAX_REASONS - len(reasons)])
+        after = ids[-1]
+        if len(ids) < batch:
+            break
+    return BulkResult(verb, done, refused, reasons)

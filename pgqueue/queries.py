@@ -224,14 +224,6 @@ def vacuum(conn: Conn, table: str) -> None:
     _ddl(conn, pg_sql.SQL("VACUUM (ANALYZE) {}").format(pg_sql.Identifier("pgqueue", table)))
 
 
-def listen(conn: Conn, channel: str) -> None:
-    """LISTEN on a channel (the name goes through psycopg.sql.Identifier)."""
-    try:
-        conn.execute(pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel)))
-    except psycopg.Error as exc:
-        raise translate(exc) from exc
-
-
 def translate(exc: psycopg.Error) -> Exception:
     """Map a driver error to pgqueue's error classes (SQLSTATEs raised by our functions)."""
     state = getattr(exc.diag, "sqlstate", None) if isinstance(exc, psycopg.Error) else None

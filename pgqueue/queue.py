@@ -12,6 +12,7 @@ connects in its constructor, so a bad DSN or schema fails there.
 """
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import threading
 import uuid
@@ -47,10 +48,21 @@ class Queue(QueueOperations):
         self._lock = threading.Lock()
         self.dsn = self.dsns[0]
         self._pool: ConnectionPool[Any] | None = None
+        self._parent: Queue | None = None  # for_stream: whose pool this queue uses
         self._open()  # Queue connects now: a bad DSN or schema fails here
+
+    def for_stream(self, stream: str) -> Queue:
+        """This queue on another stream, sharing its connection pool and leader (closing it
+        leaves the pool open): one pool for a tool that works on many streams."""
+        other = copy.copy(self)
+        other.stream = validate.stream(stream)
+        other._parent = self._parent or self
+        return other
 
     def _open(self) -> ConnectionPool[Any]:
         """The pool on the leader, opened on first use."""
+        if self._parent is not None:
+            return self._parent._open()
         if self._pool is None:
             with self._lock:
                 if self._pool is None:
@@ -61,6 +73,8 @@ class Queue(QueueOperations):
 
     def _move_to_leader(self) -> bool:
         """Switch the pool to the current leader; False when there is no other to go to."""
+        if self._parent is not None:
+            return self._parent._move_to_leader()
         if len(self.dsns) < 2:
             return False
         with self._lock:
@@ -77,11 +91,16 @@ class Queue(QueueOperations):
             old.close()
         return True
 
+    def leader(self) -> str:
+        """The DSN of the leader this queue uses (found and connected to on first use)."""
+        self._open()
+        return (self._parent or self).dsn
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection pool."""
-        if self._pool is not None:
+        """Close the connection pool (a for_stream queue leaves its parent's open)."""
+        if self._parent is None and self._pool is not None:
             self._pool.close()
 
     def __enter__(self) -> Queue:
@@ -101,7 +120,7 @@ class Queue(QueueOperations):
                 yield conn
         except PoolTimeout as exc:
             raise ConnectionFailed(
-                f"no connection to Postgres at {connection.describe(self.dsn)}: {exc}"
+                f"no connection to Postgres at {connection.describe((self._parent or self).dsn)}: {exc}"
             ) from None
 
     # -- enqueue -----------------------------------------------------------------------------

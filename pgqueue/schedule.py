@@ -111,7 +111,8 @@ def get(conn: run.Conn, stream: str, name: str) -> Schedule | None:
     return None if row is None else Schedule.from_row(row)
 
 
-def list_(conn: run.Conn, stream: str) -> list[Schedule]:
+def list_(conn: run.Conn, stream: str | None) -> list[Schedule]:
+    """A stream's schedules (every stream's when None), by stream and name."""
     rows = run.fetch(conn, "schedules_list", {"stream": stream})
     return [Schedule.from_row(r) for r in rows]
 

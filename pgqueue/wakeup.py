@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import psycopg
 
-from pgqueue import connection, queries
+from pgqueue import connection, run
 from pgqueue.errors import PgQueueError
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
@@ -52,7 +52,7 @@ def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
         try:
             current = dsn()
             with connection.connect(current) as conn:
-                queries.listen(conn, NOTIFY_CHANNEL)
+                run.listen(conn, NOTIFY_CHANNEL)
                 delay = 0.1
                 while not finished.is_set() and current == dsn():
                     for note in conn.notifies(timeout=1.0):

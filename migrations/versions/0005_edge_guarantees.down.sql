@@ -1,3 +1,8 @@
+-- 14 dashboard
+DROP INDEX pgqueue.job_listed_idx;
+CREATE INDEX job_parked_idx ON pgqueue.job (stream, state, id)
+    WHERE state IN ('quarantined', 'undecodable');
+
 -- 13 traces
 ALTER TABLE pgqueue.job DROP COLUMN trace_context;
 

@@ -56,3 +56,8 @@ SELECT stream, 'dead', count(*) FROM pgqueue.dead_letter GROUP BY stream;
 
 -- 13 traces: the producer's trace context, carried by the job (and its Enqueue op's body).
 ALTER TABLE pgqueue.job ADD COLUMN trace_context jsonb;
+
+-- 14 dashboard: keyset pages of a stream's jobs in one state (pgqueue/sql/core.sql); it
+-- covers the parked jobs the index it replaces served.
+DROP INDEX pgqueue.job_parked_idx;
+CREATE INDEX job_listed_idx ON pgqueue.job (stream, state, id) WHERE state <> 'leased';

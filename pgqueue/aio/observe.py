@@ -8,42 +8,29 @@ their first bytes, with the whole length beside them: what a person reads (the C
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from pgqueue import validate
 from pgqueue.aio import run
 from pgqueue.errors import PgQueueError
-from pgqueue.models import JOB_STATES, JobHistory, JobInfo, Op, QueueGauges, StreamStats
+from pgqueue.models import (
+    JOB_STATES,
+    JobCount,
+    JobHistory,
+    JobInfo,
+    JobPreview,
+    JobsPage,
+    Op,
+    OpPreview,
+    QueueGauges,
+    StreamStats,
+    Throughput,
+)
 
 #: How much of a payload a preview holds by default (bytes).
 PREVIEW_BYTES = 1000
 #: The largest preview asked for (more is the whole payload: read it with Queue.job).
 MAX_PREVIEW_BYTES = 1 << 30
-
-
-@dataclass(frozen=True)
-class JobPreview:
-    """A job snapshot whose payload is at most its first bytes (`job.payload`), and the
-    payload's whole size."""
-
-    job: JobInfo
-    payload_size: int
-
-    @property
-    def payload_truncated(self) -> bool:
-        """True when `job.payload` is only the start of the payload."""
-        return self.payload_size > len(self.job.payload)
-
-
-@dataclass(frozen=True)
-class OpPreview:
-    """An op whose body's payload (if it has one) is at most its first bytes, base64 as in
-    the full body; `payload_size` is the whole payload's size (None: the op has none)."""
-
-    op: Op
-    payload_size: int | None
-    payload_truncated: bool
 
 
 async def job(conn: run.AsyncConn, job_id: int) -> JobInfo | None:
@@ -214,3 +201,65 @@ async def op_log_preview(conn: run.AsyncConn, *, limit: int = 20, stream: str | 
         size = r.pop("payload_size")
         found.append(OpPreview(Op(**r), size, size is not None and size > preview))
     return found
+
+
+#: The most jobs one page holds.
+MAX_PAGE = 1000
+
+
+def job_filter(stream: str | None, state: str | None, kind: str | None) -> dict[str, Any]:
+    """The parameters of a jobs filter, checked (None: any)."""
+    if stream is not None:
+        validate.stream(stream)
+    if state is not None and state not in JOB_STATES:
+        raise ValueError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
+    if kind is not None:
+        validate.kind(kind)
+    return {"stream": stream, "state": state, "kind": kind}
+
+
+def _bound(value: int | None, name: str) -> int | None:
+    return None if value is None else validate.integer(value, name, low=0, high=validate.MAX_BIGINT)
+
+
+async def jobs_page(conn: run.AsyncConn, *, stream: str | None = None, state: str | None = None,
+                    kind: str | None = None, after: int | None = None, limit: int = 50,
+                    preview_bytes: int = PREVIEW_BYTES) -> JobsPage:
+    """Jobs newest first, filtered, below id `after` (keyset paging: every page costs the same
+    however deep), each payload cut to its first `preview_bytes` bytes."""
+    params = job_filter(stream, state, kind)
+    validate.integer(limit, "limit", low=1, high=MAX_PAGE)
+    rows = await run.fetch(conn, "jobs_page", {
+        **params, "after": _bound(after, "after"), "through": None, "limit": limit + 1,
+        "preview": _preview(preview_bytes)})
+    more = len(rows) > limit
+    jobs = [_job_preview(r) for r in rows[:limit]]
+    return JobsPage(jobs, jobs[-1].job.job_id if more else None)
+
+
+async def jobs_page_ids(conn: run.AsyncConn, *, stream: str | None, state: str | None,
+                        kind: str | None, after: int | None, through: int | None,
+                        limit: int) -> list[int]:
+    """The ids of a jobs filter, newest first, below `after` and at most `through`."""
+    rows = await run.fetch(conn, "jobs_page_ids", {
+        **job_filter(stream, state, kind), "after": _bound(after, "after"),
+        "through": _bound(through, "through"),
+        "limit": validate.integer(limit, "limit", low=1, high=100_000)})
+    return [int(r["id"]) for r in rows]
+
+
+async def count_jobs(conn: run.AsyncConn, *, stream: str | None = None, state: str | None = None,
+                     kind: str | None = None) -> JobCount:
+    """How many jobs the filter matches, and the newest of them."""
+    row = await run.fetch_one(conn, "jobs_count", job_filter(stream, state, kind))
+    assert row is not None
+    return JobCount(int(row["count"]), row["newest"])
+
+
+async def throughput(conn: run.AsyncConn, seconds: float = 3600.0) -> list[Throughput]:
+    """Per stream, jobs enqueued, acked, failed and cancelled in the last `seconds`, from the
+    op log (it reads every op of the span: cache it)."""
+    span = validate.seconds(seconds, "seconds", positive=True)
+    return [Throughput(r["stream"], span, int(r["enqueued"]), int(r["acked"]), int(r["failed"]),
+                       int(r["cancelled"]))
+            for r in await run.fetch(conn, "throughput", {"seconds": span})]

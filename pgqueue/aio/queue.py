@@ -12,6 +12,7 @@ connects in its constructor, so a bad DSN or schema fails there.
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -47,13 +48,27 @@ class AsyncQueue(AsyncQueueOperations):
         self._lock = asyncio.Lock()
         self.dsn = self.dsns[0]
         self._pool: AsyncConnectionPool[Any] | None = None
+        self._parent: AsyncQueue | None = None  # for_stream: whose pool this queue uses
         self._batcher = coalesce.EnqueueBatcher(  # async-only
             alone=self._enqueue_job, together=self._enqueue_jobs,  # async-only
             batches=self._pool_size)  # async-only
         # sync-only: self._open()  # Queue connects now: a bad DSN or schema fails here
 
+    def for_stream(self, stream: str) -> AsyncQueue:
+        """This queue on another stream, sharing its connection pool and leader (closing it
+        leaves the pool open): one pool for a tool that works on many streams."""
+        other = copy.copy(self)
+        other.stream = validate.stream(stream)
+        other._parent = self._parent or self
+        other._batcher = coalesce.EnqueueBatcher(  # async-only
+            alone=other._enqueue_job, together=other._enqueue_jobs,  # async-only
+            batches=self._pool_size)  # async-only
+        return other
+
     async def _open(self) -> AsyncConnectionPool[Any]:
         """The pool on the leader, opened on first use."""
+        if self._parent is not None:
+            return await self._parent._open()
         if self._pool is None:
             async with self._lock:
                 if self._pool is None:
@@ -64,6 +79,8 @@ class AsyncQueue(AsyncQueueOperations):
 
     async def _move_to_leader(self) -> bool:
         """Switch the pool to the current leader; False when there is no other to go to."""
+        if self._parent is not None:
+            return await self._parent._move_to_leader()
         if len(self.dsns) < 2:
             return False
         async with self._lock:
@@ -80,11 +97,16 @@ class AsyncQueue(AsyncQueueOperations):
             await old.close()
         return True
 
+    async def leader(self) -> str:
+        """The DSN of the leader this queue uses (found and connected to on first use)."""
+        await self._open()
+        return (self._parent or self).dsn
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the connection pool."""
-        if self._pool is not None:
+        """Close the connection pool (a for_stream queue leaves its parent's open)."""
+        if self._parent is None and self._pool is not None:
             await self._pool.close()
 
     async def __aenter__(self) -> AsyncQueue:
@@ -104,7 +126,7 @@ class AsyncQueue(AsyncQueueOperations):
                 yield conn
         except PoolTimeout as exc:
             raise ConnectionFailed(
-                f"no connection to Postgres at {connection.describe(self.dsn)}: {exc}"
+                f"no connection to Postgres at {connection.describe((self._parent or self).dsn)}: {exc}"
             ) from None
 
     # -- enqueue -----------------------------------------------------------------------------

@@ -18,7 +18,20 @@ from pgqueue.aio.run import AsyncConn
 from pgqueue.app import App
 from pgqueue.cron import Schedule, TickResult
 from pgqueue.errors import LeaseLost
-from pgqueue.models import JobHistory, JobInfo, Lease, Op, QueueGauges, StreamStats
+from pgqueue.models import (
+    BulkResult,
+    JobCount,
+    JobHistory,
+    JobInfo,
+    JobPreview,
+    JobsPage,
+    Lease,
+    Op,
+    OpPreview,
+    QueueGauges,
+    StreamStats,
+    Throughput,
+)
 
 
 class AsyncQueueOperations:
@@ -84,6 +97,32 @@ class AsyncQueueOperations:
         async with self.connection() as conn:
             return await observe.jobs(conn, stream=None if all_streams else self.stream, state=state,
                                       limit=limit)
+
+    @follow_leader(idempotent=True)
+    async def jobs_page(self, *, stream: str | None = None, state: str | None = None,
+                        kind: str | None = None, after: int | None = None, limit: int = 50,
+                        preview_bytes: int = observe.PREVIEW_BYTES) -> JobsPage:
+        """A page of jobs of any stream (or `stream`), state and kind, newest first, with ids
+        below `after` (the previous page's `next`), payloads cut to `preview_bytes`: keyset
+        paging that costs the same on the thousandth page as on the first."""
+        async with self.connection() as conn:
+            return await observe.jobs_page(conn, stream=stream, state=state, kind=kind,
+                                           after=after, limit=limit, preview_bytes=preview_bytes)
+
+    @follow_leader(idempotent=True)
+    async def count_jobs(self, *, stream: str | None = None, state: str | None = None,
+                         kind: str | None = None) -> JobCount:
+        """How many jobs of any stream (or `stream`), state and kind there are, and the newest
+        one's id (the bound to give act_on_jobs)."""
+        async with self.connection() as conn:
+            return await observe.count_jobs(conn, stream=stream, state=state, kind=kind)
+
+    @follow_leader(idempotent=True)
+    async def throughput(self, seconds: float = 3600.0) -> list[Throughput]:
+        """Per stream, jobs enqueued, acked, failed and cancelled in the last `seconds`, counted
+        from the op log (it reads each op of the span)."""
+        async with self.connection() as conn:
+            return await observe.throughput(conn, seconds)
 
     @follow_leader(idempotent=True)
     async def stats(self) -> list[StreamStats]:
@@ -158,6 +197,25 @@ class AsyncQueueOperations:
         async with self.connection() as conn:
             await operate.cancel(conn, job_id)
 
+    @follow_leader(idempotent=False)
+    async def act(self, job_id: int, verb: str, *, to_step: str | None = None) -> None:
+        """Run an operator verb by name (pgqueue.models.VERBS: requeue, release, rewind with
+        `to_step`, restart, skip-step, accept-step-set, cancel) on one job of any stream.
+        JobNotFound: no such job; InvalidState or DedupConflict: the verb does not fit it."""
+        async with self.connection() as conn:
+            await operate.act(conn, verb, job_id, to_step=to_step)
+
+    @follow_leader(idempotent=False)
+    async def act_on_jobs(self, verb: str, *, stream: str | None = None, state: str | None = None,
+                          kind: str | None = None, through: int | None = None,
+                          to_step: str | None = None) -> BulkResult:
+        """Run an operator verb on every job of a filter (any stream, or `stream`) with an id
+        of at most `through` (count_jobs' `newest`, so jobs enqueued after the count shown
+        are left), each through the same transition as `act`, with its op."""
+        async with self.connection() as conn:
+            return await operate.act_on_jobs(conn, verb, stream=stream, state=state, kind=kind,
+                                             through=through, to_step=to_step)
+
     @follow_leader(idempotent=True)
     async def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
         """The recorded step list behind a step-set hash."""
@@ -170,6 +228,14 @@ class AsyncQueueOperations:
         """Registered worker processes and how many leases each holds."""
         async with self.connection() as conn:
             return await run.fetch(conn, "list_workers")
+
+    @follow_leader(idempotent=True)
+    async def replicas(self, *, stale_after: float = 86400.0) -> list[dict[str, Any]]:
+        """The replicas registered with this leader: name, method, applied_seq, lag_ops,
+        lag_seconds, active, seen_at, and stale (not seen for `stale_after` seconds)."""
+        validate.seconds(stale_after, "stale_after", positive=True)
+        async with self.connection() as conn:
+            return await run.fetch(conn, "replica_status", {"stale_after": stale_after, "wait": 0.0})
 
     @follow_leader(idempotent=True)
     async def configure_kind(self, kind: str, *, quarantine_after: int | None) -> None:
@@ -198,10 +264,10 @@ class AsyncQueueOperations:
                                          misfire_grace=misfire_grace, paused=paused)
 
     @follow_leader(idempotent=True)
-    async def schedules(self) -> list[Schedule]:
-        """This stream's schedules, by name."""
+    async def schedules(self, *, all_streams: bool = False) -> list[Schedule]:
+        """This stream's (or every stream's) schedules, by stream and name."""
         async with self.connection() as conn:
-            return await schedule.list_(conn, self.stream)
+            return await schedule.list_(conn, None if all_streams else self.stream)
 
     @follow_leader(idempotent=True)
     async def schedule(self, name: str) -> Schedule | None:
@@ -237,7 +303,7 @@ class AsyncQueueOperations:
 
     @follow_leader(idempotent=True)
     async def job_preview(self, job_id: int, *,
-                          preview_bytes: int = observe.PREVIEW_BYTES) -> observe.JobPreview | None:
+                          preview_bytes: int = observe.PREVIEW_BYTES) -> JobPreview | None:
         """A job of any stream in any set with its payload cut to the first `preview_bytes`
         bytes by the database (its whole size beside it); None when acked or unknown."""
         async with self.connection() as conn:
@@ -246,7 +312,7 @@ class AsyncQueueOperations:
     @follow_leader(idempotent=True)
     async def jobs_preview(self, *, state: str | None = None, all_streams: bool = False,
                            limit: int = 100,
-                           preview_bytes: int = observe.PREVIEW_BYTES) -> list[observe.JobPreview]:
+                           preview_bytes: int = observe.PREVIEW_BYTES) -> list[JobPreview]:
         """`jobs`, each payload cut to its first `preview_bytes` bytes by the database."""
         async with self.connection() as conn:
             return await observe.jobs_preview(conn, stream=None if all_streams else self.stream,
@@ -255,7 +321,7 @@ class AsyncQueueOperations:
     @follow_leader(idempotent=True)
     async def dead_letters_preview(self, limit: int = 100, *,
                                    preview_bytes: int = observe.PREVIEW_BYTES
-                                   ) -> list[observe.JobPreview]:
+                                   ) -> list[JobPreview]:
         """`dead_letters`, each payload cut to its first `preview_bytes` bytes."""
         async with self.connection() as conn:
             return await observe.dead_letters_preview(conn, self.stream, limit, preview_bytes)
@@ -263,7 +329,7 @@ class AsyncQueueOperations:
     @follow_leader(idempotent=True)
     async def op_log_preview(self, *, limit: int = 20, job_id: int | None = None,
                              all_streams: bool = False,
-                             preview_bytes: int = observe.PREVIEW_BYTES) -> list[observe.OpPreview]:
+                             preview_bytes: int = observe.PREVIEW_BYTES) -> list[OpPreview]:
         """`op_log` (newest first), any payload in a body cut to its first `preview_bytes`."""
         async with self.connection() as conn:
             return await observe.op_log_preview(conn, limit=limit, job_id=job_id,

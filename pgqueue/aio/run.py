@@ -1,11 +1,12 @@
 """Executing the named queries of pgqueue/sql (the loader, the errors and the DDL helpers are
-in queries.py): every statement a stage module or the Queue runs goes through these four.
+in queries.py): every statement a stage module or the Queue runs goes through these four, and LISTEN.
 """
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import sql as pg_sql
 from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 from typing_extensions import LiteralString
 
@@ -49,3 +50,11 @@ async def scalar(conn: AsyncConn, name: str, params: queries.Params = None) -> A
     """Run a named query and return the first column of its first row (None when no row)."""
     row = await fetch_one(conn, name, params)
     return None if row is None else next(iter(row.values()))
+
+
+async def listen(conn: AsyncConn, channel: str) -> None:
+    """LISTEN on a channel (the name goes through psycopg.sql.Identifier)."""
+    try:
+        await conn.execute(pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel)))
+    except psycopg.Error as exc:
+        raise queries.translate(exc) from exc

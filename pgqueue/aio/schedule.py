@@ -111,7 +111,8 @@ async def get(conn: run.AsyncConn, stream: str, name: str) -> Schedule | None:
     return None if row is None else Schedule.from_row(row)
 
 
-async def list_(conn: run.AsyncConn, stream: str) -> list[Schedule]:
+async def list_(conn: run.AsyncConn, stream: str | None) -> list[Schedule]:
+    """A stream's schedules (every stream's when None), by stream and name."""
     rows = await run.fetch(conn, "schedules_list", {"stream": stream})
     return [Schedule.from_row(r) for r in rows]
 

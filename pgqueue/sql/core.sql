@@ -97,9 +97,10 @@ CREATE INDEX job_pending_idx ON pgqueue.job (stream, priority DESC, id) WHERE st
 CREATE INDEX job_scheduled_idx ON pgqueue.job (stream, not_before, id) WHERE state = 'scheduled';
 -- Reclaim scans leased jobs only; keyed on id (never on the expiry, which renewals change).
 CREATE INDEX job_leased_idx ON pgqueue.job (id) WHERE state = 'leased';
--- Operators list parked jobs; small.
-CREATE INDEX job_parked_idx ON pgqueue.job (stream, state, id)
-    WHERE state IN ('quarantined', 'undecodable');
+-- Operators (and the dashboard's keyset pages) list a stream's jobs in one state, newest
+-- first. Leased jobs are left out: a lease writes no entry here (leased jobs are listed
+-- through job_leased_idx), so the index costs the lease nothing and an enqueue one entry.
+CREATE INDEX job_listed_idx ON pgqueue.job (stream, state, id) WHERE state <> 'leased';
 -- At most one live job per (stream, dedup_key): enforced here, never by read-then-write.
 CREATE UNIQUE INDEX job_dedup_idx ON pgqueue.job (stream, dedup_key)
     WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased');

@@ -141,6 +141,60 @@ WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s
 
+-- name: jobs_page
+-- A page for people (the dashboard): jobs newest first, of one stream, state and kind where
+-- given, with ids below %(after)s (keyset paging: the thousandth page costs what the first
+-- does), each payload cut to its first %(preview)s bytes. The primary keys serve it (the
+-- view's two branches merged by id); a stream and state are served by job_listed_idx,
+-- job_leased_idx or dead_letter_stream_idx. A state rules out the other table's branch.
+SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
+       octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
+       enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
+       worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
+       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step
+FROM pgqueue.jobs
+WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
+  AND (%(through)s::bigint IS NULL OR id <= %(through)s::bigint)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: jobs_page_ids
+-- The ids of jobs_page (a bulk action walks them a batch at a time).
+SELECT id FROM pgqueue.jobs
+WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
+  AND (%(through)s::bigint IS NULL OR id <= %(through)s::bigint)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: jobs_count
+-- How many jobs jobs_page's filter matches (what a bulk action will touch), and the newest
+-- of them (the bulk action goes no further, so jobs enqueued after the count are left).
+SELECT count(*)::bigint AS count, max(id) AS newest FROM pgqueue.jobs
+WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+
+-- name: throughput
+-- Per stream, the jobs enqueued, acked, failed (nacked or reclaimed) and cancelled in the last
+-- %(seconds)s seconds, counted from the op log (its BRIN index on at finds the span; the
+-- dashboard caches the answer, as it reads every op of the span).
+SELECT stream,
+       count(*) FILTER (WHERE op = 'Enqueue')::bigint AS enqueued,
+       count(*) FILTER (WHERE op = 'Ack')::bigint AS acked,
+       count(*) FILTER (WHERE op IN ('Nack', 'Reclaim'))::bigint AS failed,
+       count(*) FILTER (WHERE op = 'Cancel')::bigint AS cancelled
+FROM pgqueue.op_log
+WHERE at >= now() - %(seconds)s * interval '1 second'
+  AND op IN ('Enqueue', 'Ack', 'Nack', 'Reclaim', 'Cancel')
+GROUP BY stream
+ORDER BY stream
+
 -- name: dead_letters_preview
 -- dead_letters (most recently died first) with each payload cut to its first %(preview)s bytes.
 SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,

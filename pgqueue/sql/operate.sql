@@ -211,6 +211,47 @@ BEGIN
 END
 $$;
 
+-- Operator: one verb on many jobs (the dashboard's bulk actions). Each job goes through the
+-- same function as the verb on one job, in its own subtransaction, so each logs its op and a
+-- job the verb does not fit (gone, leased meanwhile, a dedup key taken) is returned with why
+-- instead of failing the rest. The verb is one of a fixed list: no SQL is built from it.
+CREATE OR REPLACE FUNCTION pgqueue.apply_to_jobs(p_verb text, p_job_ids bigint[],
+                                                 p_to_step text DEFAULT NULL)
+RETURNS TABLE (job_id bigint, refused text)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM pgqueue.require_leader();
+    IF p_verb IS NULL OR p_verb NOT IN ('requeue', 'release', 'rewind', 'restart', 'skip-step',
+                                        'accept-step-set', 'cancel') THEN
+        RAISE EXCEPTION 'unknown verb %: use requeue, release, rewind, restart, skip-step, accept-step-set or cancel',
+            quote_nullable(left(p_verb, 40)) USING ERRCODE = '22023';
+    END IF;
+    IF p_verb = 'rewind' AND (p_to_step IS NULL OR p_to_step = '') THEN
+        RAISE EXCEPTION 'rewind needs the step to rewind to' USING ERRCODE = '22023';
+    END IF;
+    FOREACH v_id IN ARRAY coalesce(p_job_ids, '{}') LOOP
+        BEGIN
+            CASE p_verb
+                WHEN 'requeue' THEN PERFORM pgqueue.requeue_dead_letter(v_id);
+                WHEN 'release' THEN PERFORM pgqueue.release(v_id);
+                WHEN 'rewind' THEN PERFORM pgqueue.rewind(v_id, p_to_step);
+                WHEN 'restart' THEN PERFORM pgqueue.restart(v_id);
+                WHEN 'skip-step' THEN PERFORM pgqueue.skip_step(v_id);
+                WHEN 'accept-step-set' THEN PERFORM pgqueue.accept_step_set(v_id);
+                WHEN 'cancel' THEN PERFORM pgqueue.cancel(v_id);
+            END CASE;
+        EXCEPTION WHEN SQLSTATE 'PQ404' OR SQLSTATE 'PQ409' OR SQLSTATE 'PQ422' THEN
+            job_id := v_id;
+            refused := SQLERRM;
+            RETURN NEXT;
+        END;
+    END LOOP;
+END
+$$;
+
 -- queries -----------------------------------------------------------------------------------
 
 -- name: release_job
@@ -235,3 +276,7 @@ SELECT pgqueue.cancel(%(job_id)s::bigint)
 -- Per-stream retry backoff and quarantine threshold (NULL keeps the current value).
 SELECT * FROM pgqueue.configure_stream(%(stream)s::text, %(retry_base_ms)s::bigint, %(retry_cap_ms)s::bigint,
                                        %(quarantine_after)s::int, %(max_payload_bytes)s::bigint)
+
+-- name: apply_to_jobs
+-- One operator verb on each of %(job_ids)s; the jobs it did not fit, with why.
+SELECT job_id, refused FROM pgqueue.apply_to_jobs(%(verb)s::text, %(job_ids)s::bigint[], %(to_step)s::text)

@@ -173,7 +173,9 @@ SELECT * FROM pgqueue.schedule WHERE stream = %(stream)s AND name = %(name)s
 SELECT * FROM pgqueue.schedule WHERE stream = %(stream)s AND name = %(name)s FOR UPDATE
 
 -- name: schedules_list
-SELECT * FROM pgqueue.schedule WHERE stream = %(stream)s ORDER BY name
+-- One stream's schedules (every stream's when %(stream)s is NULL), by stream and name.
+SELECT * FROM pgqueue.schedule WHERE %(stream)s::text IS NULL OR stream = %(stream)s::text
+ORDER BY stream, name
 
 -- name: schedules_claim_due
 -- Due schedules of every stream, claimed with SKIP LOCKED: a concurrent scheduler skips

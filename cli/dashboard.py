@@ -1,0 +1,73 @@
+"""`pgqueue dashboard`: the web dashboard and its HTTP API (pgqueue/dashboard), served by
+uvicorn until SIGTERM or SIGINT.
+
+Read-only unless started with an admin token (`--admin-token-file F`, else
+$PGQUEUE_ADMIN_TOKEN); the token is read, never printed or logged.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import click
+
+from .common import EXIT_UNAVAILABLE, EXIT_USAGE, dsn, fail, open_queue, say, shown_dsn
+
+TOKEN_ENV = "PGQUEUE_ADMIN_TOKEN"  # noqa: S105  (the variable's name, not a token)
+
+
+def _token(path: str | None) -> tuple[str | None, str]:
+    """The admin token and where it came from (for the start line; never the token)."""
+    if path is not None:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip(), f"the admin token in {path}"
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"--admin-token-file: cannot read {path}: {exc}", EXIT_USAGE)
+    value = os.environ.get(TOKEN_ENV)
+    if value:
+        return value.strip(), f"the admin token in ${TOKEN_ENV}"
+    return None, "read-only (no admin token)"
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on (0.0.0.0: every interface; put TLS in front).")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8470, show_default=True,
+              help="The port to listen on (0: any free one, printed).")
+@click.option("--admin-token-file", default=None, metavar="FILE",
+              help=f"A file holding the admin token that actions need (else ${TOKEN_ENV}; "
+                   f"neither: read-only).")
+def dashboard(host: str, port: int, admin_token_file: str | None) -> None:
+    """Serve the web dashboard and its JSON API (/api/...) until SIGTERM or SIGINT."""
+    try:
+        import uvicorn
+
+        from pgqueue.dashboard import create_app
+    except ImportError as exc:
+        fail(f"the dashboard needs its extra: pip install 'pgqueue-py[dashboard]' ({exc})",
+             EXIT_UNAVAILABLE)
+    token, mode = _token(admin_token_file)
+    database = dsn()
+    with open_queue():  # a wrong DSN or a missing schema fails here, not at the first page
+        pass
+    try:
+        app = create_app(database, admin_token=token)
+    except ValueError as exc:  # the token is too short; the message never holds it
+        fail(f"{'--admin-token-file' if admin_token_file else TOKEN_ENV}: {exc}", EXIT_USAGE)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_UNAVAILABLE)
+    bound = sock.getsockname()[1]
+    shown_host = f"[{host}]" if family == socket.AF_INET6 else host
+    say(f"dashboard of {shown_dsn(database)} on http://{shown_host}:{bound}/ ({mode})")
+    sys.stdout.flush()  # the address, for whoever started it
+    config = uvicorn.Config(app, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=2, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])

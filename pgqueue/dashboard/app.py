@@ -1,0 +1,92 @@
+"""create_app: the dashboard as an ASGI application a service can mount, or `pgqueue
+dashboard` serves (uvicorn)."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from importlib import resources
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from pgqueue.aio.queue import AsyncQueue
+from pgqueue.dashboard import api, pages
+from pgqueue.dashboard.auth import Auth
+from pgqueue.dashboard.context import Context
+from pgqueue.dashboard.data import Cache
+from pgqueue.dashboard.live import Broadcaster
+
+#: Only this site's own scripts, styles and images; no framing (clickjacking).
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+                               "form-action 'self'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "x-frame-options": "DENY",
+}
+
+
+class SecurityHeaders:
+    """Adds SECURITY_HEADERS to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()
+                            if k.encode() not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def create_app(dsn: str | Sequence[str], *, admin_token: str | None = None) -> Starlette:
+    """The dashboard over the pgqueue database at `dsn` (or a leader and its replicas).
+
+    Read-only unless `admin_token` is given (at least 16 characters): then actions need it,
+    as `Authorization: Bearer TOKEN` or a login session. The database is reached on the first
+    request, so a service can mount this before its database is up."""
+    auth = Auth(admin_token)
+    queue = AsyncQueue(dsn, pool_size=4)
+    ctx = Context(queue, auth, Cache(), Broadcaster(queue.leader))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        ctx.live.start()
+        try:
+            yield
+        finally:
+            await ctx.live.stop()
+            await queue.close()
+
+    static = StaticFiles(directory=str(resources.files("pgqueue.dashboard") / "static"))
+    app = Starlette(routes=[*api.ROUTES, *pages.ROUTES, Mount("/static", static, name="static")],
+                    middleware=[Middleware(SecurityHeaders)], lifespan=lifespan,
+                    exception_handlers={404: _http_error, 405: _http_error})
+    app.state.pgqueue = ctx
+    return app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """No such route (404), or not with this method (405): JSON under /api, else a page."""
+    status = getattr(exc, "status_code", 404)
+    message = (f"no such route: {request.url.path}" if status == 404
+               else f"{request.method} is not allowed on {request.url.path}")
+    if request.url.path.startswith("/api/"):
+        return api.error(status, message)
+    return pages.problem(request, status, message)

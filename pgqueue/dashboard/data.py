@@ -1,0 +1,137 @@
+"""What the dashboard shows, as JSON: the HTTP API returns these documents and the pages
+render the same ones, so a script and a person always see the same thing. Every figure
+comes from an AsyncQueue call (the library); nothing here touches SQL."""
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgqueue import jsonview
+from pgqueue.aio.queue import AsyncQueue
+from pgqueue.dashboard.params import JobFilter, Page
+from pgqueue.models import FINISHED_STATES, JOB_STATES, Throughput
+from pgqueue.observe import STALE_WORKER_SECONDS
+
+#: How much of a payload a page shows (the database cuts it; the size is shown beside it).
+PREVIEW_BYTES = 2000
+#: The op log is read for an hour's throughput at most this often (it reads every op of the hour).
+THROUGHPUT_TTL = 30.0
+#: The span of the overview's throughput.
+THROUGHPUT_SECONDS = 3600.0
+
+
+@dataclass
+class Cache:
+    """The throughput figures, kept for THROUGHPUT_TTL seconds."""
+
+    at: float = 0.0
+    value: dict[str, Throughput] = field(default_factory=dict)
+
+    async def throughput(self, q: AsyncQueue) -> dict[str, Throughput]:
+        if time.monotonic() - self.at > THROUGHPUT_TTL:
+            self.value = {t.stream: t for t in await q.throughput(THROUGHPUT_SECONDS)}
+            self.at = time.monotonic()
+        return self.value
+
+
+def jsonable(value: Any) -> Any:
+    """A row from the library as JSON (timestamps as ISO 8601)."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+async def stats(q: AsyncQueue, cache: Cache) -> dict[str, Any]:
+    """Every stream with its jobs by state and the age of its oldest ready job (the counts
+    the writes keep: no scan), the last hour's throughput, and the workers, op log and
+    replicas in brief."""
+    gauges = await q.gauges()
+    hour = await cache.throughput(q)
+    streams = sorted(set(gauges.streams) | set(hour))
+    return {
+        "streams": [{
+            "stream": s,
+            "states": {state: gauges.jobs.get((s, state), 0) for state in JOB_STATES},
+            "oldest_pending_age_seconds": gauges.oldest_pending_age_seconds.get(s),
+            "last_hour": _throughput(hour.get(s)),
+        } for s in streams],
+        "workers": gauges.workers,
+        "op_log_ops": gauges.op_log_ops,
+        "replicas": jsonable(gauges.replicas),
+    }
+
+
+def _throughput(t: Throughput | None) -> dict[str, Any]:
+    if t is None:
+        return {"enqueued": 0, "acked": 0, "failed": 0, "cancelled": 0, "acked_per_minute": 0.0}
+    return {"enqueued": t.enqueued, "acked": t.acked, "failed": t.failed,
+            "cancelled": t.cancelled, "acked_per_minute": round(t.acked / (t.seconds / 60), 2)}
+
+
+async def jobs(q: AsyncQueue, where: JobFilter, page: Page) -> dict[str, Any]:
+    """A page of jobs, newest first, and the cursor of the next page (null on the last)."""
+    found = await q.jobs_page(stream=where.stream, state=where.state, kind=where.kind,
+                              after=page.after, limit=page.limit, preview_bytes=PREVIEW_BYTES)
+    return {"jobs": [jsonview.job_json(j) for j in found.jobs], "next": found.next}
+
+
+async def job(q: AsyncQueue, job_id: int) -> dict[str, Any] | None:
+    """A job with its step list (each step's status and crashes) and its history from the op
+    log; also for a job that was acked or cancelled while its ops are kept (job: null).
+    None when nothing of it is left."""
+    found = await q.job_preview(job_id, preview_bytes=PREVIEW_BYTES)
+    history = await q.history(job_id, preview_bytes=PREVIEW_BYTES)
+    if found is None and history is None:
+        return None
+    steps = None
+    if found is not None and found.job.checkpoint.step_set_hash:
+        recorded = await q.step_list(found.job.checkpoint.step_set_hash)
+        steps = None if recorded is None else _steps(recorded, found.job.checkpoint)
+    state = found.job.state if found is not None else history.state if history else "gone"
+    return {"job_id": job_id, "state": state,
+            "job": None if found is None else jsonview.job_json(found),
+            "steps": steps,
+            "history": None if history is None else jsonview.history_json(history)}
+
+
+def _steps(recorded: list[dict[str, Any]], cp: Any) -> list[dict[str, Any]]:
+    names = [s["name"] for s in recorded]
+    done = names.index(cp.last_completed_step) + 1 if cp.last_completed_step in names else 0
+    return [{"name": s["name"], "version": s.get("version"),
+             "status": "completed" if i < done
+             else "in progress" if s["name"] == cp.cursor_step else "to do",
+             "crashes": int(cp.crashes_by_step.get(s["name"], 0))}
+            for i, s in enumerate(recorded)]
+
+
+async def after_action(q: AsyncQueue, job_id: int) -> dict[str, Any]:
+    """A job's state after an operator verb ("cancelled" once it is gone)."""
+    found = await q.job_preview(job_id, preview_bytes=PREVIEW_BYTES)
+    if found is not None:
+        return {"job_id": job_id, "state": found.job.state, "job": jsonview.job_json(found)}
+    history = await q.history(job_id, preview_bytes=0)
+    state = history.state if history is not None and history.state in FINISHED_STATES else "gone"
+    return {"job_id": job_id, "state": state, "job": None}
+
+
+async def schedules(q: AsyncQueue) -> dict[str, Any]:
+    return {"schedules": [jsonview.schedule_json(s) for s in await q.schedules(all_streams=True)]}
+
+
+async def workers(q: AsyncQueue) -> dict[str, Any]:
+    """Registered workers, each live or stale (no heartbeat for STALE_WORKER_SECONDS), with
+    the leases it holds."""
+    rows = await q.workers()
+    return {"stale_after_seconds": STALE_WORKER_SECONDS, "workers": [
+        {**jsonable(r), "live": (r["heartbeat_age_seconds"] or 0.0) < STALE_WORKER_SECONDS}
+        for r in rows]}
+
+
+async def replicas(q: AsyncQueue) -> dict[str, Any]:
+    return {"replicas": jsonable(await q.replicas())}

@@ -1,0 +1,86 @@
+"""Live refresh: server-sent events woken by LISTEN/NOTIFY.
+
+One listener connection per dashboard process LISTENs on the channel every enqueue notifies
+(wakeup.NOTIFY_CHANNEL); each open page holds an event stream that says `refresh` when a
+notification came (at most once a second, however many jobs arrive) and at least every
+REFRESH_SECONDS (acks, failures and operator actions notify nothing). The page's script
+closes its stream while the tab is hidden, so a hidden tab costs nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import psycopg
+
+from pgqueue.aio import connection, run
+from pgqueue.errors import PgQueueError
+from pgqueue.wakeup import NOTIFY_CHANNEL
+
+log = logging.getLogger("pgqueue.dashboard")
+
+#: A page refreshes at least this often, notified or not.
+REFRESH_SECONDS = 10.0
+#: And at most once per this many seconds.
+DEBOUNCE_SECONDS = 1.0
+
+
+class Broadcaster:
+    """Counts notifications; streams wait for the count to change."""
+
+    def __init__(self, leader: Callable[[], Awaitable[str]]) -> None:
+        self._leader = leader
+        self.generation = 0
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start listening (once; the first event stream starts it when the app is mounted in
+        another, whose lifespan does not run this one's)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._listen(), name="pgqueue-dashboard-listener")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _bump(self) -> None:
+        async with self._changed:
+            self.generation += 1
+            self._changed.notify_all()
+
+    async def _listen(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                async with await connection.connect(await self._leader()) as conn:
+                    await run.listen(conn, NOTIFY_CHANNEL)
+                    delay = 0.5
+                    async for _ in conn.notifies():
+                        await self._bump()
+            except (PgQueueError, psycopg.Error, OSError) as exc:
+                log.debug("dashboard listener reconnecting in %.1fs: %s", delay, exc)
+            await asyncio.sleep(delay)  # reconnect backoff, not synchronisation
+            delay = min(delay * 2, 10.0)
+
+    async def wait(self, seen: int, timeout: float) -> int:
+        """The generation once it differs from `seen`, or after `timeout` seconds."""
+        async with self._changed:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self.generation != seen), timeout)
+            return self.generation
+
+    async def events(self) -> AsyncIterator[str]:
+        """One page's event stream: `refresh` when something happened, and now and then."""
+        self.start()
+        seen = self.generation
+        yield "retry: 3000\n\n"
+        while True:
+            seen = await self.wait(seen, REFRESH_SECONDS)
+            yield "event: refresh\ndata: {}\n\n"
+            await asyncio.sleep(DEBOUNCE_SECONDS)  # debounce a burst of notifications

@@ -1,0 +1,270 @@
+"""The dashboard's pages: server-rendered HTML (Jinja2, autoescaped: job data always shows as
+text) from the same documents the API returns (data.py), and the forms that act on jobs and
+schedules. A form posts, the action runs, and the browser is sent back (303) to the page it
+came from; a refusal renders the reason with its status."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from importlib import resources
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from pgqueue.dashboard import auth, data, params
+from pgqueue.dashboard.context import context, status_for
+from pgqueue.models import JOB_STATES, VERBS
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+#: What a page says after a verb went through.
+DONE = {"requeue": "requeued", "release": "released", "rewind": "rewound",
+        "restart": "restarted", "skip-step": "skipped its step in progress",
+        "accept-step-set": "accepted the new step set", "cancel": "cancelled"}
+#: The states in which a job stands out on the overview.
+ALARM_STATES = ("dead", "quarantined", "undecodable")
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = max(0.0, float(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
+def _since(iso: str | None) -> str:
+    if not iso:
+        return "–"
+    at = dt.datetime.fromisoformat(iso)
+    delta = (dt.datetime.now(dt.timezone.utc) - at).total_seconds()
+    return f"{_age(abs(delta))} {'ago' if delta >= 0 else 'from now'}"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "–"
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit} ({n:,} bytes)"
+    return f"{n:,} bytes"
+
+
+def _templates() -> Jinja2Templates:
+    folder = resources.files("pgqueue.dashboard") / "templates"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters.update(age=_age, since=_since, size=_size,
+                       pretty=lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str))
+    return Jinja2Templates(env=env)
+
+
+TEMPLATES = _templates()
+
+
+def render(request: Request, name: str, code: int = 200, **values: Any) -> Response:
+    ctx = context(request)
+    return TEMPLATES.TemplateResponse(request, name, {
+        "read_only": ctx.auth.read_only, "logged_in": ctx.auth.logged_in(request),
+        "csrf": ctx.auth.csrf(request), "states": JOB_STATES, "verbs": VERBS,
+        "alarm_states": ALARM_STATES, "path": request.url.path, **values}, status_code=code)
+
+
+def problem(request: Request, status: int, message: str) -> Response:
+    return render(request, "error.html", status, status=status, message=message)
+
+
+def page(handler: Handler) -> Handler:
+    """The page, or the library's error as a page with its status."""
+    @wraps(handler)
+    async def run(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            status = status_for(exc)
+            if status is None:
+                raise
+            return problem(request, status, str(exc))
+    return run
+
+
+def form_action(handler: Callable[[Request, FormData], Awaitable[Response]]) -> Handler:
+    """A form that changes something: refused before anything runs unless the admin token's
+    session (and its CSRF token) or a bearer token is there."""
+    @page
+    @wraps(handler)
+    async def run(request: Request) -> Response:
+        form = await request.form()
+        csrf = form.get(auth.CSRF_FIELD)
+        denied = context(request).auth.denied(request, csrf if isinstance(csrf, str) else None)
+        if denied is not None:
+            return problem(request, denied.status, denied.message)
+        return await handler(request, form)
+    return run
+
+
+def _fields(form: FormData) -> dict[str, str]:
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+@page
+async def overview(request: Request) -> Response:
+    ctx = context(request)
+    return render(request, "overview.html", stats=await data.stats(ctx.queue, ctx.cache))
+
+
+@page
+async def jobs(request: Request) -> Response:
+    ctx = context(request)
+    where = params.JobFilter.parse(request.query_params)
+    at = params.Page.parse(request.query_params)
+    found = await data.jobs(ctx.queue, where, at)
+    streams = sorted((await ctx.queue.gauges()).streams)
+    base = where.query() | ({"limit": str(at.limit)} if at.limit != params.PAGE else {})
+    return render(request, "jobs.html", found=found, where=where, streams=streams,
+                  next_url=None if found["next"] is None
+                  else "/jobs?" + urlencode({**base, "after": found["next"]}),
+                  first_url=None if at.after is None else "/jobs?" + urlencode(base),
+                  bulk_query=urlencode(where.query()))
+
+
+@page
+async def job(request: Request) -> Response:
+    job_id = params.job_id(request.path_params["id"])
+    found = await data.job(context(request).queue, job_id)
+    if found is None:
+        return problem(request, 404, f"no job {job_id}: it never existed, or it finished and "
+                                     f"the op log was pruned past its ops")
+    done = DONE.get(request.query_params.get("done", ""))
+    return render(request, "job.html", doc=found, done=done)
+
+
+@form_action
+async def act(request: Request, form: FormData) -> Response:
+    job_id = params.job_id(request.path_params["id"])
+    verb = params.verb(request.path_params["action"])
+    step = params.step(_fields(form).get("to_step") or None, verb)
+    await context(request).queue.act(job_id, verb, to_step=step)
+    return RedirectResponse(f"/jobs/{job_id}?" + urlencode({"done": verb}), status_code=303)
+
+
+@page
+async def bulk_confirm(request: Request) -> Response:
+    """How many jobs a bulk action would touch, with the form that does it."""
+    where = params.JobFilter.parse(request.query_params)
+    verb = params.verb(request.query_params.get("action", ""))
+    step = params.step(request.query_params.get("to_step") or None, verb)
+    count = await context(request).queue.count_jobs(stream=where.stream, state=where.state,
+                                                    kind=where.kind)
+    return render(request, "bulk.html", where=where, verb=verb, to_step=step, count=count,
+                  result=None)
+
+
+@form_action
+async def bulk(request: Request, form: FormData) -> Response:
+    fields = _fields(form)
+    where = params.JobFilter.parse(fields)
+    verb = params.verb(fields.get("action", ""))
+    step = params.step(fields.get("to_step") or None, verb)
+    through = params.through(fields)
+    if through is None:
+        raise params.BadInput("through is required: confirm the count first")
+    result = await context(request).queue.act_on_jobs(
+        verb, stream=where.stream, state=where.state, kind=where.kind, through=through,
+        to_step=step)
+    return render(request, "bulk.html", where=where, verb=verb, to_step=step, count=None,
+                  result=result)
+
+
+@page
+async def schedules(request: Request) -> Response:
+    return render(request, "schedules.html", doc=await data.schedules(context(request).queue))
+
+
+def _schedule_form(paused: bool) -> Handler:
+    @form_action
+    async def run(request: Request, form: FormData) -> Response:
+        stream = params.stream(request.path_params["stream"])
+        assert stream is not None
+        q = context(request).queue.for_stream(stream)
+        name = request.path_params["name"]
+        await (q.pause_schedule(name) if paused else q.resume_schedule(name))
+        return RedirectResponse("/schedules", status_code=303)
+    return run
+
+
+@page
+async def workers(request: Request) -> Response:
+    return render(request, "workers.html", doc=await data.workers(context(request).queue))
+
+
+@page
+async def replicas(request: Request) -> Response:
+    return render(request, "replicas.html", doc=await data.replicas(context(request).queue))
+
+
+def _next(value: str | None) -> str:
+    """Where to go after logging in: a path of this site only (never another origin)."""
+    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/"
+
+
+async def login_form(request: Request) -> Response:
+    return render(request, "login.html", next=_next(request.query_params.get("next")), wrong=False)
+
+
+async def login(request: Request) -> Response:
+    ctx = context(request)
+    form = _fields(await request.form())
+    target = _next(form.get("next"))
+    if ctx.auth.read_only:
+        return problem(request, 403, auth.READ_ONLY.message)
+    if not auth.same_origin(request):
+        return problem(request, 403, "cross-site request refused (its Origin is another site)")
+    if not ctx.auth.token_matches(form.get("token", "")):
+        return render(request, "login.html", 401, next=target, wrong=True)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(auth.SESSION_COOKIE, ctx.auth.new_session(), max_age=auth.SESSION_SECONDS,
+                        httponly=True, samesite="strict", secure=request.url.scheme == "https")
+    return response
+
+
+async def logout(request: Request) -> Response:
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(auth.SESSION_COOKIE, httponly=True, samesite="strict")
+    return response
+
+
+async def events(request: Request) -> Response:
+    return StreamingResponse(context(request).live.events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+ROUTES = [
+    Route("/", overview),
+    Route("/jobs", jobs),
+    Route("/jobs/{id}", job),
+    Route("/jobs/{id}/{action}", act, methods=["POST"]),
+    Route("/bulk", bulk_confirm),
+    Route("/bulk", bulk, methods=["POST"]),
+    Route("/schedules", schedules),
+    Route("/schedules/{stream}/{name}/pause", _schedule_form(True), methods=["POST"]),
+    Route("/schedules/{stream}/{name}/resume", _schedule_form(False), methods=["POST"]),
+    Route("/workers", workers),
+    Route("/replicas", replicas),
+    Route("/login", login_form),
+    Route("/login", login, methods=["POST"]),
+    Route("/logout", logout, methods=["POST"]),
+    Route("/events", events),
+]
