@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from pgqueue import signals
+
 from .common import EXIT_UNAVAILABLE, EXIT_USAGE, dsn, fail, open_queue, say, shown_dsn
 
 TOKEN_ENV = "PGQUEUE_ADMIN_TOKEN"  # noqa: S105  (the variable's name, not a token)
@@ -70,4 +72,10 @@ def dashboard(host: str, port: int, admin_token_file: str | None) -> None:
     sys.stdout.flush()  # the address, for whoever started it
     config = uvicorn.Config(app, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=2, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    # uvicorn stops on SIGTERM/SIGINT, then raises the signal again for the handlers it found:
+    # these take it, so a requested stop exits 0 (as `pgqueue metrics serve` does).
+    restore = signals.install(lambda _sig: None)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        restore()

@@ -1,0 +1,255 @@
+"""The dashboard in a real browser: `pgqueue dashboard` as a real process, headless Chromium
+(Debian's package) driven by Playwright.
+
+It loads the overview, opens a dead job, requeues it with the admin token and sees it leave
+the dead list; fails to act without the token (and on a read-only dashboard); sees a job
+enqueued meanwhile appear without a reload; pauses its live refresh while the tab is hidden;
+and no page logs a JavaScript error (a CSP violation is one). Skips, saying why, where
+Chromium is missing, except under CI (.ci/run installs it).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pgqueue
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "browser-test-admin-token-0123456789"  # noqa: S105  (a test's token)
+CHROMIUM = os.environ.get("PGQUEUE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(f"CI=true but Chromium is missing at {CHROMIUM}: .ci/run installs "
+                           f"Debian's chromium package")
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set PGQUEUE_CHROMIUM)",
+                allow_module_level=True)
+
+from playwright.sync_api import Browser, ConsoleMessage, Page, Response, sync_playwright  # noqa: E402
+
+
+@dataclass
+class Dashboard:
+    url: str
+    proc: subprocess.Popen[str]
+
+
+def _start(dsn: str, *, token: str | None) -> Dashboard:
+    env = {**os.environ, "PGQUEUE_DSN": dsn}
+    env.pop("PGQUEUE_ADMIN_TOKEN", None)
+    if token is not None:
+        env["PGQUEUE_ADMIN_TOKEN"] = token
+    proc = subprocess.Popen([sys.executable, "-m", "pgqueue", "dashboard", "--port", "0"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
+    if not found:
+        proc.kill()
+        raise AssertionError(f"dashboard did not start: {line!r} {proc.communicate()[1]!r}")
+    return Dashboard(found.group(1), proc)
+
+
+def _stop(d: Dashboard) -> None:
+    d.proc.send_signal(signal.SIGTERM)
+    try:
+        assert d.proc.wait(timeout=15) == 0
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
+    _, err = d.proc.communicate()
+    assert TOKEN not in err  # the token is never logged
+
+
+@pytest.fixture
+def admin(dsn: str) -> Iterator[Dashboard]:
+    d = _start(dsn, token=TOKEN)
+    yield d
+    _stop(d)
+
+
+@pytest.fixture
+def read_only(dsn: str) -> Iterator[Dashboard]:
+    d = _start(dsn, token=None)
+    yield d
+    _stop(d)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@dataclass
+class Tab:
+    """A browser page that records every JavaScript error it logs."""
+
+    page: Page
+    errors: list[str] = field(default_factory=list)
+
+    def record(self, message: ConsoleMessage) -> None:
+        # JavaScript errors and CSP refusals; a page answering 4xx on purpose is not one (a
+        # missing script, style or icon is, and `broken` catches it)
+        if message.type == "error" and not message.text.startswith("Failed to load resource"):
+            self.errors.append(message.text)
+
+    def broken(self, response: Response) -> None:
+        if response.status >= 400 and response.request.resource_type != "document" \
+                and "/api/" not in response.url:
+            self.errors.append(f"{response.status} for {response.url}")
+
+
+@pytest.fixture
+def tab(browser: Browser) -> Iterator[Tab]:
+    context = browser.new_context()
+    page = context.new_page()
+    t = Tab(page)
+    page.on("console", t.record)
+    page.on("response", t.broken)
+    page.on("pageerror", lambda exc: t.errors.append(f"uncaught: {exc}"))
+    page.on("dialog", lambda dialog: dialog.accept())  # the confirm() before an action
+    page.set_default_timeout(15_000)
+    yield t
+    context.close()
+    assert t.errors == [], t.errors  # no page logged a JavaScript error
+
+
+def _dead_job(q: pgqueue.Queue, payload: Any = None) -> int:
+    job_id = q.enqueue(payload if payload is not None else {"to": "a@example.com"},
+                       kind="send_email", max_attempts=1)
+    for lease in q.lease(limit=10):
+        q.nack(lease, error="SMTP 554: rejected")
+    info = q.job(job_id)
+    assert info is not None and info.state == "dead"
+    return job_id
+
+
+def _login(tab: Tab, d: Dashboard) -> None:
+    tab.page.goto(f"{d.url}/login")
+    tab.page.fill("input[name=token]", TOKEN)
+    tab.page.click("button[type=submit]")
+    tab.page.wait_for_url(f"{d.url}/")
+
+
+def test_requeue_a_dead_job_with_the_admin_token(admin: Dashboard, tab: Tab,
+                                                 q: pgqueue.Queue) -> None:
+    job_id = _dead_job(q)
+    q.enqueue({"n": 1}, kind="report")
+    page = tab.page
+    page.goto(admin.url + "/")
+    dead = page.locator("tr[data-stream=default] td[data-state=dead]")
+    assert dead.inner_text().strip() == "1"
+    assert "alarm" in (dead.get_attribute("class") or "")  # dead jobs stand out
+    _login(tab, admin)
+    page.click("tr[data-stream=default] td[data-state=dead] a")
+    page.wait_for_url(re.compile(r"/jobs\?.*state=dead"))
+    page.click(f"tr[data-job-id='{job_id}'] a")
+    page.wait_for_url(f"{admin.url}/jobs/{job_id}")
+    assert page.inner_text("#job-state") == "dead"
+    assert "SMTP 554" in page.inner_text("#last-error")
+    page.click("#actions button[value=requeue]")
+    page.wait_for_url(re.compile(rf"/jobs/{job_id}\?done=requeue"))
+    assert page.inner_text("#job-state") == "pending"
+    assert "requeued" in page.inner_text("#done")
+    info = q.job(job_id)
+    assert info is not None and info.state == "pending"
+    assert [o.op for o in q.op_log(job_id=job_id, limit=1)] == ["RequeueDeadLetter"]
+    page.goto(f"{admin.url}/jobs?state=dead")
+    assert page.locator(f"tr[data-job-id='{job_id}']").count() == 0
+    assert page.locator("#no-jobs").is_visible()
+
+
+def test_acting_without_the_token_fails_and_changes_nothing(admin: Dashboard, tab: Tab,
+                                                            q: pgqueue.Queue) -> None:
+    job_id = _dead_job(q)
+    page = tab.page
+    page.goto(f"{admin.url}/jobs/{job_id}")
+    page.click("#actions button[value=requeue]")  # not logged in: the form has no session
+    assert page.inner_text("h1") == "401"
+    assert "admin token" in page.inner_text("#error-message")
+    info = q.job(job_id)
+    assert info is not None and info.state == "dead"
+    # a script in the page without the token is refused as well
+    status = page.evaluate(
+        "async (id) => (await fetch(`/api/jobs/${id}/requeue`, {method: 'POST'})).status", job_id)
+    assert status == 401
+    info = q.job(job_id)
+    assert info is not None and info.state == "dead"
+
+
+def test_a_read_only_dashboard_offers_no_action_and_refuses_one(read_only: Dashboard, tab: Tab,
+                                                                q: pgqueue.Queue) -> None:
+    job_id = _dead_job(q)
+    page = tab.page
+    page.goto(f"{read_only.url}/jobs/{job_id}")
+    assert page.inner_text("header .badge") == "read-only"
+    assert page.locator("#actions").count() == 0
+    status = page.evaluate(
+        "async (id) => (await fetch(`/api/jobs/${id}/requeue`, {method: 'POST'})).status", job_id)
+    assert status == 403
+    info = q.job(job_id)
+    assert info is not None and info.state == "dead"
+
+
+def test_a_job_enqueued_meanwhile_appears_without_a_reload(admin: Dashboard, tab: Tab,
+                                                           q: pgqueue.Queue) -> None:
+    first = q.enqueue("first")
+    page = tab.page
+    page.goto(f"{admin.url}/jobs")
+    page.wait_for_selector(".live.on")  # the event stream is open
+    page.evaluate("window.sameDocument = true")
+    assert page.locator(f"tr[data-job-id='{first}']").count() == 1
+    later = q.enqueue("<b>later</b>", kind="<i>kind</i>")
+    row = page.locator(f"tr[data-job-id='{later}']")
+    row.wait_for()  # woken by NOTIFY: well within the periodic refresh
+    assert page.evaluate("window.sameDocument") is True  # no reload: the same document
+    assert "<b>later</b>" in row.inner_text()  # job data shows as text, never as markup
+    assert row.locator("b").count() == 0 and row.locator("i").count() == 0
+
+
+def test_live_refresh_pauses_while_the_tab_is_hidden(admin: Dashboard, tab: Tab,
+                                                     q: pgqueue.Queue) -> None:
+    page = tab.page
+    page.goto(f"{admin.url}/jobs")
+    page.wait_for_selector(".live.on")
+    page.evaluate("""() => {
+        Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
+        document.dispatchEvent(new Event('visibilitychange'));
+    }""")
+    page.wait_for_selector(".live.paused")  # the stream is closed while hidden
+    job_id = q.enqueue("while hidden")
+    page.evaluate("""() => {
+        Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});
+        document.dispatchEvent(new Event('visibilitychange'));
+    }""")
+    page.locator(f"tr[data-job-id='{job_id}']").wait_for()  # shown again: refreshed at once
+    page.wait_for_selector(".live.on")
+
+
+def test_every_page_loads_without_a_javascript_error(admin: Dashboard, tab: Tab,
+                                                     q: pgqueue.Queue) -> None:
+    job_id = _dead_job(q, payload="<script>window.pwned = 1</script>")
+    q.upsert_schedule("nightly", "0 3 * * *", kind="report")
+    page = tab.page
+    for path in ("/", "/jobs", f"/jobs/{job_id}", "/schedules", "/workers", "/replicas",
+                 "/login", "/jobs?state=dead", "/bulk?state=dead&action=requeue", "/nope"):
+        page.goto(admin.url + path)
+        page.wait_for_load_state("load")
+        assert page.evaluate("window.pwned === undefined")  # job data never runs as script
+    assert "<script>window.pwned = 1</script>" in page.evaluate(
+        "async (id) => (await (await fetch(`/api/jobs/${id}`)).json()).job.payload", job_id)
