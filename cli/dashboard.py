@@ -63,6 +63,7 @@ def dashboard(host: str, port: int, admin_token_file: str | None) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(2048)  # connections wait in the backlog from now on, not refused
     except OSError as exc:
         sock.close()
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_UNAVAILABLE)

@@ -1,10 +1,11 @@
 """FastAPI on pgqueue: an endpoint writes an order and enqueues its invoice job in one
-transaction, with AsyncQueue (the job exists only if the order does).
+transaction, with AsyncQueue (the job exists only if the order does); the pgqueue dashboard,
+read-only, is mounted at /queue.
 
     PGQUEUE_DSN="dbname=shop" <any ASGI server> examples.fastapi_app:app
 
 tests/integration/test_examples.py runs it (a placed order has its job; a duplicate order is
-refused with 409 and leaves no job).
+refused with 409 and leaves no job; the mounted dashboard shows the job, its links under /queue).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from fastapi import FastAPI, HTTPException
 from psycopg_pool import AsyncConnectionPool
 
 import pgqueue
+from pgqueue.dashboard import create_app
 
 
 @asynccontextmanager
@@ -32,6 +34,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 app = FastAPI(lifespan=lifespan)
+# The dashboard is an ASGI app like any other: read-only here (create_app(dsn, admin_token=...)
+# lets it act). It connects on its first request.
+app.mount("/queue", create_app(os.environ.get("PGQUEUE_DSN", "dbname=shop")))
 
 
 @app.post("/orders/{number}")

@@ -72,12 +72,29 @@ def _templates() -> Jinja2Templates:
 TEMPLATES = _templates()
 
 
+def root(request: Request) -> str:
+    """Where the dashboard is mounted ("" at the top of its own server)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def here(request: Request) -> str:
+    """The request's path within the dashboard (its mount point left off)."""
+    path, prefix = request.url.path, root(request)
+    return path[len(prefix):] or "/" if prefix and path.startswith(prefix) else path
+
+
+def redirect(request: Request, to: str) -> Response:
+    """303 to a path within the dashboard, wherever it is mounted."""
+    return RedirectResponse(root(request) + to, status_code=303)
+
+
 def render(request: Request, name: str, code: int = 200, **values: Any) -> Response:
     ctx = context(request)
     return TEMPLATES.TemplateResponse(request, name, {
         "read_only": ctx.auth.read_only, "logged_in": ctx.auth.logged_in(request),
         "csrf": ctx.auth.csrf(request), "states": JOB_STATES, "verbs": VERBS,
-        "alarm_states": ALARM_STATES, "path": request.url.path, **values}, status_code=code)
+        "alarm_states": ALARM_STATES, "root": root(request), "path": here(request), **values},
+        status_code=code)
 
 
 def problem(request: Request, status: int, message: str) -> Response:
@@ -133,8 +150,8 @@ async def jobs(request: Request) -> Response:
     base = where.query() | ({"limit": str(at.limit)} if at.limit != params.PAGE else {})
     return render(request, "jobs.html", found=found, where=where, streams=streams,
                   next_url=None if found["next"] is None
-                  else "/jobs?" + urlencode({**base, "after": found["next"]}),
-                  first_url=None if at.after is None else "/jobs?" + urlencode(base),
+                  else f"{root(request)}/jobs?" + urlencode({**base, "after": found["next"]}),
+                  first_url=None if at.after is None else f"{root(request)}/jobs?" + urlencode(base),
                   bulk_query=urlencode(where.query()))
 
 
@@ -155,7 +172,7 @@ async def act(request: Request, form: FormData) -> Response:
     verb = params.verb(request.path_params["action"])
     step = params.step(_fields(form).get("to_step") or None, verb)
     await context(request).queue.act(job_id, verb, to_step=step)
-    return RedirectResponse(f"/jobs/{job_id}?" + urlencode({"done": verb}), status_code=303)
+    return redirect(request, f"/jobs/{job_id}?" + urlencode({"done": verb}))
 
 
 @page
@@ -199,7 +216,7 @@ def _schedule_form(paused: bool) -> Handler:
         q = context(request).queue.for_stream(stream)
         name = request.path_params["name"]
         await (q.pause_schedule(name) if paused else q.resume_schedule(name))
-        return RedirectResponse("/schedules", status_code=303)
+        return redirect(request, "/schedules")
     return run
 
 
@@ -234,15 +251,17 @@ async def login(request: Request) -> Response:
         return problem(request, 403, "cross-site request refused (its Origin is another site)")
     if not ctx.auth.token_matches(form.get("token", "")):
         return render(request, "login.html", 401, next=target, wrong=True)
-    response = RedirectResponse(target, status_code=303)
+    response = redirect(request, target)
     response.set_cookie(auth.SESSION_COOKIE, ctx.auth.new_session(), max_age=auth.SESSION_SECONDS,
-                        httponly=True, samesite="strict", secure=request.url.scheme == "https")
+                        path=root(request) or "/", httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
     return response
 
 
 async def logout(request: Request) -> Response:
-    response = RedirectResponse("/", status_code=303)
-    response.delete_cookie(auth.SESSION_COOKIE, httponly=True, samesite="strict")
+    response = redirect(request, "/")
+    response.delete_cookie(auth.SESSION_COOKIE, path=root(request) or "/", httponly=True,
+                           samesite="strict")
     return response
 
 

@@ -20,6 +20,14 @@ def test_the_fastapi_example_enqueues_in_the_orders_transaction(
         job_id = placed.json()["job_id"]
         again = client.post("/orders/7")
         assert again.status_code == 409 and "order 7 exists" in again.text
+        stats = client.get("/queue/api/stats").json()
+        assert [(s["stream"], s["states"]["pending"]) for s in stats["streams"]] == [("orders", 1)]
+        page = client.get("/queue/jobs?stream=orders")
+        assert page.status_code == 200
+        assert f'href="/queue/jobs/{job_id}"' in page.text  # links stay under the mount
+        assert 'src="/queue/static/htmx.min.js"' in page.text
+        assert client.get("/queue/static/htmx.min.js").status_code == 200
+        assert client.post(f"/queue/api/jobs/{job_id}/cancel").status_code == 403  # read-only
     with psycopg.connect(dsn) as conn:
         assert [r[0] for r in conn.execute("SELECT number FROM orders")] == [7]
     with pgqueue.Queue(dsn, stream="orders") as q:

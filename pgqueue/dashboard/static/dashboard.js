@@ -27,7 +27,7 @@
 
   function open() {
     if (source !== null || !live() || typeof EventSource === "undefined") return;
-    source = new EventSource("/events");
+    source = new EventSource((document.body.getAttribute("data-root") || "") + "/events");
     source.addEventListener("refresh", refresh);
     source.onopen = function () { if (dot) dot.className = "live on"; };
     source.onerror = function () { if (dot) dot.className = "live off"; };
