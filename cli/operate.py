@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.text import Text
 
+import pgqueue
 from pgqueue.jsonview import history_json
 
 from .common import (
@@ -171,3 +172,40 @@ def set_threshold(kind: str, stream: str, quarantine_after: int | None) -> None:
         q.configure_kind(kind, quarantine_after=quarantine_after)
     shown = quarantine_after if quarantine_after is not None else "the stream's default"
     say(f"{stream}/{kind}: quarantine after {shown}")
+
+
+@jobs.command()
+@click.argument("action", metavar="ACTION", type=click.Choice(pgqueue.VERBS))
+@click.option("--stream", default=None, help="Only this stream (default: every stream).")
+@click.option("--state", type=click.Choice(pgqueue.JOB_STATES), default=None,
+              help="Only jobs in this state.")
+@click.option("--kind", default=None, help="Only jobs of this kind.")
+@click.option("--to-step", default=None, metavar="NAME", help="The step to rewind to (rewind only).")
+@click.option("--yes", is_flag=True, help="Do not ask: act on the jobs counted.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bulk(action: str, stream: str | None, state: str | None, kind: str | None,
+         to_step: str | None, yes: bool, as_json: bool) -> None:
+    """Run ACTION (requeue, release, rewind, ...) on every job of a filter: counts them, asks,
+    then acts on those counted (jobs enqueued after the count are left), each through the
+    same transition as the one-job command. Jobs that changed meanwhile are listed as refused."""
+    if (action == "rewind") != (to_step is not None):
+        raise click.UsageError("--to-step NAME goes with rewind, and only with rewind")
+    with open_queue() as q:
+        counted = q.count_jobs(stream=stream, state=state, kind=kind)
+        if counted.count == 0:
+            if as_json:
+                print_json({"action": action, "done": 0, "refused": 0, "reasons": []})
+            else:
+                say("no job matches: nothing to do")
+            return
+        if not yes and not click.confirm(f"{action} {counted.count:,} jobs?", err=True):
+            fail("nothing done", EXIT_FAILED)
+        result = q.act_on_jobs(action, stream=stream, state=state, kind=kind,
+                               through=counted.newest, to_step=to_step)
+    if as_json:
+        print_json({"action": action, "done": result.done, "refused": result.refused,
+                    "reasons": [{"job_id": i, "why": why} for i, why in result.reasons]})
+        return
+    say(f"{action}: {result.done:,} jobs done, {result.refused:,} refused")
+    for job_id, why in result.reasons:
+        say(f"  job {job_id}: {why}")

@@ -223,3 +223,33 @@ def test_the_example_app_runs_its_jobs_in_a_worker(q: pgqueue.Queue, dsn: str) -
     finally:
         worker.stop()
         thread.join(10)
+
+
+def _dead(q: pgqueue.Queue, n: int, kind: str = "mail") -> list[int]:
+    ids = [q.enqueue({"i": i}, kind=kind, max_attempts=1) for i in range(n)]
+    for lease in q.lease(limit=n):
+        q.nack(lease, error="boom")
+    return ids
+
+
+def test_bulk_acts_on_the_jobs_counted_and_lists_the_refused(dsn: str, q: pgqueue.Queue) -> None:
+    dead = _dead(q, 3)
+    other = _dead(q, 1, kind="report")
+    result = run(dsn, "jobs", "bulk", "requeue", "--state", "dead", "--kind", "mail",
+                 input="n\n")
+    assert result.exit_code == 1 and "requeue 3 jobs?" in result.stderr
+    assert all(q.job(i).state == "dead" for i in dead)  # type: ignore[union-attr]
+    out = json.loads(ok(dsn, "jobs", "bulk", "requeue", "--state", "dead", "--kind", "mail",
+                        "--yes", "--json").stdout)
+    assert out == {"action": "requeue", "done": 3, "refused": 0, "reasons": []}
+    assert [q.job(i).state for i in dead] == ["pending"] * 3  # type: ignore[union-attr]
+    assert [ops(q, i)[-1] for i in dead] == ["RequeueDeadLetter"] * 3
+    assert q.job(other[0]).state == "dead"  # type: ignore[union-attr]  # not of the filter
+    # release fits none of the pending jobs: each is refused with why, nothing changes
+    out = json.loads(ok(dsn, "jobs", "bulk", "release", "--kind", "mail", "--yes", "--json").stdout)
+    assert out["done"] == 0 and out["refused"] == 3
+    assert all("cannot release" in r["why"] for r in out["reasons"])
+    nothing = ok(dsn, "jobs", "bulk", "cancel", "--state", "quarantined", "--yes")
+    assert "no job matches" in nothing.stdout
+    bad = run(dsn, "jobs", "bulk", "rewind", "--state", "dead", "--yes")
+    assert bad.exit_code == 2 and "--to-step" in bad.stderr
