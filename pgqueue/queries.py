@@ -45,6 +45,7 @@ from pgqueue.errors import (
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _TABLES = re.compile(r"^-- schema: tables\b.*$", re.MULTILINE)
 _FUNCTIONS = re.compile(r"^-- schema: functions\b.*$", re.MULTILINE)
+_PER_CALL = re.compile(r"^--\s*planned per call\b", re.MULTILINE)
 #: The order a fresh database installs the stages in: every stage's tables first, then every
 #: stage's functions (SQL-language bodies are checked at creation, so helpers come first).
 SCHEMA_STAGES = ("core", "observe", "schema", "oplog", "replica", "steps", "schedule", "worker",
@@ -60,11 +61,14 @@ Params = Mapping[str, Any] | None
 
 @dataclass(frozen=True)
 class Query:
-    """A named statement from a stage's .sql file."""
+    """A named statement from a stage's .sql file. `prepare` is False for a statement marked
+    `-- planned per call`: one whose optional filters decide the index, so a plan cached for
+    one set of arguments (psycopg prepares a statement after 5 runs) would be wrong for others."""
 
     name: str
     stage: str
     sql: str
+    prepare: bool = True
 
 
 @cache
@@ -80,7 +84,8 @@ def catalog() -> dict[str, Query]:
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in found:
                 raise RuntimeError(f"query {name!r} is defined twice ({found[name].stage}, {stage})")
-            found[name] = Query(name=name, stage=stage, sql=body.strip().rstrip(";"))
+            found[name] = Query(name=name, stage=stage, sql=body.strip().rstrip(";"),
+                                prepare=_PER_CALL.search(body) is None)
     return found
 
 

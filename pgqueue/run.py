@@ -19,10 +19,11 @@ Conn = psycopg.Connection[Any]
 
 def _run(conn: Conn, name: str, params: queries.Params,
          row_factory: RowFactory[R]) -> list[R]:
-    sql: LiteralString = queries.get(name).sql
+    query = queries.get(name)
+    sql: LiteralString = query.sql
     try:
         with conn.cursor(row_factory=row_factory) as cur:
-            cur.execute(sql, params)
+            cur.execute(sql, params, prepare=None if query.prepare else False)
             return cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:
         raise queries.translate(exc) from exc

@@ -18,10 +18,11 @@ AsyncConn = psycopg.AsyncConnection[Any]
 
 async def _run(conn: AsyncConn, name: str, params: queries.Params,
                row_factory: AsyncRowFactory[R]) -> list[R]:
-    sql: LiteralString = queries.get(name).sql
+    query = queries.get(name)
+    sql: LiteralString = query.sql
     try:
         async with conn.cursor(row_factory=row_factory) as cur:
-            await cur.execute(sql, params)
+            await cur.execute(sql, params, prepare=None if query.prepare else False)
             return await cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:
         raise queries.translate(exc) from exc

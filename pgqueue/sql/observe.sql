@@ -147,6 +147,7 @@ LIMIT %(limit)s
 -- does), each payload cut to its first %(preview)s bytes. The primary keys serve it (the
 -- view's two branches merged by id); a stream and state are served by job_listed_idx,
 -- job_leased_idx or dead_letter_stream_idx. A state rules out the other table's branch.
+-- planned per call: the filters given decide the index (a cached plan would not)
 SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
        octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
@@ -163,6 +164,7 @@ LIMIT %(limit)s
 
 -- name: jobs_page_ids
 -- The ids of jobs_page (a bulk action walks them a batch at a time).
+-- planned per call: the filters given decide the index (a cached plan would not)
 SELECT id FROM pgqueue.jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -175,6 +177,7 @@ LIMIT %(limit)s
 -- name: jobs_count
 -- How many jobs jobs_page's filter matches (what a bulk action will touch), and the newest
 -- of them (the bulk action goes no further, so jobs enqueued after the count are left).
+-- planned per call: the filters given decide the index (a cached plan would not)
 SELECT count(*)::bigint AS count, max(id) AS newest FROM pgqueue.jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)

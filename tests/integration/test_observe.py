@@ -4,11 +4,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 import time
+from collections.abc import Mapping
 
 import pytest
 
 import pgqueue
-from pgqueue import connection, queries
+from pgqueue import connection, observe, queries
 
 
 def by_key(stats: list[pgqueue.StreamStats]) -> dict[tuple[str, str], int]:
@@ -228,3 +229,70 @@ def test_op_log_preview_is_op_body_with_the_payload_cut(q: pgqueue.Queue) -> Non
     assert by_op[("Lease", held.job_id)].payload_size is None
     assert [p.op.job_id for p in q.op_log_preview(job_id=job_id)] == [job_id]
     assert len(q.op_log_preview(limit=2)) == 2
+
+
+# -- keyset pages (the dashboard's job lists) ----------------------------------------------------
+
+
+def _page_plan(conn: connection.Conn, params: Mapping[str, str]) -> str:
+    import json
+
+    sql = queries.get("jobs_page").sql
+    row = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", {
+        "stream": None, "state": None, "kind": None, "after": None, "through": None,
+        "limit": 51, "preview": 100, **params}).fetchone()
+    return json.dumps(row)
+
+
+def test_a_page_of_a_stream_and_state_reads_its_index_not_the_whole_table(
+        q: pgqueue.Queue, dsn: str) -> None:
+    """Rare jobs (quarantined, leased, a small stream's) behind 20,000 others are found
+    through job_listed_idx and job_leased_idx; a state reads only its table; and jobs_page is
+    never prepared, so a plan made for earlier calls' arguments (no filter: the primary keys)
+    is never reused for others."""
+    for _ in range(20):
+        q.enqueue_many([pgqueue.NewJob(b"x", kind="bulk") for _ in range(1000)])
+    with connection.connect(dsn) as conn:
+        conn.execute("ANALYZE pgqueue.job")
+        conn.execute("ANALYZE pgqueue.dead_letter")
+        for params, index in [({"stream": "small", "state": "pending"}, "job_listed_idx"),
+                              ({"stream": "small", "state": "quarantined"}, "job_listed_idx"),
+                              ({"stream": "small", "state": "leased"}, "job_leased_idx")]:
+            plan = _page_plan(conn, params)
+            assert index in plan, (params, plan)
+            assert '"Node Type": "Seq Scan"' not in plan, (params, plan)
+        assert '"Relation Name": "dead_letter"' not in _page_plan(conn, {"state": "pending"})
+        assert '"Relation Name": "job"' not in _page_plan(conn, {"state": "dead"})
+        for _ in range(12):  # more than psycopg's prepare threshold (5)
+            observe.jobs_page(conn, limit=5)
+            observe.jobs_page(conn, stream="default", state="pending", limit=5)
+            observe.stats(conn)  # an ordinary query: prepared after 5 runs
+        prepared = [r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements")]
+        assert not [s for s in prepared if "planned per call" in s], prepared
+        assert [s for s in prepared if "GROUP BY stream, state" in s], prepared
+    assert queries.get("jobs_page").prepare is False and queries.get("lease_jobs").prepare
+
+
+def test_pages_walk_every_job_once_newest_first(q: pgqueue.Queue) -> None:
+    dead = q.enqueue(b"d", kind="k", max_attempts=1)
+    for lease in q.lease(limit=1):
+        q.nack(lease, error="x")  # dies: a dead letter, in the other table
+    ids = q.enqueue_many([pgqueue.NewJob({"i": i}, kind="k" if i % 3 else "other")
+                          for i in range(23)])
+    seen: list[int] = []
+    after = None
+    while True:
+        page = q.jobs_page(kind="k", after=after, limit=4)
+        seen += [p.job.job_id for p in page.jobs]
+        if page.next is None:
+            break
+        assert page.next == seen[-1]
+        after = page.next
+    wanted = sorted([i for n, i in enumerate(ids) if n % 3] + [dead], reverse=True)
+    assert seen == wanted
+    assert {p.job.state for p in q.jobs_page(state="dead").jobs} == {"dead"}
+    assert q.count_jobs(kind="k") == pgqueue.JobCount(len(wanted), max(wanted))
+    with pytest.raises(ValueError, match="limit"):
+        q.jobs_page(limit=0)
+    with pytest.raises(ValueError, match="state must be one of"):
+        q.jobs_page(state="finished")
