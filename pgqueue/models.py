@@ -267,8 +267,9 @@ class QueueGauges:
 
 @dataclass(frozen=True)
 class JobCount:
-    """How many jobs a filter (stream, state, kind) matches, and the newest one's id: a bulk
-    action given `newest` as its bound touches no job enqueued after the count."""
+    """How many jobs a filter (stream, state, kind) matches, and the newest job id there is
+    (of any filter): a bulk action given `newest` as its bound touches no job enqueued after
+    the count."""
 
     count: int
     newest: int | None
@@ -276,15 +277,25 @@ class JobCount:
 
 @dataclass(frozen=True)
 class Throughput:
-    """One stream's jobs over the last `seconds`, from the op log."""
+    """One stream's jobs in one minute (by the op log's time, the database's clock)."""
 
     stream: str
-    seconds: float
+    #: the minute's start
+    minute: dt.datetime
     enqueued: int
     acked: int
     #: nacked or reclaimed (each failed attempt once)
     failed: int
     cancelled: int
+
+
+@dataclass(frozen=True)
+class ThroughputMinutes:
+    """Jobs by stream and minute since a time, and the database's current minute (which is
+    not over: its counts may still grow)."""
+
+    now_minute: dt.datetime
+    minutes: list[Throughput]
 
 
 #: The operator verbs on a job, by the names the CLI, the HTTP API and the dashboard use.

@@ -29,7 +29,7 @@ from pgqueue.models import (
     OpPreview,
     QueueGauges,
     StreamStats,
-    Throughput,
+    ThroughputMinutes,
 )
 from pgqueue.run import Conn
 
@@ -113,16 +113,17 @@ class QueueOperations:
     def count_jobs(self, *, stream: str | None = None, state: str | None = None,
                    kind: str | None = None) -> JobCount:
         """How many jobs of any stream (or `stream`), state and kind there are, and the newest
-        one's id (the bound to give act_on_jobs)."""
+        job id (the bound to give act_on_jobs, so jobs enqueued later are left alone)."""
         with self.connection() as conn:
             return observe.count_jobs(conn, stream=stream, state=state, kind=kind)
 
     @follow_leader(idempotent=True)
-    def throughput(self, seconds: float = 3600.0) -> list[Throughput]:
-        """Per stream, jobs enqueued, acked, failed and cancelled in the last `seconds`, counted
-        from the op log (it reads each op of the span)."""
+    def throughput(self, *, since: dt.datetime | None = None) -> ThroughputMinutes:
+        """Per stream and minute since `since` (None: the last hour), jobs enqueued, acked,
+        failed and cancelled, counted from the op log, and the database's current minute (a
+        caller that keeps the minutes that are over asks again from that one)."""
         with self.connection() as conn:
-            return observe.throughput(conn, seconds)
+            return observe.throughput(conn, since)
 
     @follow_leader(idempotent=True)
     def stats(self) -> list[StreamStats]:

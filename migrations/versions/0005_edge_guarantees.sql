@@ -61,3 +61,5 @@ ALTER TABLE pgqueue.job ADD COLUMN trace_context jsonb;
 -- covers the parked jobs the index it replaces served.
 DROP INDEX pgqueue.job_parked_idx;
 CREATE INDEX job_listed_idx ON pgqueue.job (stream, state, id) WHERE state <> 'leased';
+CREATE INDEX job_kind_listed_idx ON pgqueue.job (stream, state, kind, id) WHERE state <> 'leased';
+CREATE INDEX dead_letter_kind_idx ON pgqueue.dead_letter (stream, kind, id);

@@ -8,6 +8,7 @@ their first bytes, with the whole length beside them: what a person reads (the C
 """
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from pgqueue import validate
@@ -25,6 +26,7 @@ from pgqueue.models import (
     QueueGauges,
     StreamStats,
     Throughput,
+    ThroughputMinutes,
 )
 
 #: How much of a payload a preview holds by default (bytes).
@@ -250,16 +252,20 @@ async def jobs_page_ids(conn: run.AsyncConn, *, stream: str | None, state: str |
 
 async def count_jobs(conn: run.AsyncConn, *, stream: str | None = None, state: str | None = None,
                      kind: str | None = None) -> JobCount:
-    """How many jobs the filter matches, and the newest of them."""
+    """How many jobs the filter matches (without a kind, from the counts the writes keep: no
+    scan), and the newest job id (the bound of a bulk action)."""
     row = await run.fetch_one(conn, "jobs_count", job_filter(stream, state, kind))
     assert row is not None
     return JobCount(int(row["count"]), row["newest"])
 
 
-async def throughput(conn: run.AsyncConn, seconds: float = 3600.0) -> list[Throughput]:
-    """Per stream, jobs enqueued, acked, failed and cancelled in the last `seconds`, from the
-    op log (it reads every op of the span: cache it)."""
-    span = validate.seconds(seconds, "seconds", positive=True)
-    return [Throughput(r["stream"], span, int(r["enqueued"]), int(r["acked"]), int(r["failed"]),
-                       int(r["cancelled"]))
-            for r in await run.fetch(conn, "throughput", {"seconds": span})]
+async def throughput(conn: run.AsyncConn, since: dt.datetime | None = None) -> ThroughputMinutes:
+    """Jobs enqueued, acked, failed and cancelled per stream and minute since `since` (None:
+    the last hour), from the op log, and the database's current minute."""
+    if since is not None and (not isinstance(since, dt.datetime) or since.tzinfo is None):
+        raise ValueError(f"since must be a timezone-aware datetime, got {since!r}")
+    rows = await run.fetch(conn, "throughput", {"since": since})
+    return ThroughputMinutes(rows[0]["now_minute"], [
+        Throughput(r["stream"], r["minute"], int(r["enqueued"]), int(r["acked"]),
+                   int(r["failed"]), int(r["cancelled"]))
+        for r in rows if r["stream"] is not None])

@@ -30,7 +30,7 @@ from pgqueue.models import (
     OpPreview,
     QueueGauges,
     StreamStats,
-    Throughput,
+    ThroughputMinutes,
 )
 
 
@@ -113,16 +113,17 @@ class AsyncQueueOperations:
     async def count_jobs(self, *, stream: str | None = None, state: str | None = None,
                          kind: str | None = None) -> JobCount:
         """How many jobs of any stream (or `stream`), state and kind there are, and the newest
-        one's id (the bound to give act_on_jobs)."""
+        job id (the bound to give act_on_jobs, so jobs enqueued later are left alone)."""
         async with self.connection() as conn:
             return await observe.count_jobs(conn, stream=stream, state=state, kind=kind)
 
     @follow_leader(idempotent=True)
-    async def throughput(self, seconds: float = 3600.0) -> list[Throughput]:
-        """Per stream, jobs enqueued, acked, failed and cancelled in the last `seconds`, counted
-        from the op log (it reads each op of the span)."""
+    async def throughput(self, *, since: dt.datetime | None = None) -> ThroughputMinutes:
+        """Per stream and minute since `since` (None: the last hour), jobs enqueued, acked,
+        failed and cancelled, counted from the op log, and the database's current minute (a
+        caller that keeps the minutes that are over asks again from that one)."""
         async with self.connection() as conn:
-            return await observe.throughput(conn, seconds)
+            return await observe.throughput(conn, since)
 
     @follow_leader(idempotent=True)
     async def stats(self) -> list[StreamStats]:

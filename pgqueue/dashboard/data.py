@@ -16,24 +16,48 @@ from pgqueue.observe import STALE_WORKER_SECONDS
 
 #: How much of a payload a page shows (the database cuts it; the size is shown beside it).
 PREVIEW_BYTES = 2000
-#: The op log is read for an hour's throughput at most this often (it reads every op of the hour).
-THROUGHPUT_TTL = 30.0
+#: The overview's throughput is brought up to date at most this often.
+THROUGHPUT_TTL = 10.0
 #: The span of the overview's throughput.
-THROUGHPUT_SECONDS = 3600.0
+THROUGHPUT_MINUTES = 60
 
 
 @dataclass
 class Cache:
-    """The throughput figures, kept for THROUGHPUT_TTL seconds."""
+    """The last hour's throughput by stream and minute. The minutes that are over are kept;
+    each refresh reads the op log only from the database's current minute on (a first one
+    reads the hour). An op whose transaction commits more than a minute after it began (its
+    `at`) can be missed: a figure for people, not an audit."""
 
-    at: float = 0.0
-    value: dict[str, Throughput] = field(default_factory=dict)
+    at: float = -1e9
+    #: (stream, minute) -> that minute's counts
+    minutes: dict[tuple[str, dt.datetime], Throughput] = field(default_factory=dict)
+    #: the database's current minute at the last refresh (counted again at the next)
+    open_minute: dt.datetime | None = None
+    #: an hour before it: older minutes are left out
+    horizon: dt.datetime | None = None
 
-    async def throughput(self, q: AsyncQueue) -> dict[str, Throughput]:
+    async def throughput(self, q: AsyncQueue) -> dict[str, dict[str, int]]:
+        """Per stream, the jobs enqueued, acked, failed and cancelled in the last hour."""
         if time.monotonic() - self.at > THROUGHPUT_TTL:
-            self.value = {t.stream: t for t in await q.throughput(THROUGHPUT_SECONDS)}
-            self.at = time.monotonic()
-        return self.value
+            found = await q.throughput(since=self.open_minute)
+            horizon = found.now_minute - dt.timedelta(minutes=THROUGHPUT_MINUTES)
+            self.minutes = {key: t for key, t in self.minutes.items()
+                            if horizon <= key[1] and (self.open_minute is None
+                                                      or key[1] < self.open_minute)}
+            self.minutes.update({(t.stream, t.minute): t for t in found.minutes})
+            self.open_minute, self.horizon, self.at = found.now_minute, horizon, time.monotonic()
+        totals: dict[str, dict[str, int]] = {}
+        for (stream, minute), t in self.minutes.items():
+            if self.horizon is not None and minute < self.horizon:
+                continue
+            total = totals.setdefault(stream, dict.fromkeys(
+                ("enqueued", "acked", "failed", "cancelled"), 0))
+            total["enqueued"] += t.enqueued
+            total["acked"] += t.acked
+            total["failed"] += t.failed
+            total["cancelled"] += t.cancelled
+        return totals
 
 
 def jsonable(value: Any) -> Any:
@@ -67,11 +91,9 @@ async def stats(q: AsyncQueue, cache: Cache) -> dict[str, Any]:
     }
 
 
-def _throughput(t: Throughput | None) -> dict[str, Any]:
-    if t is None:
-        return {"enqueued": 0, "acked": 0, "failed": 0, "cancelled": 0, "acked_per_minute": 0.0}
-    return {"enqueued": t.enqueued, "acked": t.acked, "failed": t.failed,
-            "cancelled": t.cancelled, "acked_per_minute": round(t.acked / (t.seconds / 60), 2)}
+def _throughput(t: dict[str, int] | None) -> dict[str, Any]:
+    counts = t or dict.fromkeys(("enqueued", "acked", "failed", "cancelled"), 0)
+    return {**counts, "acked_per_minute": round(counts["acked"] / THROUGHPUT_MINUTES, 2)}
 
 
 async def jobs(q: AsyncQueue, where: JobFilter, page: Page) -> dict[str, Any]:

@@ -101,6 +101,9 @@ CREATE INDEX job_leased_idx ON pgqueue.job (id) WHERE state = 'leased';
 -- first. Leased jobs are left out: a lease writes no entry here (leased jobs are listed
 -- through job_leased_idx), so the index costs the lease nothing and an enqueue one entry.
 CREATE INDEX job_listed_idx ON pgqueue.job (stream, state, id) WHERE state <> 'leased';
+-- The same with a kind: a rare kind (or one no job has) behind a million others is found at
+-- once instead of by reading them all (153 ms -> 0.4 ms on 1,000,000 jobs, bench/dashboard_pages.py).
+CREATE INDEX job_kind_listed_idx ON pgqueue.job (stream, state, kind, id) WHERE state <> 'leased';
 -- At most one live job per (stream, dedup_key): enforced here, never by read-then-write.
 CREATE UNIQUE INDEX job_dedup_idx ON pgqueue.job (stream, dedup_key)
     WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased');
@@ -128,6 +131,7 @@ CREATE TABLE pgqueue.dead_letter (
     max_attempts_given    boolean NOT NULL DEFAULT true
 );
 CREATE INDEX dead_letter_stream_idx ON pgqueue.dead_letter (stream, id);
+CREATE INDEX dead_letter_kind_idx ON pgqueue.dead_letter (stream, kind, id);
 
 -- schema: functions -------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime as dt
 import time
 from collections.abc import Mapping
 
@@ -291,8 +292,32 @@ def test_pages_walk_every_job_once_newest_first(q: pgqueue.Queue) -> None:
     wanted = sorted([i for n, i in enumerate(ids) if n % 3] + [dead], reverse=True)
     assert seen == wanted
     assert {p.job.state for p in q.jobs_page(state="dead").jobs} == {"dead"}
-    assert q.count_jobs(kind="k") == pgqueue.JobCount(len(wanted), max(wanted))
+    newest = max([*ids, dead])
+    assert q.count_jobs(kind="k") == pgqueue.JobCount(len(wanted), newest)
+    assert q.count_jobs(state="pending") == pgqueue.JobCount(len(ids), newest)  # kept counts
+    assert q.count_jobs(stream="default", state="dead") == pgqueue.JobCount(1, newest)
+    assert q.count_jobs(stream="elsewhere") == pgqueue.JobCount(0, newest)
     with pytest.raises(ValueError, match="limit"):
         q.jobs_page(limit=0)
     with pytest.raises(ValueError, match="state must be one of"):
         q.jobs_page(state="finished")
+
+
+def test_throughput_counts_the_op_log_by_stream_and_minute(dsn: str, q: pgqueue.Queue) -> None:
+    q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(4)])
+    first, second = q.lease(limit=2)
+    q.ack(first)
+    q.nack(second, error="no")
+    with pgqueue.Queue(dsn, stream="other") as other:
+        job_id = other.enqueue(b"y")
+        other.cancel(job_id)
+    whole = q.throughput()
+    totals = {s: [sum(getattr(t, f) for t in whole.minutes if t.stream == s)
+                  for f in ("enqueued", "acked", "failed", "cancelled")]
+              for s in ("default", "other")}
+    assert totals == {"default": [4, 1, 1, 0], "other": [1, 0, 0, 1]}
+    assert all(t.minute <= whole.now_minute and t.minute.second == 0 for t in whole.minutes)
+    later = q.throughput(since=whole.now_minute + dt.timedelta(minutes=1))
+    assert later.minutes == [] and later.now_minute >= whole.now_minute
+    with pytest.raises(ValueError, match="timezone-aware"):
+        q.throughput(since=dt.datetime(2026, 1, 1))
