@@ -51,7 +51,8 @@ def enqueue_script(dsn: str, stream: str, job: pgqueue.NewJob) -> Path:
         "stream": stream, "payload": cols["payloads"][0], "kind": cols["kinds"][0],
         "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],
         "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
-        "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0]}
+        "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
+        "request": None, "resent": False, "trace": None}  # as Queue.enqueue sends them untraced
     query: LiteralString = "\n".join(line for line in queries.get("enqueue_job").sql.splitlines()
                       if not line.lstrip().startswith("--"))
     with connection.connect(dsn) as conn:

@@ -224,19 +224,35 @@ def _bound(value: int | None, name: str) -> int | None:
     return None if value is None else validate.integer(value, name, low=0, high=validate.MAX_BIGINT)
 
 
+#: With a kind, the most jobs one page looks at (see jobs_page).
+KIND_WINDOW = 10_000
+
+
 def jobs_page(conn: run.Conn, *, stream: str | None = None, state: str | None = None,
               kind: str | None = None, after: int | None = None, limit: int = 50,
               preview_bytes: int = PREVIEW_BYTES) -> JobsPage:
     """Jobs newest first, filtered, below id `after` (keyset paging: every page costs the same
-    however deep), each payload cut to its first `preview_bytes` bytes."""
+    however deep), each payload cut to its first `preview_bytes` bytes.
+
+    With a kind, a page looks at no more than the KIND_WINDOW newest jobs of the rest of the
+    filter, so it may hold fewer jobs than `limit`, even none, and still have a `next`: follow
+    `next` until it is None."""
     params = job_filter(stream, state, kind)
     validate.integer(limit, "limit", low=1, high=MAX_PAGE)
-    rows = run.fetch(conn, "jobs_page", {
-        **params, "after": _bound(after, "after"), "through": None, "limit": limit + 1,
-        "preview": _preview(preview_bytes)})
-    more = len(rows) > limit
-    jobs = [_job_preview(r) for r in rows[:limit]]
-    return JobsPage(jobs, jobs[-1].job.job_id if more else None)
+    args = {**params, "after": _bound(after, "after"), "through": None, "limit": limit + 1,
+            "preview": _preview(preview_bytes)}
+    if kind is None:
+        rows = run.fetch(conn, "jobs_page", args)
+        more = len(rows) > limit
+        jobs = [_job_preview(r) for r in rows[:limit]]
+        return JobsPage(jobs, jobs[-1].job.job_id if more else None)
+    rows = run.fetch(conn, "jobs_page_of_kind", {**args, "window": KIND_WINDOW})
+    found = [r for r in rows if r["id"] is not None]
+    jobs = [_job_preview(r) for r in found[:limit]]
+    if len(found) > limit:
+        return JobsPage(jobs, jobs[-1].job.job_id)
+    window_full = bool(rows) and int(rows[0]["window_size"] or 0) >= KIND_WINDOW
+    return JobsPage(jobs, int(rows[0]["window_floor"]) if window_full else None)
 
 
 def jobs_page_ids(conn: run.Conn, *, stream: str | None, state: str | None,

@@ -1,6 +1,4 @@
 -- 14 dashboard
-DROP INDEX pgqueue.dead_letter_kind_idx;
-DROP INDEX pgqueue.job_kind_listed_idx;
 DROP INDEX pgqueue.job_listed_idx;
 CREATE INDEX job_parked_idx ON pgqueue.job (stream, state, id)
     WHERE state IN ('quarantined', 'undecodable');

@@ -58,8 +58,7 @@ SELECT stream, 'dead', count(*) FROM pgqueue.dead_letter GROUP BY stream;
 ALTER TABLE pgqueue.job ADD COLUMN trace_context jsonb;
 
 -- 14 dashboard: keyset pages of a stream's jobs in one state (pgqueue/sql/core.sql); it
--- covers the parked jobs the index it replaces served.
+-- covers the parked jobs the index it replaces served, and scheduled ones.
 DROP INDEX pgqueue.job_parked_idx;
-CREATE INDEX job_listed_idx ON pgqueue.job (stream, state, id) WHERE state <> 'leased';
-CREATE INDEX job_kind_listed_idx ON pgqueue.job (stream, state, kind, id) WHERE state <> 'leased';
-CREATE INDEX dead_letter_kind_idx ON pgqueue.dead_letter (stream, kind, id);
+CREATE INDEX job_listed_idx ON pgqueue.job (stream, state, id)
+    WHERE state IN ('scheduled', 'quarantined', 'undecodable');

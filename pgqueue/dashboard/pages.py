@@ -22,6 +22,7 @@ from starlette.templating import Jinja2Templates
 from pgqueue.dashboard import auth, data, params
 from pgqueue.dashboard.context import context, status_for
 from pgqueue.models import JOB_STATES, VERBS
+from pgqueue.observe import KIND_WINDOW
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -152,7 +153,7 @@ async def jobs(request: Request) -> Response:
                   next_url=None if found["next"] is None
                   else f"{root(request)}/jobs?" + urlencode({**base, "after": found["next"]}),
                   first_url=None if at.after is None else f"{root(request)}/jobs?" + urlencode(base),
-                  bulk_query=urlencode(where.query()))
+                  kind_window=KIND_WINDOW)
 
 
 @page

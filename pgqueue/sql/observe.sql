@@ -145,8 +145,9 @@ LIMIT %(limit)s
 -- A page for people (the dashboard): jobs newest first, of one stream, state and kind where
 -- given, with ids below %(after)s (keyset paging: the thousandth page costs what the first
 -- does), each payload cut to its first %(preview)s bytes. The primary keys serve it (the
--- view's two branches merged by id); a stream and state are served by job_listed_idx,
--- job_leased_idx or dead_letter_stream_idx. A state rules out the other table's branch.
+-- view's two branches merged by id); a stream and a state few jobs are in by job_listed_idx,
+-- job_pending_idx, job_leased_idx or dead_letter_stream_idx. A state rules out the other
+-- table's branch. A kind is a filter on the rows read: a rare one takes longer to find.
 -- planned per call: the filters given decide the index (a cached plan would not)
 SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
        octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
@@ -161,6 +162,38 @@ WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(through)s::bigint IS NULL OR id <= %(through)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s
+
+-- name: jobs_page_of_kind
+-- jobs_page with a kind, looking at no more than the %(window)s newest jobs of the rest of the
+-- filter (below %(after)s): no index holds the kind (one would cost every enqueue), so a
+-- kind few jobs have is found by reading jobs, and this bounds how many one page reads. Each
+-- row carries the window's oldest id and size; the caller goes on below it when the window was
+-- full. A row with a NULL id: no job of the kind in the window.
+-- planned per call: the filters given decide the index (a cached plan would not)
+WITH win AS MATERIALIZED (
+    SELECT min(id) AS floor, count(*) AS size
+    FROM (SELECT id FROM pgqueue.jobs
+          WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+            AND (%(state)s::text IS NULL OR state = %(state)s::text)
+            AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
+          ORDER BY id DESC
+          LIMIT %(window)s) w)
+SELECT win.floor AS window_floor, win.size AS window_size, j.*
+FROM win LEFT JOIN LATERAL (
+    SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
+           octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
+           enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
+           worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
+           checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step
+    FROM pgqueue.jobs
+    WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+      AND (%(state)s::text IS NULL OR state = %(state)s::text)
+      AND kind = %(kind)s::text
+      AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
+      AND id >= win.floor
+    ORDER BY id DESC
+    LIMIT %(limit)s) j ON true
+ORDER BY j.id DESC
 
 -- name: jobs_page_ids
 -- The ids of jobs_page (a bulk action walks them a batch at a time).
@@ -178,7 +211,7 @@ LIMIT %(limit)s
 -- How many jobs jobs_page's filter matches (what a bulk action will touch), and the newest
 -- job id there is (the bulk action goes no further, so jobs enqueued after the count are left
 -- alone). Without a kind, the count is the kept counts' (as the gauges read them: no scan);
--- with one, the jobs of the kind are counted (job_kind_listed_idx, dead_letter_kind_idx).
+-- with one, the jobs of the kind are counted.
 -- planned per call: the filters given decide the index (a cached plan would not)
 SELECT CASE WHEN %(kind)s::text IS NULL THEN
            (SELECT coalesce(sum(n), 0)

@@ -239,7 +239,7 @@ def _page_plan(conn: connection.Conn, params: Mapping[str, str]) -> str:
     import json
 
     sql = queries.get("jobs_page").sql
-    row = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", {
+    row = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", prepare=False, params={
         "stream": None, "state": None, "kind": None, "after": None, "through": None,
         "limit": 51, "preview": 100, **params}).fetchone()
     return json.dumps(row)
@@ -247,16 +247,17 @@ def _page_plan(conn: connection.Conn, params: Mapping[str, str]) -> str:
 
 def test_a_page_of_a_stream_and_state_reads_its_index_not_the_whole_table(
         q: pgqueue.Queue, dsn: str) -> None:
-    """Rare jobs (quarantined, leased, a small stream's) behind 20,000 others are found
-    through job_listed_idx and job_leased_idx; a state reads only its table; and jobs_page is
-    never prepared, so a plan made for earlier calls' arguments (no filter: the primary keys)
-    is never reused for others."""
+    """Rare jobs (a small stream's, in any state) behind 20,000 others are found through
+    a pending-jobs index, job_listed_idx and job_leased_idx; a state reads only its table; and
+    jobs_page is never prepared, so a plan made for earlier calls' arguments (no filter: the
+    primary keys) is never reused for others."""
     for _ in range(20):
         q.enqueue_many([pgqueue.NewJob(b"x", kind="bulk") for _ in range(1000)])
     with connection.connect(dsn) as conn:
         conn.execute("ANALYZE pgqueue.job")
         conn.execute("ANALYZE pgqueue.dead_letter")
-        for params, index in [({"stream": "small", "state": "pending"}, "job_listed_idx"),
+        for params, index in [({"stream": "small", "state": "pending"}, "job_pending_"),
+                              ({"stream": "small", "state": "scheduled"}, "job_listed_idx"),
                               ({"stream": "small", "state": "quarantined"}, "job_listed_idx"),
                               ({"stream": "small", "state": "leased"}, "job_leased_idx")]:
             plan = _page_plan(conn, params)
@@ -321,3 +322,29 @@ def test_throughput_counts_the_op_log_by_stream_and_minute(dsn: str, q: pgqueue.
     assert later.minutes == [] and later.now_minute >= whole.now_minute
     with pytest.raises(ValueError, match="timezone-aware"):
         q.throughput(since=dt.datetime(2026, 1, 1))
+
+
+def test_a_kind_page_looks_at_a_bounded_window_and_the_walk_still_finds_every_job(
+        q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a kind, a page reads at most KIND_WINDOW jobs: a kind no job near the top has
+    gives an empty page with a next cursor, and following next finds every job of it."""
+    monkeypatch.setattr(observe, "KIND_WINDOW", 5)
+    rare = [q.enqueue(b"r", kind="rare")]
+    q.enqueue_many([pgqueue.NewJob(b"x", kind="bulk") for _ in range(12)])
+    rare.append(q.enqueue(b"r", kind="rare"))
+    q.enqueue_many([pgqueue.NewJob(b"x", kind="bulk") for _ in range(7)])
+    first = q.jobs_page(kind="rare", limit=10)
+    assert first.jobs == [] and first.next is not None  # 5 bulk jobs looked at, none rare
+    seen: list[int] = []
+    pages = 0
+    page = first
+    while page.next is not None:
+        page = q.jobs_page(kind="rare", limit=10, after=page.next)
+        seen += [p.job.job_id for p in page.jobs]
+        pages += 1
+        assert pages < 10
+    assert seen == sorted(rare, reverse=True)
+    assert [p.job.job_id for p in q.jobs_page(kind="nothing", limit=3).jobs] == []
+    # more jobs of the kind in the window than a page holds: next is the last one shown
+    many = q.jobs_page(kind="bulk", limit=2)
+    assert len(many.jobs) == 2 and many.next == many.jobs[-1].job.job_id
