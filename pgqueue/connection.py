@@ -81,7 +81,11 @@ def open_pool(dsn: str, *, max_size: int = 4,
         # server restart fails on use, is discarded when returned, and the call is retried.
         reconnect_timeout=60.0,
     )
-    pool.open(wait=True, timeout=30.0)
+    try:
+        pool.open(wait=True, timeout=30.0)
+    except BaseException:  # a timeout, or the caller cancelled: no pool tasks outlive it
+        pool.close()
+        raise
     return pool
 
 

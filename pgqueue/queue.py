@@ -91,11 +91,6 @@ class Queue(QueueOperations):
             old.close()
         return True
 
-    def leader(self) -> str:
-        """The DSN of the leader this queue uses (found and connected to on first use)."""
-        self._open()
-        return (self._parent or self).dsn
-
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:

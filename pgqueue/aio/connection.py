@@ -80,7 +80,11 @@ async def open_pool(dsn: str, *, max_size: int = 4,
         # server restart fails on use, is discarded when returned, and the call is retried.
         reconnect_timeout=60.0,
     )
-    await pool.open(wait=True, timeout=30.0)
+    try:
+        await pool.open(wait=True, timeout=30.0)
+    except BaseException:  # a timeout, or the caller cancelled: no pool tasks outlive it
+        await pool.close()
+        raise
     return pool
 
 

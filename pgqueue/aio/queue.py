@@ -97,11 +97,6 @@ class AsyncQueue(AsyncQueueOperations):
             await old.close()
         return True
 
-    async def leader(self) -> str:
-        """The DSN of the leader this queue uses (found and connected to on first use)."""
-        await self._open()
-        return (self._parent or self).dsn
-
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def close(self) -> None:

@@ -14,6 +14,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pgqueue.aio import connection
 from pgqueue.aio.queue import AsyncQueue
 from pgqueue.dashboard import api, pages
 from pgqueue.dashboard.auth import Auth
@@ -63,7 +64,8 @@ def create_app(dsn: str | Sequence[str], *, admin_token: str | None = None) -> S
     request, so a service can mount this before its database is up."""
     auth = Auth(admin_token)
     queue = AsyncQueue(dsn, pool_size=4)
-    ctx = Context(queue, auth, Cache(), Broadcaster(queue.leader))
+    # the listener finds the leader itself: it never opens (or waits on) the queue's pool
+    ctx = Context(queue, auth, Cache(), Broadcaster(lambda: connection.find_leader(queue.dsns)))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

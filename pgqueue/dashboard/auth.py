@@ -79,7 +79,7 @@ class Auth:
         if self.read_only or not value or value.count(".") != 2:
             return False
         issued, nonce, signature = value.split(".")
-        if not hmac.compare_digest(self._sign(f"{issued}.{nonce}"), signature):
+        if not _same(self._sign(f"{issued}.{nonce}"), signature):
             return False
         return issued.isdigit() and time.time() - int(issued) < SESSION_SECONDS
 
@@ -112,9 +112,16 @@ class Auth:
         if session is None:
             return Denied(401, "log in with the admin token (or send Authorization: Bearer TOKEN)")
         given_csrf = request.headers.get(CSRF_HEADER) or form_csrf or ""
-        if not hmac.compare_digest(given_csrf, self._sign(f"csrf:{session}")):
+        if not _same(given_csrf, self._sign(f"csrf:{session}")):
             return Denied(403, "missing or stale CSRF token: reload the page and try again")
         return None
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time equality of a client's string with ours (any characters: compared as
+    UTF-8, since compare_digest refuses non-ASCII str)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"),
+                               expected.encode("utf-8"))
 
 
 def same_origin(request: Request) -> bool:

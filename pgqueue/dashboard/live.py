@@ -43,10 +43,21 @@ class Broadcaster:
             self._task = asyncio.create_task(self._listen(), name="pgqueue-dashboard-listener")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Cancel the listener and wait for it, re-cancelling should a library swallow the
+        cancellation (a bounded wait: a stop never hangs)."""
+        task = self._task
+        if task is None:
+            return
+        for _ in range(20):
+            task.cancel()
+            done, _pending = await asyncio.wait({task}, timeout=0.25)
+            if done:
+                break
+        else:
+            log.warning("dashboard listener did not stop within 5 s; leaving it")
+            return
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            task.result()
 
     async def _bump(self) -> None:
         async with self._changed:

@@ -141,8 +141,8 @@ def test_every_public_queue_method_follows_the_leader() -> None:
     import inspect as pyinspect
 
     # enqueue and enqueue_many open their producer span, then call the wrapped methods below;
-    # for_stream makes a queue (no call) and leader opens the pool (finding the leader)
-    exempt = {"close", "connection", "enqueue", "enqueue_many", "for_stream", "leader"}
+    # for_stream makes a queue (no call)
+    exempt = {"close", "connection", "enqueue", "enqueue_many", "for_stream"}
     for name, member in pyinspect.getmembers(pgqueue.Queue, pyinspect.isfunction):
         if name.startswith("_") or name in exempt:
             continue
