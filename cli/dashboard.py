@@ -38,10 +38,15 @@ def _token(path: str | None) -> tuple[str | None, str]:
               help="The address to listen on (0.0.0.0: every interface; put TLS in front).")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8470, show_default=True,
               help="The port to listen on (0: any free one, printed).")
+@click.option("--forwarded-allow-ips", default=None, metavar="IPS",
+              help="Proxies (comma-separated addresses, or *) whose X-Forwarded-Proto and "
+                   "-For to trust: behind a TLS proxy, so https:// pages may post and the "
+                   "session cookie is Secure (default: 127.0.0.1, or $FORWARDED_ALLOW_IPS).")
 @click.option("--admin-token-file", default=None, metavar="FILE",
               help=f"A file holding the admin token that actions need (else ${TOKEN_ENV}; "
                    f"neither: read-only).")
-def dashboard(host: str, port: int, admin_token_file: str | None) -> None:
+def dashboard(host: str, port: int, forwarded_allow_ips: str | None,
+              admin_token_file: str | None) -> None:
     """Serve the web dashboard and its JSON API (/api/...) until SIGTERM or SIGINT."""
     try:
         import uvicorn
@@ -72,7 +77,8 @@ def dashboard(host: str, port: int, admin_token_file: str | None) -> None:
     say(f"dashboard of {shown_dsn(database)} on http://{shown_host}:{bound}/ ({mode})")
     sys.stdout.flush()  # the address, for whoever started it
     config = uvicorn.Config(app, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=2, lifespan="on")
+                            timeout_graceful_shutdown=2, lifespan="on", proxy_headers=True,
+                            forwarded_allow_ips=forwarded_allow_ips)
     # uvicorn stops on SIGTERM/SIGINT, then raises the signal again for the handlers it found:
     # these take it, so a requested stop exits 0 (as `pgqueue metrics serve` does).
     restore = signals.install(lambda _sig: None)

@@ -12,6 +12,7 @@ import click
 from rich.text import Text
 
 import pgqueue
+from pgqueue import operate
 from pgqueue.jsonview import history_json
 
 from .common import (
@@ -188,8 +189,10 @@ def bulk(action: str, stream: str | None, state: str | None, kind: str | None,
     """Run ACTION (requeue, release, rewind, ...) on every job of a filter: counts them, asks,
     then acts on those counted (jobs enqueued after the count are left), each through the
     same transition as the one-job command. Jobs that changed meanwhile are listed as refused."""
-    if (action == "rewind") != (to_step is not None):
-        raise click.UsageError("--to-step NAME goes with rewind, and only with rewind")
+    try:
+        operate.check_verb(action, to_step)
+    except ValueError as exc:
+        raise click.UsageError(f"{exc} (--to-step NAME)") from None
     with open_queue() as q:
         counted = q.count_jobs(stream=stream, state=state, kind=kind)
         if counted.count == 0:

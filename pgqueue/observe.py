@@ -277,7 +277,7 @@ def count_jobs(conn: run.Conn, *, stream: str | None = None, state: str | None =
 
 def throughput(conn: run.Conn, since: dt.datetime | None = None) -> ThroughputMinutes:
     """Jobs enqueued, acked, failed and cancelled per stream and minute since `since` (None:
-    the last hour), from the op log, and the database's current minute."""
+    an hour ago; never further back), from the op log, and the database's current minute."""
     if since is not None and (not isinstance(since, dt.datetime) or since.tzinfo is None):
         raise ValueError(f"since must be a timezone-aware datetime, got {since!r}")
     rows = run.fetch(conn, "throughput", {"since": since})

@@ -72,12 +72,15 @@ def configure_stream(conn: run.Conn, stream: str, *, retry_base: float | None = 
     })
 
 
-def _verb(verb: str, to_step: str | None) -> str | None:
+def check_verb(verb: str, to_step: str | None, *, name: str = "verb") -> str | None:
+    """An operator verb checked, and the step it goes back to: rewind needs one, no other verb
+    takes one (the library's, the CLI's and the HTTP API's one rule; `name`: the parameter's
+    name in the caller's terms)."""
     if verb not in VERBS:
-        raise ValueError(f"verb must be one of {', '.join(VERBS)}, got {verb!r}")
+        raise ValueError(f"{name} must be one of {', '.join(VERBS)}, got {verb[:40]!r}")
     if verb == "rewind":
         if not isinstance(to_step, str) or not to_step:
-            raise ValueError("to_step must be a step name (rewind needs the step to start at)")
+            raise ValueError("to_step is required: the name of the step to rewind to")
         return validate.step_name(to_step, "to_step")
     if to_step is not None:
         raise ValueError(f"to_step is for rewind only, not {verb}")
@@ -87,7 +90,7 @@ def _verb(verb: str, to_step: str | None) -> str | None:
 def act(conn: run.Conn, verb: str, job_id: int, *, to_step: str | None = None) -> None:
     """Run the operator verb named `verb` on one job (JobNotFound: no such job; InvalidState:
     the verb does not fit the job's state)."""
-    step = _verb(verb, to_step)
+    step = check_verb(verb, to_step)
     if verb == "requeue":
         try:
             deadletter.requeue(conn, job_id)
@@ -113,18 +116,25 @@ def act(conn: run.Conn, verb: str, job_id: int, *, to_step: str | None = None) -
         cancel(conn, job_id)
 
 
+#: Jobs per statement of a bulk action: each its own subtransaction, one commit per batch, and
+#: below Postgres's 64 subtransactions per transaction (past them every session slows down).
+BULK_BATCH = 50
+
+
 def apply_to_jobs(conn: run.Conn, verb: str, job_ids: Sequence[int], *,
-                  to_step: str | None = None) -> dict[int, str]:
-    """One verb on each job, each in its own subtransaction of one statement; the jobs it did
+                  to_step: str | None = None, stream: str | None = None,
+                  state: str | None = None, kind: str | None = None) -> dict[int, str]:
+    """One verb on each job still matching the filter (stream, state, kind; None: any), each
+    locked, checked and changed in its own subtransaction of one statement; the jobs it did
     not fit, with why."""
-    step = _verb(verb, to_step)
+    step = check_verb(verb, to_step)
+    where = observe.job_filter(stream, state, kind)
     ids = [_job_id(i) for i in job_ids]
-    rows = run.fetch(conn, "apply_to_jobs", {"verb": verb, "job_ids": ids, "to_step": step})
+    if len(ids) > BULK_BATCH:
+        raise ValueError(f"job_ids: at most {BULK_BATCH} at a time, got {len(ids)}")
+    rows = run.fetch(conn, "apply_to_jobs", {
+        "verb": verb, "job_ids": ids, "to_step": step, **where})
     return {int(r["job_id"]): str(r["refused"]) for r in rows}
-
-
-#: Jobs per statement of a bulk action (each its own subtransaction; one commit per batch).
-BULK_BATCH = 500
 
 
 def act_on_jobs(conn: run.Conn, verb: str, *, stream: str | None = None,
@@ -133,9 +143,11 @@ def act_on_jobs(conn: run.Conn, verb: str, *, stream: str | None = None,
                 batch: int = BULK_BATCH) -> BulkResult:
     """Run `verb` on every job of a filter with an id of at most `through` (JobCount.newest
     from the count shown before confirming: later jobs are left), newest first, a batch per
-    statement. A job changed meanwhile so the verb no longer fits is counted as refused."""
-    _verb(verb, to_step)
+    statement. Each job is checked against the filter again under its row lock: one that
+    left it meanwhile, or that the verb no longer fits, is counted as refused."""
+    check_verb(verb, to_step)
     observe.job_filter(stream, state, kind)
+    validate.integer(batch, "batch", low=1, high=BULK_BATCH)
     done = refused = 0
     reasons: list[tuple[int, str]] = []
     after: int | None = None
@@ -144,7 +156,8 @@ def act_on_jobs(conn: run.Conn, verb: str, *, stream: str | None = None,
                                     after=after, through=through, limit=batch)
         if not ids:
             break
-        failed = apply_to_jobs(conn, verb, ids, to_step=to_step)
+        failed = apply_to_jobs(conn, verb, ids, to_step=to_step, stream=stream,
+                               state=state, kind=kind)
         done += len(ids) - len(failed)
         refused += len(failed)
         reasons.extend(list(failed.items())[:BulkResult.MAX_REASONS - len(reasons)])

@@ -119,9 +119,10 @@ class QueueOperations:
 
     @follow_leader(idempotent=True)
     def throughput(self, *, since: dt.datetime | None = None) -> ThroughputMinutes:
-        """Per stream and minute since `since` (None: the last hour), jobs enqueued, acked,
-        failed and cancelled, counted from the op log, and the database's current minute (a
-        caller that keeps the minutes that are over asks again from that one)."""
+        """Per stream and minute since `since` (None: an hour ago; never further back), jobs
+        enqueued, acked, failed and cancelled, counted from the op log, and the database's
+        current minute (a caller that keeps the minutes that are over asks again from the
+        one before it: an op is stamped when its transaction began)."""
         with self.connection() as conn:
             return observe.throughput(conn, since)
 

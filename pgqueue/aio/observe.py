@@ -277,7 +277,7 @@ async def count_jobs(conn: run.AsyncConn, *, stream: str | None = None, state: s
 
 async def throughput(conn: run.AsyncConn, since: dt.datetime | None = None) -> ThroughputMinutes:
     """Jobs enqueued, acked, failed and cancelled per stream and minute since `since` (None:
-    the last hour), from the op log, and the database's current minute."""
+    an hour ago; never further back), from the op log, and the database's current minute."""
     if since is not None and (not isinstance(since, dt.datetime) or since.tzinfo is None):
         raise ValueError(f"since must be a timezone-aware datetime, got {since!r}")
     rows = await run.fetch(conn, "throughput", {"since": since})

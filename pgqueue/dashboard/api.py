@@ -76,8 +76,7 @@ async def job(request: Request) -> Any:
     job_id = params.job_id(request.path_params["id"])
     found = await data.job(context(request).queue, job_id)
     if found is None:
-        return error(404, f"no job {job_id}: it never existed, or it finished and the op log "
-                          f"was pruned past its ops")
+        return error(404, data.gone(job_id))
     return found
 
 
@@ -97,11 +96,10 @@ async def _body(request: Request) -> dict[str, Any]:
 @acts
 async def act(request: Request) -> Any:
     job_id = params.job_id(request.path_params["id"])
-    verb = params.verb(request.path_params["action"])
     to_step = (await _body(request)).get("to_step")
     if to_step is not None and not isinstance(to_step, str):
         raise params.BadInput("to_step must be a string: the name of a step")
-    step = params.step(to_step, verb)
+    verb, step = params.action(request.path_params["action"], to_step)
     q = context(request).queue
     await q.act(job_id, verb, to_step=step)
     return await data.after_action(q, job_id)

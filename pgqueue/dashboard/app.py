@@ -87,8 +87,9 @@ def create_app(dsn: str | Sequence[str], *, admin_token: str | None = None) -> S
 async def _http_error(request: Request, exc: Exception) -> Response:
     """No such route (404), or not with this method (405): JSON under /api, else a page."""
     status = getattr(exc, "status_code", 404)
-    message = (f"no such route: {request.url.path}" if status == 404
-               else f"{request.method} is not allowed on {request.url.path}")
-    if request.url.path.startswith("/api/"):
+    path = pages.here(request)
+    message = (f"no such route: {path}" if status == 404
+               else f"{request.method} is not allowed on {path}")
+    if path.startswith("/api/"):
         return api.error(status, message)
     return pages.problem(request, status, message)

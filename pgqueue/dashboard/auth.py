@@ -102,10 +102,9 @@ class Auth:
             return READ_ONLY
         if not same_origin(request):
             return Denied(403, "cross-site request refused (its Origin is another site)")
-        header = request.headers.get("authorization")
-        if header is not None:
-            scheme, _, given = header.partition(" ")
-            if scheme.lower() == "bearer" and self.token_matches(given):
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer":  # another scheme (a proxy's Basic) is not ours: a session may act
+            if self.token_matches(given):
                 return None
             return Denied(401, "wrong admin token (send Authorization: Bearer TOKEN)")
         session = self.session(request)

@@ -12,6 +12,7 @@ from pgqueue.dashboard.data import Cache
 from pgqueue.dashboard.live import Broadcaster
 from pgqueue.errors import (
     ConnectionFailed,
+    Contention,
     DedupConflict,
     InvalidState,
     JobNotFound,
@@ -44,8 +45,8 @@ def status_for(exc: Exception) -> int | None:
         return 404
     if isinstance(exc, InvalidState | DedupConflict):
         return 409
-    if isinstance(exc, NotLeader | ConnectionFailed | SchemaMissing | SchemaError):
-        return 503
+    if isinstance(exc, NotLeader | ConnectionFailed | SchemaMissing | SchemaError | Contention):
+        return 503  # Contention: a deadlock or serialization failure; trying again works
     if isinstance(exc, ValueError):
         return 400  # an argument check (params.BadInput is a ValueError too)
     if isinstance(exc, PgQueueError):

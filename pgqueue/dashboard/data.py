@@ -3,16 +3,17 @@ render the same ones, so a script and a person always see the same thing. Every 
 comes from an AsyncQueue call (the library); nothing here touches SQL."""
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from pgqueue import jsonview
+from pgqueue.aio.observe import STALE_WORKER_SECONDS
 from pgqueue.aio.queue import AsyncQueue
 from pgqueue.dashboard.params import JobFilter, Page
-from pgqueue.models import FINISHED_STATES, JOB_STATES, Throughput
-from pgqueue.observe import STALE_WORKER_SECONDS
+from pgqueue.models import FINISHED_STATES, JOB_STATES, Checkpoint, Throughput
 
 #: How much of a payload a page shows (the database cuts it; the size is shown beside it).
 PREVIEW_BYTES = 2000
@@ -22,42 +23,45 @@ THROUGHPUT_TTL = 10.0
 THROUGHPUT_MINUTES = 60
 
 
+COUNTS = ("enqueued", "acked", "failed", "cancelled")
+
+
 @dataclass
 class Cache:
-    """The last hour's throughput by stream and minute. The minutes that are over are kept;
-    each refresh reads the op log only from the database's current minute on (a first one
-    reads the hour). An op whose transaction commits more than a minute after it began (its
-    `at`) can be missed: a figure for people, not an audit."""
+    """The last hour's throughput by stream and minute. Minutes that are over are kept; each
+    refresh reads the op log again only from the minute before the database's current one
+    (an op is stamped when its transaction began, so one that commits just after a minute
+    ended still lands in that minute), and a first one reads the hour. One refresh runs at a
+    time: the pages an event wakes together share it."""
 
     at: float = -1e9
     #: (stream, minute) -> that minute's counts
     minutes: dict[tuple[str, dt.datetime], Throughput] = field(default_factory=dict)
-    #: the database's current minute at the last refresh (counted again at the next)
-    open_minute: dt.datetime | None = None
-    #: an hour before it: older minutes are left out
-    horizon: dt.datetime | None = None
+    #: the database's current minute at the last refresh
+    now_minute: dt.datetime | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def throughput(self, q: AsyncQueue) -> dict[str, dict[str, int]]:
         """Per stream, the jobs enqueued, acked, failed and cancelled in the last hour."""
-        if time.monotonic() - self.at > THROUGHPUT_TTL:
-            found = await q.throughput(since=self.open_minute)
-            horizon = found.now_minute - dt.timedelta(minutes=THROUGHPUT_MINUTES)
-            self.minutes = {key: t for key, t in self.minutes.items()
-                            if horizon <= key[1] and (self.open_minute is None
-                                                      or key[1] < self.open_minute)}
-            self.minutes.update({(t.stream, t.minute): t for t in found.minutes})
-            self.open_minute, self.horizon, self.at = found.now_minute, horizon, time.monotonic()
+        async with self.lock:
+            if time.monotonic() - self.at > THROUGHPUT_TTL:
+                await self._refresh(q)
         totals: dict[str, dict[str, int]] = {}
-        for (stream, minute), t in self.minutes.items():
-            if self.horizon is not None and minute < self.horizon:
-                continue
-            total = totals.setdefault(stream, dict.fromkeys(
-                ("enqueued", "acked", "failed", "cancelled"), 0))
-            total["enqueued"] += t.enqueued
-            total["acked"] += t.acked
-            total["failed"] += t.failed
-            total["cancelled"] += t.cancelled
+        for (stream, _), t in self.minutes.items():
+            total = totals.setdefault(stream, dict.fromkeys(COUNTS, 0))
+            for name in COUNTS:
+                total[name] += getattr(t, name)
         return totals
+
+    async def _refresh(self, q: AsyncQueue) -> None:
+        since = None if self.now_minute is None else self.now_minute - dt.timedelta(minutes=1)
+        found = await q.throughput(since=since)
+        horizon = found.now_minute - dt.timedelta(minutes=THROUGHPUT_MINUTES)
+        self.minutes = {key: t for key, t in self.minutes.items()
+                        if key[1] >= horizon and (since is None or key[1] < since)}
+        self.minutes.update({(t.stream, t.minute): t for t in found.minutes
+                             if t.minute >= horizon})
+        self.now_minute, self.at = found.now_minute, time.monotonic()
 
 
 def jsonable(value: Any) -> Any:
@@ -92,7 +96,7 @@ async def stats(q: AsyncQueue, cache: Cache) -> dict[str, Any]:
 
 
 def _throughput(t: dict[str, int] | None) -> dict[str, Any]:
-    counts = t or dict.fromkeys(("enqueued", "acked", "failed", "cancelled"), 0)
+    counts = t or dict.fromkeys(COUNTS, 0)
     return {**counts, "acked_per_minute": round(counts["acked"] / THROUGHPUT_MINUTES, 2)}
 
 
@@ -122,7 +126,7 @@ async def job(q: AsyncQueue, job_id: int) -> dict[str, Any] | None:
             "history": None if history is None else jsonview.history_json(history)}
 
 
-def _steps(recorded: list[dict[str, Any]], cp: Any) -> list[dict[str, Any]]:
+def _steps(recorded: list[dict[str, Any]], cp: Checkpoint) -> list[dict[str, Any]]:
     names = [s["name"] for s in recorded]
     done = names.index(cp.last_completed_step) + 1 if cp.last_completed_step in names else 0
     return [{"name": s["name"], "version": s.get("version"),
@@ -130,6 +134,12 @@ def _steps(recorded: list[dict[str, Any]], cp: Any) -> list[dict[str, Any]]:
              else "in progress" if s["name"] == cp.cursor_step else "to do",
              "crashes": int(cp.crashes_by_step.get(s["name"], 0))}
             for i, s in enumerate(recorded)]
+
+
+def gone(job_id: int) -> str:
+    """Why a job id shows nothing (the 404's message)."""
+    return (f"no job {job_id}: it never existed, or it finished and the op log was pruned "
+            f"past its ops")
 
 
 async def after_action(q: AsyncQueue, job_id: int) -> dict[str, Any]:

@@ -25,6 +25,8 @@ log = logging.getLogger("pgqueue.dashboard")
 REFRESH_SECONDS = 10.0
 #: And at most once per this many seconds.
 DEBOUNCE_SECONDS = 1.0
+#: How often the listener asks which database is the leader (given several DSNs).
+LEADER_CHECK_SECONDS = 30.0
 
 
 class Broadcaster:
@@ -68,11 +70,16 @@ class Broadcaster:
         delay = 0.5
         while True:
             try:
-                async with await connection.connect(await self._leader()) as conn:
+                current = await self._leader()
+                async with await connection.connect(current) as conn:
                     await run.listen(conn, NOTIFY_CHANNEL)
                     delay = 0.5
-                    async for _ in conn.notifies():
-                        await self._bump()
+                    while True:
+                        async for _ in conn.notifies(timeout=LEADER_CHECK_SECONDS):
+                            await self._bump()
+                        if await self._leader() != current:
+                            break  # a failover moved the leader: listen there
+                continue
             except (PgQueueError, psycopg.Error, OSError) as exc:
                 log.debug("dashboard listener reconnecting in %.1fs: %s", delay, exc)
             await asyncio.sleep(delay)  # reconnect backoff, not synchronisation

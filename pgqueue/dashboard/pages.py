@@ -19,10 +19,10 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from pgqueue.aio.observe import KIND_WINDOW
 from pgqueue.dashboard import auth, data, params
 from pgqueue.dashboard.context import context, status_for
 from pgqueue.models import JOB_STATES, VERBS
-from pgqueue.observe import KIND_WINDOW
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -84,6 +84,19 @@ def here(request: Request) -> str:
     return path[len(prefix):] or "/" if prefix and path.startswith(prefix) else path
 
 
+def back(request: Request) -> str:
+    """Where a login should return to: this page (with its query) for a GET; for a form's
+    answer, the page the form was on (a POST route answers no GET)."""
+    path = here(request)
+    if request.method in ("GET", "HEAD"):
+        return path + (f"?{request.url.query}" if request.url.query else "")
+    if path.startswith("/jobs/"):
+        return path.rsplit("/", 1)[0]  # /jobs/{id}/{action} -> /jobs/{id}
+    if path.startswith("/schedules/"):
+        return "/schedules"
+    return "/jobs"
+
+
 def redirect(request: Request, to: str) -> Response:
     """303 to a path within the dashboard, wherever it is mounted."""
     return RedirectResponse(root(request) + to, status_code=303)
@@ -94,7 +107,8 @@ def render(request: Request, name: str, code: int = 200, **values: Any) -> Respo
     return TEMPLATES.TemplateResponse(request, name, {
         "read_only": ctx.auth.read_only, "logged_in": ctx.auth.logged_in(request),
         "csrf": ctx.auth.csrf(request), "states": JOB_STATES, "verbs": VERBS,
-        "alarm_states": ALARM_STATES, "root": root(request), "path": here(request), **values},
+        "alarm_states": ALARM_STATES, "root": root(request), "path": here(request),
+        "back": back(request), **values},
         status_code=code)
 
 
@@ -161,8 +175,7 @@ async def job(request: Request) -> Response:
     job_id = params.job_id(request.path_params["id"])
     found = await data.job(context(request).queue, job_id)
     if found is None:
-        return problem(request, 404, f"no job {job_id}: it never existed, or it finished and "
-                                     f"the op log was pruned past its ops")
+        return problem(request, 404, data.gone(job_id))
     done = DONE.get(request.query_params.get("done", ""))
     return render(request, "job.html", doc=found, done=done)
 
@@ -170,8 +183,7 @@ async def job(request: Request) -> Response:
 @form_action
 async def act(request: Request, form: FormData) -> Response:
     job_id = params.job_id(request.path_params["id"])
-    verb = params.verb(request.path_params["action"])
-    step = params.step(_fields(form).get("to_step") or None, verb)
+    verb, step = params.action(request.path_params["action"], _fields(form).get("to_step"))
     await context(request).queue.act(job_id, verb, to_step=step)
     return redirect(request, f"/jobs/{job_id}?" + urlencode({"done": verb}))
 
@@ -180,8 +192,8 @@ async def act(request: Request, form: FormData) -> Response:
 async def bulk_confirm(request: Request) -> Response:
     """How many jobs a bulk action would touch, with the form that does it."""
     where = params.JobFilter.parse(request.query_params)
-    verb = params.verb(request.query_params.get("action", ""))
-    step = params.step(request.query_params.get("to_step") or None, verb)
+    verb, step = params.action(request.query_params.get("action", ""),
+                               request.query_params.get("to_step"))
     count = await context(request).queue.count_jobs(stream=where.stream, state=where.state,
                                                     kind=where.kind)
     return render(request, "bulk.html", where=where, verb=verb, to_step=step, count=count,
@@ -192,8 +204,7 @@ async def bulk_confirm(request: Request) -> Response:
 async def bulk(request: Request, form: FormData) -> Response:
     fields = _fields(form)
     where = params.JobFilter.parse(fields)
-    verb = params.verb(fields.get("action", ""))
-    step = params.step(fields.get("to_step") or None, verb)
+    verb, step = params.action(fields.get("action", ""), fields.get("to_step"))
     through = params.through(fields)
     if through is None:
         raise params.BadInput("through is required: confirm the count first")
@@ -260,6 +271,8 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
+    if not auth.same_origin(request):
+        return problem(request, 403, "cross-site request refused (its Origin is another site)")
     response = redirect(request, "/")
     response.delete_cookie(auth.SESSION_COOKIE, path=root(request) or "/", httponly=True,
                            samesite="strict")

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pgqueue import validate
-from pgqueue.models import JOB_STATES, VERBS
-from pgqueue.observe import MAX_PAGE
+from pgqueue.aio import observe, operate
+from pgqueue.aio.observe import MAX_PAGE
 
 #: Jobs per page unless `limit` says otherwise.
 PAGE = 50
@@ -41,39 +41,9 @@ def stream(value: str | None, name: str = "stream") -> str | None:
         raise BadInput(f"{name}: {exc}") from None
 
 
-def state(value: str | None) -> str | None:
-    if value is not None and value not in JOB_STATES:
-        raise BadInput(f"state must be one of {', '.join(JOB_STATES)}, got {value[:40]!r}")
-    return value
-
-
-def kind(value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return validate.kind(value)
-    except (TypeError, ValueError) as exc:
-        raise BadInput(f"kind: {exc}") from None
-
-
-def verb(value: str) -> str:
-    if value not in VERBS:
-        raise BadInput(f"action must be one of {', '.join(VERBS)}, got {value[:40]!r}")
-    return value
-
-
-def step(value: str | None, action: str) -> str | None:
-    """The step to rewind to: required by rewind, refused with any other action."""
-    if action != "rewind":
-        if value:
-            raise BadInput(f"to_step is for rewind only, not {action}")
-        return None
-    if not value:
-        raise BadInput("to_step is required: the name of the step to rewind to")
-    try:
-        return validate.step_name(value, "to_step")
-    except (TypeError, ValueError) as exc:
-        raise BadInput(str(exc)) from None
+def action(verb: str, to_step: str | None) -> tuple[str, str | None]:
+    """An action's verb and the step it rewinds to (empty: none), by the library's rule."""
+    return verb, operate.check_verb(verb, to_step or None, name="action")
 
 
 @dataclass(frozen=True)
@@ -86,8 +56,9 @@ class JobFilter:
 
     @classmethod
     def parse(cls, values: Mapping[str, str]) -> JobFilter:
-        return cls(stream(_optional(values, "stream")), state(_optional(values, "state")),
-                   kind(_optional(values, "kind")))
+        """The filter of a query or form (empty: any), checked by the library's rule."""
+        return cls(**observe.job_filter(_optional(values, "stream"), _optional(values, "state"),
+                                        _optional(values, "kind")))
 
     def query(self) -> dict[str, str]:
         """The filter as query parameters (for links)."""

@@ -229,7 +229,7 @@ SELECT CASE WHEN %(kind)s::text IS NULL THEN
            AS newest
 
 -- name: throughput
--- Per stream and minute since %(since)s (NULL: the last hour), the jobs enqueued, acked,
+-- Per stream and minute since %(since)s, at most the last hour, the jobs enqueued, acked,
 -- failed (nacked or reclaimed) and cancelled, counted from the op log (its BRIN index on at
 -- reads only the span's blocks), and the database's current minute: a reader keeps the minutes
 -- that are over and asks again only from the current one, so each refresh reads about a
@@ -244,7 +244,7 @@ LEFT JOIN LATERAL (
            count(*) FILTER (WHERE op IN ('Nack', 'Reclaim'))::bigint AS failed,
            count(*) FILTER (WHERE op = 'Cancel')::bigint AS cancelled
     FROM pgqueue.op_log
-    WHERE at >= coalesce(%(since)s::timestamptz, n.now_minute - interval '1 hour')
+    WHERE at >= greatest(%(since)s::timestamptz, n.now_minute - interval '1 hour')
       AND op IN ('Enqueue', 'Ack', 'Nack', 'Reclaim', 'Cancel')
     GROUP BY stream, date_trunc('minute', at)
 ) t ON true

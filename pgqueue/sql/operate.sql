@@ -211,12 +211,18 @@ BEGIN
 END
 $$;
 
--- Operator: one verb on many jobs (the dashboard's bulk actions). Each job goes through the
--- same function as the verb on one job, in its own subtransaction, so each logs its op and a
--- job the verb does not fit (gone, leased meanwhile, a dedup key taken) is returned with why
--- instead of failing the rest. The verb is one of a fixed list: no SQL is built from it.
+-- Operator: one verb on many jobs of a filter (the bulk actions). Each job is locked and
+-- checked against the filter (stream, state, kind; NULL: any) it was chosen by, then goes
+-- through the same function as the verb on one job, in its own subtransaction, so each logs
+-- its op and a job the verb does not fit (gone, changed meanwhile, a dedup key taken) is
+-- returned with why instead of failing the rest. Callers send at most 50 ids at a time: past
+-- 64 subtransactions in one transaction every other session's snapshots overflow and slow
+-- down. The verb is one of a fixed list: no SQL is built from it.
 CREATE OR REPLACE FUNCTION pgqueue.apply_to_jobs(p_verb text, p_job_ids bigint[],
-                                                 p_to_step text DEFAULT NULL)
+                                                 p_to_step text DEFAULT NULL,
+                                                 p_stream text DEFAULT NULL,
+                                                 p_state text DEFAULT NULL,
+                                                 p_kind text DEFAULT NULL)
 RETURNS TABLE (job_id bigint, refused text)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -233,6 +239,22 @@ BEGIN
         RAISE EXCEPTION 'rewind needs the step to rewind to' USING ERRCODE = '22023';
     END IF;
     FOREACH v_id IN ARRAY coalesce(p_job_ids, '{}') LOOP
+        PERFORM 1 FROM pgqueue.job j
+        WHERE j.id = v_id AND (p_stream IS NULL OR j.stream = p_stream)
+          AND (p_state IS NULL OR j.state = p_state) AND (p_kind IS NULL OR j.kind = p_kind)
+        FOR UPDATE;
+        IF NOT FOUND AND (p_state IS NULL OR p_state = 'dead') THEN
+            PERFORM 1 FROM pgqueue.dead_letter d
+            WHERE d.id = v_id AND (p_stream IS NULL OR d.stream = p_stream)
+              AND (p_kind IS NULL OR d.kind = p_kind)
+            FOR UPDATE;
+        END IF;
+        IF NOT FOUND THEN
+            job_id := v_id;
+            refused := format('job %s no longer matches the filter (it changed or is gone)', v_id);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
         BEGIN
             CASE p_verb
                 WHEN 'requeue' THEN PERFORM pgqueue.requeue_dead_letter(v_id);
@@ -278,5 +300,8 @@ SELECT * FROM pgqueue.configure_stream(%(stream)s::text, %(retry_base_ms)s::bigi
                                        %(quarantine_after)s::int, %(max_payload_bytes)s::bigint)
 
 -- name: apply_to_jobs
--- One operator verb on each of %(job_ids)s; the jobs it did not fit, with why.
-SELECT job_id, refused FROM pgqueue.apply_to_jobs(%(verb)s::text, %(job_ids)s::bigint[], %(to_step)s::text)
+-- One operator verb on each of %(job_ids)s still matching the filter; the jobs it did not fit,
+-- with why.
+SELECT job_id, refused
+FROM pgqueue.apply_to_jobs(%(verb)s::text, %(job_ids)s::bigint[], %(to_step)s::text,
+                           %(stream)s::text, %(state)s::text, %(kind)s::text)

@@ -1417,3 +1417,83 @@ def test_a_call_cancelled_while_the_pool_opens_leaves_no_pool_running(dsn: str) 
 
     _run_then_clean(scenario, proxy)
     assert leftover == [], f"tasks still running after the cancelled call: {leftover}"
+
+
+# -- found in review -----------------------------------------------------------------------------
+
+
+def test_logging_in_from_a_refused_action_returns_to_its_page(client: TestClient,
+                                                              q: pgqueue.Queue) -> None:
+    """The 401 page of a form's answer links the login back to the page the form was on (the
+    POST route answers no GET); a GET page's link keeps its query."""
+    job_id = dead_job(q)
+    refused = client.post(f"/jobs/{job_id}/requeue", data={"csrf": "x"})
+    assert refused.status_code == 401
+    assert f'/login?next=/jobs/{job_id}"' in refused.text
+    listed = client.get("/jobs?state=dead")
+    assert "/login?next=/jobs%3Fstate%3Ddead" in listed.text
+    landed = client.post("/login", data={"token": TOKEN, "next": f"/jobs/{job_id}"},
+                         follow_redirects=True)
+    assert landed.status_code == 200 and landed.url.path == f"/jobs/{job_id}"
+
+
+def test_a_proxys_basic_authorization_does_not_hide_the_session(session: TestClient,
+                                                               q: pgqueue.Queue) -> None:
+    """Behind an HTTP Basic proxy every request carries Authorization: Basic; the session
+    (with its CSRF token) still acts, and a wrong Bearer is still refused."""
+    job_id = dead_job(q)
+    csrf = csrf_of(session, job_id)
+    basic = {"Authorization": "Basic dXNlcjpwYXNz", "X-CSRF-Token": csrf}
+    assert act(session, job_id, "requeue", headers=basic).status_code == 200
+    assert state_of(q, job_id) == "pending"
+    wrong = {"Authorization": "Bearer not-the-token-0123456789", "X-CSRF-Token": csrf}
+    assert act(session, job_id, "cancel", headers=wrong).status_code == 401
+    assert state_of(q, job_id) == "pending"
+
+
+def test_a_cross_site_logout_is_refused(session: TestClient) -> None:
+    r = session.post("/logout", headers={"Origin": "http://evil.example"}, follow_redirects=False)
+    assert r.status_code == 403
+    assert "pgqueue_session" not in r.headers.get("set-cookie", "")
+    assert session.post("/logout", follow_redirects=False).status_code == 303
+
+
+def test_a_bulk_action_refuses_jobs_that_left_its_filter(q: pgqueue.Queue, dsn: str) -> None:
+    """Each job is checked against the filter again under its lock: a dead letter requeued
+    between the listing and the action is refused, not cancelled."""
+    from pgqueue import operate
+
+    dead, other = dead_job(q), dead_job(q)
+    q.requeue_dead_letter(dead)  # it left state=dead after being listed
+    with connection.connect(dsn) as conn:
+        refused = operate.apply_to_jobs(conn, "cancel", [dead, other], state="dead")
+        assert list(refused) == [dead] and "no longer matches the filter" in refused[dead]
+        with pytest.raises(ValueError, match="at most 50"):
+            operate.apply_to_jobs(conn, "cancel", list(range(1, 52)))
+    assert state_of(q, dead) == "pending" and q.job(other) is None
+
+
+def test_contention_is_a_503_to_try_again() -> None:
+    from pgqueue.dashboard.context import status_for
+
+    assert status_for(pgqueue.Contention("deadlock detected")) == 503
+
+
+def test_the_throughput_cache_counts_each_op_once_across_refreshes(q: pgqueue.Queue) -> None:
+    from pgqueue.dashboard.data import Cache
+
+    async def two_refreshes() -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+        cache = Cache()
+        async with pgqueue.AsyncQueue(q.dsn) as aq:
+            first = await cache.throughput(aq)
+            q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(3)])
+            for lease in q.lease(limit=2):
+                q.ack(lease)
+            cache.at = -1e9  # past its TTL: the next call refreshes
+            second = await cache.throughput(aq)
+        return first, second
+
+    q.enqueue(b"before")
+    first, second = asyncio.run(two_refreshes())
+    assert first["default"] == {"enqueued": 1, "acked": 0, "failed": 0, "cancelled": 0}
+    assert second["default"] == {"enqueued": 4, "acked": 2, "failed": 0, "cancelled": 0}

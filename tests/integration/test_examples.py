@@ -28,6 +28,8 @@ def test_the_fastapi_example_enqueues_in_the_orders_transaction(
         assert 'src="/queue/static/htmx.min.js"' in page.text
         assert client.get("/queue/static/htmx.min.js").status_code == 200
         assert client.post(f"/queue/api/jobs/{job_id}/cancel").status_code == 403  # read-only
+        missing = client.get("/queue/api/nope")
+        assert missing.status_code == 404 and missing.json()["error"] == "no such route: /api/nope"
     with psycopg.connect(dsn) as conn:
         assert [r[0] for r in conn.execute("SELECT number FROM orders")] == [7]
     with pgqueue.Queue(dsn, stream="orders") as q:
