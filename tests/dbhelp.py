@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from psycopg.types.json import Jsonb
+
 from pgqueue import connection, reclaim
 from pgqueue.queries import Conn
 
@@ -62,3 +64,14 @@ def state_snapshot(dsn: str) -> tuple[list[tuple[object, ...]], list[tuple[objec
         jobs = [tuple(r) for r in conn.execute("SELECT * FROM pgqueue.job ORDER BY id")]
         dead = [tuple(r) for r in conn.execute("SELECT * FROM pgqueue.dead_letter ORDER BY id")]
     return jobs, dead
+
+
+def register_etl_step_sets(dsn: str, old: str, new: str) -> None:
+    """Record two step lists of kind etl under the hashes `old` (steps a, b) and `new` (a, x,
+    b): the step set of a job that changed, for parking and accepting it."""
+    with connection.connect(dsn) as conn:
+        conn.execute("SELECT pgqueue.register_step_set(%s, 'etl', %s)",
+                     [old, Jsonb([{"name": "a", "version": 1}, {"name": "b", "version": 1}])])
+        conn.execute("SELECT pgqueue.register_step_set(%s, 'etl', %s)",
+                     [new, Jsonb([{"name": "a", "version": 1}, {"name": "x", "version": 1},
+                                  {"name": "b", "version": 1}])])

@@ -1,9 +1,12 @@
-"""A TCP proxy in front of the test Postgres that can lose a reply on purpose.
+"""A TCP proxy in front of the test Postgres that can lose a reply on purpose, or hold new
+connections unanswered.
 
 Armed with a marker (bytes of a statement's text), it forwards the client's message that
 contains the marker to the server, then drops the connection when the server answers: the
 server runs (and, in autocommit, commits) the statement, and the client never hears back, as
 when a network path or a failover cuts a call in flight. It disarms itself after one drop.
+With `stall_after=N`, every connection after the first N is accepted and never answered (a
+server slow to accept one), until the proxy closes.
 """
 from __future__ import annotations
 
@@ -18,7 +21,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 class LossyProxy:
     """Listens on 127.0.0.1; every accepted connection is piped to (host, port)."""
 
-    def __init__(self, server_dsn: str) -> None:
+    def __init__(self, server_dsn: str, *, stall_after: int | None = None) -> None:
+        self.stall_after = stall_after
+        self.accepted = 0
+        #: the connections held unanswered (stall_after)
+        self.stalled: list[socket.socket] = []
         parts = conninfo_to_dict(server_dsn)
         self.target = (str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432))
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -52,6 +59,11 @@ class LossyProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            self.accepted += 1
+            if self.stall_after is not None and self.accepted > self.stall_after:
+                self._open.append(client)
+                self.stalled.append(client)
+                continue
             server = socket.create_connection(self.target)
             self._open += [client, server]
             cut = threading.Event()  # the marked statement was sent: drop the next reply

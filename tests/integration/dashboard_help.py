@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 import pgqueue
 from pgqueue import connection
 from pgqueue.dashboard import create_app
-from tests.dbhelp import force_reclaim
+from tests.dbhelp import force_reclaim, register_etl_step_sets
 
 TOKEN = "dashboard-admin-token-7f3a9c1e5b"  # noqa: S105 (a test token)
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -68,15 +68,6 @@ def quarantined_job(q: pgqueue.Queue, dsn: str) -> int:
     return job_id
 
 
-def _register_step_sets(dsn: str) -> None:
-    with connection.connect(dsn) as conn:
-        conn.execute("SELECT pgqueue.register_step_set(%s, 'etl', %s)",
-                     [H1, Jsonb([{"name": "a", "version": 1}, {"name": "b", "version": 1}])])
-        conn.execute("SELECT pgqueue.register_step_set(%s, 'etl', %s)",
-                     [H2, Jsonb([{"name": "a", "version": 1}, {"name": "x", "version": 1},
-                                 {"name": "b", "version": 1}])])
-
-
 def undecodable_job(q: pgqueue.Queue, dsn: str, *, step_job: bool = True) -> int:
     """An undecodable job of q's stream. A step job (steps a, b recorded; a completed, b in
     progress) is parked as step_set_changed to a, x, b; otherwise as unknown_kind."""
@@ -84,7 +75,7 @@ def undecodable_job(q: pgqueue.Queue, dsn: str, *, step_job: bool = True) -> int
     (held,) = q.lease(1)
     assert held.job_id == job_id
     if step_job:
-        _register_step_sets(dsn)
+        register_etl_step_sets(dsn, H1, H2)
         q.renew(held, checkpoint=pgqueue.Checkpoint(last_completed_step="a", cursor_step="b",
                                                      step_set_hash=H1))
         reason, detail = "step_set_changed", {"old_hash": H1, "new_hash": H2}

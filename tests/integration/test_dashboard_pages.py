@@ -7,12 +7,9 @@ import asyncio
 import gc
 import html
 import re
-import socket
-import threading
 import time
 from typing import Any
 
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 from starlette.testclient import TestClient
 
@@ -31,6 +28,7 @@ from tests.integration.dashboard_help import (
     state_of,
     undecodable_job,
 )
+from tests.proxy import LossyProxy
 
 # -- 7. job data shows as text ------------------------------------------------------------------
 
@@ -394,67 +392,6 @@ def test_job_pages_of_every_state(client: TestClient, q: pgqueue.Queue, dsn: str
 # -- shutdown -----------------------------------------------------------------------------------
 
 
-class StallingProxy:
-    """A TCP proxy in front of Postgres that forwards its first `forward` connections and
-    holds every later one open without a byte of answer (a server that is slow to accept)."""
-
-    def __init__(self, server_dsn: str, forward: int) -> None:
-        parts = conninfo_to_dict(server_dsn)
-        self.target = (str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432))
-        self.forward = forward
-        self.accepted = 0
-        self.stalled: list[socket.socket] = []
-        self._sockets: list[socket.socket] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._closing = False
-        threading.Thread(target=self._accept, daemon=True, name="stalling-proxy").start()
-
-    def dsn(self, dsn: str) -> str:
-        return make_conninfo(dsn, host="127.0.0.1", port=str(self.port))
-
-    def _accept(self) -> None:
-        while not self._closing:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            self._sockets.append(client)
-            self.accepted += 1
-            if self.accepted > self.forward:
-                self.stalled.append(client)
-                continue
-            server = socket.create_connection(self.target)
-            self._sockets.append(server)
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=_pipe, args=(src, dst), daemon=True).start()
-
-    def close(self) -> None:
-        self._closing = True
-        self._listener.close()
-        for sock in self._sockets:
-            _shut(sock)
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        _shut(src)
-        _shut(dst)
-
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    sock.close()
-
-
 async def _until(cond: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -463,7 +400,7 @@ async def _until(cond: Any, timeout: float, what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-def _run_then_clean(scenario: Any, proxy: StallingProxy) -> None:
+def _run_then_clean(scenario: Any, proxy: LossyProxy) -> None:
     """Run `scenario` on a fresh loop, then close whatever it left (so a failure leaks
     nothing into later tests)."""
     async def clean_up() -> None:
@@ -494,7 +431,7 @@ def test_shutting_down_while_the_listener_connects_leaks_nothing(dsn: str) -> No
     """The lifespan starts the live listener; shut down while its connection waits on a
     server slow to answer, the app stops within its bound and leaves no task running (the
     listener opens no pool: it finds the leader itself)."""
-    proxy = StallingProxy(dsn, forward=0)  # every connection stalls
+    proxy = LossyProxy(dsn, stall_after=0)  # every connection stalls
     app = create_app(proxy.dsn(dsn), admin_token=TOKEN)
     leftover: list[str] = []
 
@@ -514,7 +451,7 @@ def test_shutting_down_while_the_listener_connects_leaks_nothing(dsn: str) -> No
 def test_a_call_cancelled_while_the_pool_opens_leaves_no_pool_running(dsn: str) -> None:
     """AsyncQueue opens its pool on its first call; a call cancelled while the pool waits for
     its first connection (a request cut off, an app shutting down) leaves no pool task."""
-    proxy = StallingProxy(dsn, forward=1)  # the schema check passes; the pool's connection stalls
+    proxy = LossyProxy(dsn, stall_after=1)  # the schema check passes; the pool's connection stalls
     leftover: list[str] = []
 
     async def scenario() -> None:

@@ -14,25 +14,16 @@ from psycopg.types.json import Jsonb
 
 import pgqueue
 from pgqueue import connection
-from tests.dbhelp import op_counts, wait_for
+from tests.dbhelp import op_counts, register_etl_step_sets, wait_for
 
 KEY = "the-key"
 H1, H2 = "hash-one", "hash-two"
 
 
-def _register_step_sets(dsn: str) -> None:
-    with connection.connect(dsn) as conn:
-        conn.execute("SELECT pgqueue.register_step_set(%s, 'etl', %s)",
-                     [H1, Jsonb([{"name": "a", "version": 1}, {"name": "b", "version": 1}])])
-        conn.execute("SELECT pgqueue.register_step_set(%s, 'etl', %s)",
-                     [H2, Jsonb([{"name": "a", "version": 1}, {"name": "x", "version": 1},
-                                 {"name": "b", "version": 1}])])
-
-
 def parked_job(q: pgqueue.Queue, dsn: str) -> int:
     """A step job (steps a, b; a completed) holding KEY, parked as undecodable because its
     step set changed to a, x, b (registered)."""
-    _register_step_sets(dsn)
+    register_etl_step_sets(dsn, H1, H2)
     job_id = q.enqueue(b"parked", kind="etl", dedup_key=KEY)
     (held,) = q.lease(1)
     q.renew(held, checkpoint=pgqueue.Checkpoint(last_completed_step="a", cursor_step="b",
