@@ -23,6 +23,7 @@ from .demo import demo
 from .deploy import deploy_check
 from .embedded import embedded_group
 from .jobs import jobs
+from .kinds import kinds
 from .metrics import metrics
 from .operate import inspect as _inspect  # noqa: F401  (registers the operator commands)
 from .oplog import oplog
@@ -60,6 +61,7 @@ def main(ctx: click.Context, dsn: str | None) -> None:
 main.add_command(db)
 main.add_command(enqueue)
 main.add_command(jobs)
+main.add_command(kinds)
 main.add_command(dead)
 main.add_command(stats)
 main.add_command(oplog)

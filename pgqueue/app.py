@@ -67,6 +67,18 @@ class Handler:
     max_attempts: int | None = None
     visibility_timeout: float | None = None
     quarantine_after: int | None = None
+    max_concurrency: int | None = None
+    rate_limit: tuple[int, float] | None = None
+    max_per_key: int | None = None
+
+    def kind_settings(self) -> dict[str, Any]:
+        """The kind settings this handler names, as the worker records them at its start (one
+        it leaves unnamed keeps whatever configure_kind set)."""
+        return validate.kind_settings(**{
+            name: value for name, value in (
+                ("quarantine_after", self.quarantine_after),
+                ("max_concurrency", self.max_concurrency), ("rate_limit", self.rate_limit),
+                ("max_per_key", self.max_per_key)) if value is not None})
 
 
 @dataclass
@@ -164,7 +176,7 @@ class App:
         return any(not h.is_async for h in self.handlers.values())
 
     def _check_new(self, kind: str, max_attempts: int | None, visibility_timeout: float | None,
-                   quarantine_after: int | None) -> None:
+                   quarantine_after: int | None, limits: dict[str, Any]) -> None:
         validate.kind(kind)
         if kind in self.handlers:
             raise ValueError(f"kind {kind!r} already has a handler")
@@ -174,30 +186,40 @@ class App:
             validate.seconds(visibility_timeout, "visibility_timeout", positive=True)
         if quarantine_after is not None:
             validate.integer(quarantine_after, "quarantine_after", low=1)
+        validate.kind_settings(**{k: v for k, v in limits.items() if v is not None})
 
     def job(self, kind: str, *, max_attempts: int | None = None,
-            visibility_timeout: float | None = None,
-            quarantine_after: int | None = None) -> Callable[[F], F]:
-        """Register a plain job handler for `kind`."""
-        self._check_new(kind, max_attempts, visibility_timeout, quarantine_after)
+            visibility_timeout: float | None = None, quarantine_after: int | None = None,
+            max_concurrency: int | None = None, rate_limit: tuple[int, float] | None = None,
+            max_per_key: int | None = None) -> Callable[[F], F]:
+        """Register a plain job handler for `kind`. The limits (see Queue.configure_kind) are
+        recorded for the kind when a worker running this App starts."""
+        limits: dict[str, Any] = {"max_concurrency": max_concurrency, "rate_limit": rate_limit,
+                                  "max_per_key": max_per_key}
+        self._check_new(kind, max_attempts, visibility_timeout, quarantine_after, limits)
 
         def register(fn: F) -> F:
             handler_function(fn, f"the handler of {kind!r}")
             self.handlers[kind] = JobHandler(kind=kind, fn=fn, max_attempts=max_attempts,
                                              visibility_timeout=visibility_timeout,
-                                             quarantine_after=quarantine_after)
+                                             quarantine_after=quarantine_after, **limits)
             return fn
 
         return register
 
     def step_job(self, kind: str, *, schema_version: int = 1, max_attempts: int | None = None,
-                 visibility_timeout: float | None = None,
-                 quarantine_after: int | None = None) -> StepJob:
-        """Declare a step job for `kind`; add steps with `@job.step(name)`."""
-        self._check_new(kind, max_attempts, visibility_timeout, quarantine_after)
+                 visibility_timeout: float | None = None, quarantine_after: int | None = None,
+                 max_concurrency: int | None = None, rate_limit: tuple[int, float] | None = None,
+                 max_per_key: int | None = None) -> StepJob:
+        """Declare a step job for `kind`; add steps with `@job.step(name)`. Limits as for
+        `job`."""
+        limits: dict[str, Any] = {"max_concurrency": max_concurrency, "rate_limit": rate_limit,
+                                  "max_per_key": max_per_key}
+        self._check_new(kind, max_attempts, visibility_timeout, quarantine_after, limits)
         validate.integer(schema_version, "schema_version", low=1)
         handler = StepJob(kind=kind, schema_version=schema_version, max_attempts=max_attempts,
-                          visibility_timeout=visibility_timeout, quarantine_after=quarantine_after)
+                          visibility_timeout=visibility_timeout, quarantine_after=quarantine_after,
+                          **limits)
         self.handlers[kind] = handler
         return handler
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -347,3 +348,35 @@ class JobsPage:
 
     jobs: list[JobPreview]
     next: int | None
+
+
+class Unset(enum.Enum):
+    """The default of a setting not given (None is a value: it clears the setting)."""
+
+    UNSET = "UNSET"
+
+
+#: A setting not given: left as it is.
+UNSET = Unset.UNSET
+
+
+@dataclass(frozen=True)
+class KindConfig:
+    """A kind's settings in one stream (None: not set; quarantine_after: the stream's)."""
+
+    stream: str
+    kind: str
+    quarantine_after: int | None = None
+    #: at most this many jobs of the kind leased at once, across every worker
+    max_concurrency: int | None = None
+    #: (count, seconds): at most count leases of the kind starting in any window of seconds
+    rate_limit: tuple[int, float] | None = None
+    #: at most this many leased jobs sharing one concurrency_key
+    max_per_key: int | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> KindConfig:
+        rate = None if row["rate_count"] is None else (int(row["rate_count"]),
+                                                         row["rate_ms"] / 1000)
+        return cls(row["stream"], row["kind"], row["quarantine_after"], row["max_concurrency"],
+                   rate, row["max_per_key"])

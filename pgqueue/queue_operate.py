@@ -12,24 +12,27 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from pgqueue import deadletter, deploy, observe, operate, oplog, run, schedule, validate
+from pgqueue import deadletter, deploy, kinds, observe, operate, oplog, run, schedule, validate
 from pgqueue.app import App
 from pgqueue.cron import Schedule, TickResult
 from pgqueue.errors import LeaseLost
 from pgqueue.failover import follow_leader
 from pgqueue.models import (
+    UNSET,
     BulkResult,
     JobCount,
     JobHistory,
     JobInfo,
     JobPreview,
     JobsPage,
+    KindConfig,
     Lease,
     Op,
     OpPreview,
     QueueGauges,
     StreamStats,
     ThroughputMinutes,
+    Unset,
 )
 from pgqueue.run import Conn
 
@@ -240,14 +243,27 @@ class QueueOperations:
             return run.fetch(conn, "replica_status", {"stale_after": stale_after, "wait": 0.0})
 
     @follow_leader(idempotent=True)
-    def configure_kind(self, kind: str, *, quarantine_after: int | None) -> None:
-        """Set (None: remove) a kind's crash quarantine threshold in this stream."""
-        validate.kind(kind)
-        if quarantine_after is not None:
-            validate.integer(quarantine_after, "quarantine_after", low=1)
+    def configure_kind(self, kind: str, *,
+                       quarantine_after: int | Unset | None = UNSET,
+                       max_concurrency: int | Unset | None = UNSET,
+                       rate_limit: tuple[int, float] | Unset | None = UNSET,
+                       max_per_key: int | Unset | None = UNSET) -> None:
+        """Set a kind's settings in this stream: its crash quarantine threshold and the limits
+        the lease enforces across every worker. A setting not given is left as it is; None
+        clears it. `max_concurrency`: at most N jobs of the kind leased at once;
+        `rate_limit=(count, seconds)`: at most count leases starting in any window of seconds;
+        `max_per_key`: at most M leased jobs sharing one concurrency_key."""
+        settings = validate.kind_settings(quarantine_after=quarantine_after,
+                                          max_concurrency=max_concurrency,
+                                          rate_limit=rate_limit, max_per_key=max_per_key)
         with self.connection() as conn:
-            run.fetch(conn, "configure_kind", {
-                "stream": self.stream, "kind": kind, "quarantine_after": quarantine_after})
+            kinds.configure(conn, self.stream, kind, settings)
+
+    @follow_leader(idempotent=True)
+    def kinds(self, *, all_streams: bool = False) -> list[KindConfig]:
+        """The kinds with settings of this stream (or every stream), by stream and kind."""
+        with self.connection() as conn:
+            return kinds.list_(conn, None if all_streams else self.stream)
 
     # -- schedules ---------------------------------------------------------------------------
 

@@ -23,18 +23,19 @@ def register(conn: queries.Conn, *, node: int, streams: Sequence[str],
 
 
 def register_handlers(conn: queries.Conn, app: App, streams: Sequence[str]) -> None:
-    """Record the App's step lists and per-kind quarantine thresholds where reclaim (and a
-    resumed job's compatibility check) can see them."""
+    """Record the App's step lists and the kind settings its handlers name (quarantine
+    thresholds, limits) where reclaim, the lease and a resumed job's compatibility check can
+    see them; settings a handler leaves unnamed stay as configure_kind set them."""
     for handler in app.handlers.values():
         if isinstance(handler, StepJob) and handler.steps:
             queries.fetch(conn, "register_step_set", {
                 "hash": handler.step_set_hash, "kind": handler.kind,
                 "steps": Jsonb(handler.step_list)})
-        if handler.quarantine_after is not None:
+        settings = handler.kind_settings()
+        if settings:
             for stream in streams:
                 queries.fetch(conn, "configure_kind", {
-                    "stream": stream, "kind": handler.kind,
-                    "quarantine_after": handler.quarantine_after})
+                    "stream": stream, "kind": handler.kind, "settings": Jsonb(settings)})
 
 
 def heartbeat(conn: queries.Conn, worker_id: int) -> None:

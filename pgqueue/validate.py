@@ -12,11 +12,14 @@ import json
 import math
 from typing import Any
 
+from pgqueue.models import UNSET
+
 MAX_STREAM_LEN = 200
 MAX_DEDUP_KEY_BYTES = 1024
 #: Durations beyond this (about 100 years) are refused rather than overflowing in SQL.
 MAX_SECONDS = 100 * 365 * 86400.0
 MAX_BIGINT = 2**63 - 1
+MAX_INT = 2**31 - 1
 
 
 def _storable(value: str, arg: str) -> str:
@@ -157,3 +160,24 @@ def kind(value: Any, arg: str = "kind") -> str | None:
     if not value:
         raise ValueError(f"{arg} must not be empty (use None for no kind)")
     return _storable(value, arg)
+
+
+def kind_settings(*, quarantine_after: Any = UNSET, max_concurrency: Any = UNSET,
+                  rate_limit: Any = UNSET, max_per_key: Any = UNSET) -> dict[str, Any]:
+    """The kind settings given (UNSET: left out; None: cleared), checked, as the columns of
+    pgqueue.kind_config: a limit is a whole number from 1, a rate limit (count, seconds) with
+    window > 0 (whole milliseconds, rounded up)."""
+    out: dict[str, Any] = {}
+    for name, value in (("quarantine_after", quarantine_after),
+                        ("max_concurrency", max_concurrency), ("max_per_key", max_per_key)):
+        if value is not UNSET:
+            out[name] = None if value is None else integer(value, name, low=1, high=MAX_INT)
+    if rate_limit is None:
+        out.update(rate_count=None, rate_ms=None)
+    elif rate_limit is not UNSET:
+        if not isinstance(rate_limit, tuple | list) or len(rate_limit) != 2:
+            raise TypeError(f"rate_limit must be (count, seconds), got {rate_limit!r}")
+        count, window = rate_limit
+        out["rate_count"] = integer(count, "rate_limit count", low=1, high=MAX_INT)
+        out["rate_ms"] = to_ms(window, "rate_limit seconds", positive=True)
+    return out

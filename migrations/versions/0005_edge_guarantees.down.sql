@@ -1,3 +1,11 @@
+-- 15 limits: the kinds set by limits alone go (the older schema has no row without a
+-- threshold)
+DELETE FROM pgqueue.kind_config WHERE quarantine_after IS NULL;
+ALTER TABLE pgqueue.kind_config DROP CONSTRAINT kind_config_check,
+    DROP COLUMN max_per_key, DROP COLUMN rate_ms, DROP COLUMN rate_count,
+    DROP COLUMN max_concurrency;
+ALTER TABLE pgqueue.kind_config ALTER COLUMN quarantine_after SET NOT NULL;
+
 -- 14 dashboard
 DROP INDEX pgqueue.job_listed_idx;
 CREATE INDEX job_parked_idx ON pgqueue.job (stream, state, id)

@@ -62,3 +62,13 @@ ALTER TABLE pgqueue.job ADD COLUMN trace_context jsonb;
 DROP INDEX pgqueue.job_parked_idx;
 CREATE INDEX job_listed_idx ON pgqueue.job (stream, state, id)
     WHERE state IN ('scheduled', 'quarantined', 'undecodable');
+
+-- 15 limits: a kind's limits beside its quarantine threshold, which may now be unset
+-- (pgqueue/sql/core.sql).
+ALTER TABLE pgqueue.kind_config ALTER COLUMN quarantine_after DROP NOT NULL;
+ALTER TABLE pgqueue.kind_config
+    ADD COLUMN max_concurrency int CHECK (max_concurrency >= 1),
+    ADD COLUMN rate_count int CHECK (rate_count >= 1),
+    ADD COLUMN rate_ms bigint CHECK (rate_ms >= 1),
+    ADD COLUMN max_per_key int CHECK (max_per_key >= 1),
+    ADD CHECK ((rate_count IS NULL) = (rate_ms IS NULL));

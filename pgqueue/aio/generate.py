@@ -24,7 +24,8 @@ PACKAGE = AIO.parent
 #: The async sources, in pgqueue/aio, of generated modules in pgqueue/.
 MODULES = ("run.py", "connection.py", "enqueue.py", "lease.py", "settle.py", "reclaim.py",
            "failover.py", "queue.py", "schedule.py", "operate.py", "deadletter.py",
-           "observe.py", "oplog.py", "queue_operate.py", "sqlalchemy_conn.py", "steps.py", "deploy.py")
+           "observe.py", "oplog.py", "queue_operate.py", "sqlalchemy_conn.py", "steps.py", "deploy.py",
+           "kinds.py")
 
 #: Names unasync renames (beyond its own: __aenter__, AsyncIterator, asynccontextmanager...).
 RENAMES = {

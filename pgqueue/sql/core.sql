@@ -30,12 +30,23 @@ CREATE TABLE pgqueue.stream_config (
                       CHECK (max_payload_bytes BETWEEN 1 AND 67108864)
 );
 
--- Per-kind overrides of the stream's crash quarantine threshold (set when a worker registers
--- a handler with quarantine_after=N, or by the CLI); reclaim runs without handler code.
+-- Per-kind settings within a stream (set by Queue.configure_kind, the CLI's `kinds set`, or a
+-- worker registering handlers that name them); a row exists while one setting is set, and a
+-- NULL one means: none (quarantine_after: the stream's). Reclaim and the lease read them
+-- without handler code:
+--   quarantine_after  crashes of one step before the job is quarantined
+--   max_concurrency   at most this many jobs of the kind leased at once, across all workers
+--   rate_count/_ms    at most rate_count leases of the kind starting in any rate_ms window
+--   max_per_key       at most this many leased jobs sharing one concurrency_key
 CREATE TABLE pgqueue.kind_config (
     stream           text NOT NULL,
     kind             text NOT NULL,
-    quarantine_after int NOT NULL CHECK (quarantine_after >= 1),
+    quarantine_after int CHECK (quarantine_after >= 1),
+    max_concurrency  int CHECK (max_concurrency >= 1),
+    rate_count       int CHECK (rate_count >= 1),
+    rate_ms          bigint CHECK (rate_ms >= 1),
+    max_per_key      int CHECK (max_per_key >= 1),
+    CHECK ((rate_count IS NULL) = (rate_ms IS NULL)),
     PRIMARY KEY (stream, kind)
 );
 

@@ -185,30 +185,81 @@ BEGIN
 END
 $$;
 
--- Set (or with NULL, remove) a kind's quarantine threshold in a stream; logs only changes.
-CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after int)
+-- A kind's settings in a stream: the keys of p_settings are set (a JSON null clears one:
+-- quarantine_after, max_concurrency, rate_count with rate_ms, max_per_key), the others are
+-- left as they are. Logs the kind's whole settings as a ConfigureKind op when they changed
+-- (the op alone rebuilds them); returns whether they did.
+CREATE OR REPLACE FUNCTION pgqueue.configure_kind_settings(p_stream text, p_kind text,
+                                                           p_settings jsonb)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    v_old pgqueue.kind_config;
+    v_new pgqueue.kind_config;
+    v_found boolean;
+    v_key text;
 BEGIN
     PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
-    IF p_quarantine_after IS NULL THEN
-        DELETE FROM pgqueue.kind_config WHERE stream = p_stream AND kind = p_kind;
-    ELSE
-        INSERT INTO pgqueue.kind_config AS k (stream, kind, quarantine_after)
-        VALUES (p_stream, p_kind, p_quarantine_after)
-        ON CONFLICT (stream, kind) DO UPDATE SET quarantine_after = excluded.quarantine_after
-        WHERE k.quarantine_after IS DISTINCT FROM excluded.quarantine_after;
+    IF p_kind IS NULL OR p_kind = '' THEN
+        RAISE EXCEPTION 'kind must be a non-empty name' USING ERRCODE = '22023';
     END IF;
-    IF NOT FOUND THEN
-        RETURN false;
+    IF jsonb_typeof(p_settings) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'kind settings must be a JSON object' USING ERRCODE = '22023';
     END IF;
+    FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
+        IF v_key NOT IN ('quarantine_after', 'max_concurrency', 'rate_count', 'rate_ms',
+                         'max_per_key') THEN
+            RAISE EXCEPTION 'unknown kind setting %: use quarantine_after, max_concurrency, rate_count and rate_ms, max_per_key',
+                quote_literal(left(v_key, 40)) USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+    SELECT * INTO v_old FROM pgqueue.kind_config WHERE stream = p_stream AND kind = p_kind
+    FOR UPDATE;
+    v_found := FOUND;
+    v_new := jsonb_populate_record(v_old, p_settings);  -- the keys given over the row there is
+    v_new.stream := p_stream;
+    v_new.kind := p_kind;
+    IF v_found AND v_old IS NOT DISTINCT FROM v_new THEN
+        RETURN false;  -- no change
+    ELSIF NOT v_found AND num_nonnulls(v_new.quarantine_after, v_new.max_concurrency,
+                                       v_new.rate_count, v_new.rate_ms, v_new.max_per_key) = 0 THEN
+        RETURN false;  -- nothing to clear
+    END IF;
+    PERFORM pgqueue.save_kind_config(v_new);
     INSERT INTO pgqueue.op_log (stream, op, body)
-    VALUES (p_stream, 'ConfigureKind', jsonb_build_object('stream', p_stream, 'kind', p_kind,
-            'quarantine_after', p_quarantine_after));
+    VALUES (p_stream, 'ConfigureKind', to_jsonb(v_new));
     RETURN true;
 END
+$$;
+
+-- The one writer of kind_config (configure_kind_settings and the op's apply): the row as given, or
+-- none when it sets nothing.
+CREATE OR REPLACE FUNCTION pgqueue.save_kind_config(p pgqueue.kind_config) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF num_nonnulls(p.quarantine_after, p.max_concurrency, p.rate_count, p.rate_ms,
+                    p.max_per_key) = 0 THEN
+        DELETE FROM pgqueue.kind_config WHERE stream = p.stream AND kind = p.kind;
+        RETURN;
+    END IF;
+    INSERT INTO pgqueue.kind_config AS k VALUES (p.*)
+    ON CONFLICT (stream, kind) DO UPDATE
+    SET quarantine_after = excluded.quarantine_after, max_concurrency = excluded.max_concurrency,
+        rate_count = excluded.rate_count, rate_ms = excluded.rate_ms,
+        max_per_key = excluded.max_per_key;
+END
+$$;
+
+-- The previous release's call (its workers register quarantine_after=N): sets that alone.
+CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after int)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT pgqueue.configure_kind_settings(p_stream, p_kind,
+                                  jsonb_build_object('quarantine_after', p_quarantine_after))
 $$;
 
 -- Operator: one verb on many jobs of a filter (the bulk actions). Each job is locked and

@@ -160,14 +160,8 @@ BEGIN
         INSERT INTO pgqueue.step_set (hash, kind, steps, created_at)
         VALUES (b ->> 'hash', b ->> 'kind', b -> 'steps', pgqueue.from_ms((b ->> 'created_at_ms')::bigint))
         ON CONFLICT (hash) DO NOTHING;
-    WHEN 'ConfigureKind' THEN
-        IF b ->> 'quarantine_after' IS NULL THEN
-            DELETE FROM pgqueue.kind_config WHERE stream = b ->> 'stream' AND kind = b ->> 'kind';
-        ELSE
-            INSERT INTO pgqueue.kind_config (stream, kind, quarantine_after)
-            VALUES (b ->> 'stream', b ->> 'kind', (b ->> 'quarantine_after')::int)
-            ON CONFLICT (stream, kind) DO UPDATE SET quarantine_after = excluded.quarantine_after;
-        END IF;
+    WHEN 'ConfigureKind' THEN  -- the kind's whole settings (older ops: quarantine_after alone)
+        PERFORM pgqueue.save_kind_config(jsonb_populate_record(NULL::pgqueue.kind_config, b));
     WHEN 'UpsertSchedule' THEN
         INSERT INTO pgqueue.schedule AS s (stream, name, cron, timezone, payload, kind, priority,
             max_attempts, catch_up, misfire_grace_ms, paused, next_run_at, last_fired_at, updated_at)

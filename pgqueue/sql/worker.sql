@@ -44,7 +44,15 @@ SELECT pgqueue.register_step_set(%(hash)s::text, %(kind)s::text, %(steps)s::json
 SELECT hash, kind, steps FROM pgqueue.step_set WHERE hash = %(hash)s
 
 -- name: configure_kind
-SELECT pgqueue.configure_kind(%(stream)s::text, %(kind)s::text, %(quarantine_after)s::int) AS changed
+-- Set the kind settings named in %(settings)s (a JSON null clears one), leave the others.
+SELECT pgqueue.configure_kind_settings(%(stream)s::text, %(kind)s::text, %(settings)s::jsonb) AS changed
+
+-- name: kinds_list
+-- The kinds with settings, of one stream (every stream's when %(stream)s is NULL).
+SELECT stream, kind, quarantine_after, max_concurrency, rate_count, rate_ms, max_per_key
+FROM pgqueue.kind_config
+WHERE %(stream)s::text IS NULL OR stream = %(stream)s::text
+ORDER BY stream, kind
 
 -- name: return_leases
 -- Give leases back without costing an attempt (graceful shutdown); returns the ids returned.
