@@ -1,5 +1,7 @@
 -- 15 limits: the kinds set by limits alone go (the older schema has no row without a
 -- threshold)
+DROP TABLE pgqueue.kind_lease;
+DROP INDEX pgqueue.job_pending_kind_idx;
 DELETE FROM pgqueue.kind_config WHERE quarantine_after IS NULL;
 ALTER TABLE pgqueue.kind_config DROP CONSTRAINT kind_config_check,
     DROP COLUMN max_per_key, DROP COLUMN rate_ms, DROP COLUMN rate_count,

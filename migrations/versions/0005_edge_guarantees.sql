@@ -72,3 +72,13 @@ ALTER TABLE pgqueue.kind_config
     ADD COLUMN rate_ms bigint CHECK (rate_ms >= 1),
     ADD COLUMN max_per_key int CHECK (max_per_key >= 1),
     ADD CHECK ((rate_count IS NULL) = (rate_ms IS NULL));
+-- the rate limit's window: leases of a rate-limited kind per bucket of time
+CREATE TABLE pgqueue.kind_lease (
+    stream text NOT NULL,
+    kind   text NOT NULL,
+    bucket bigint NOT NULL,  -- epoch ms of the bucket's start
+    n      int NOT NULL,
+    PRIMARY KEY (stream, kind, bucket)
+);
+CREATE INDEX job_pending_kind_idx ON pgqueue.job (stream, kind, priority DESC, id)
+    WHERE state = 'pending';

@@ -106,6 +106,11 @@ CREATE TABLE pgqueue.job (
 -- Lease order: priority DESC then id, within a stream. Nothing a renewal writes is indexed.
 CREATE INDEX job_pending_idx ON pgqueue.job (stream, priority DESC, id) WHERE state = 'pending';
 CREATE INDEX job_scheduled_idx ON pgqueue.job (stream, not_before, id) WHERE state = 'scheduled';
+-- Ready jobs by kind: a lease of a stream with limited kinds takes each kind's jobs apart
+-- (pgqueue.pick_within_limits), so a backlog of a kind at its limit is never read through.
+-- The price of the limits: one more entry per ready job enqueued (nothing per lease or ack).
+CREATE INDEX job_pending_kind_idx ON pgqueue.job (stream, kind, priority DESC, id)
+    WHERE state = 'pending';
 -- Reclaim scans leased jobs only; keyed on id (never on the expiry, which renewals change).
 CREATE INDEX job_leased_idx ON pgqueue.job (id) WHERE state = 'leased';
 -- Operators (and the dashboard's keyset pages) list a stream's jobs in one state, newest

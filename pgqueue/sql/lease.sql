@@ -1,5 +1,22 @@
 -- lease: Lease (pending -> leased) and Renew (leased -> leased, with the checkpoint).
 
+-- schema: tables ----------------------------------------------------------------------------
+
+-- How many leases of a rate-limited kind were granted in each bucket of time (a twentieth of
+-- the kind's window, at least 1 ms), for the window the limit counts (pgqueue.lease): a lease
+-- counts every bucket that reaches into its window, so the count is never less than the
+-- leases in any window (at most a bucket's worth more: 5 % of the rate left unused), and a
+-- window reads at most 21 rows however many leases it holds. Buckets older than the window
+-- are deleted as leases add new ones. Derived bookkeeping, not queue state: it is not in the
+-- op log, and a promoted replica starts its windows empty.
+CREATE TABLE pgqueue.kind_lease (
+    stream text NOT NULL,
+    kind   text NOT NULL,
+    bucket bigint NOT NULL,  -- epoch ms of the bucket's start
+    n      int NOT NULL,
+    PRIMARY KEY (stream, kind, bucket)
+);
+
 -- schema: functions -------------------------------------------------------------------------
 
 -- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
@@ -31,9 +48,15 @@ BEGIN
 END
 $$;
 
--- Lease up to p_limit jobs of a stream, by priority DESC then id. The candidate CTE locks
--- with SKIP LOCKED and is MATERIALIZED, so the planner cannot lease more rows than asked and
--- concurrent workers never wait on each other.
+-- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
+-- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
+-- so it cannot lease more rows than asked.
+-- Limits (kind_config: max_concurrency, rate_count per rate_ms) hold across every worker:
+-- for each limited kind of the stream the lease takes the kind's advisory lock without
+-- waiting (a kind another lease is counting is skipped by this one, never waited for),
+-- counts the kind's leased jobs and its leases in the window, and takes at most the room
+-- left; jobs of kinds at their limit are passed over, so they hold back no other kind. A
+-- stream without limited kinds pays one probe of kind_config.
 -- p_start: how many of the jobs (in the order returned) the caller starts at once; the rest
 -- are leased ahead (prefetch), not started: their Lease ops say started false, the caller's
 -- renewals say when each starts, and reclaim charges nothing to a lease that never started. A
@@ -66,6 +89,11 @@ DECLARE
                                        'worker_instance', p_worker_instance,
                                        'expires_at_ms', pgqueue.to_ms(v_exp));
     v_body_ahead jsonb := v_body || '{"started": false}'::jsonb;
+    v_ids bigint[];
+    v_kinds text[];
+    v_max int[];
+    v_rate int[];
+    v_rate_ms bigint[];
 BEGIN
     PERFORM pgqueue.require_leader();
     IF p_limit < 1 OR p_visibility_ms < 0 OR p_start < 0 THEN
@@ -93,15 +121,24 @@ BEGIN
         END IF;
     END IF;
     PERFORM pgqueue.promote_due(p_stream);
+    SELECT array_agg(k.kind ORDER BY k.kind), array_agg(k.max_concurrency ORDER BY k.kind),
+           array_agg(k.rate_count ORDER BY k.kind), array_agg(k.rate_ms ORDER BY k.kind)
+    INTO v_kinds, v_max, v_rate, v_rate_ms
+    FROM pgqueue.kind_config k
+    WHERE k.stream = p_stream AND (k.max_concurrency IS NOT NULL OR k.rate_count IS NOT NULL);
+    IF v_kinds IS NULL THEN
+        v_ids := ARRAY(SELECT j.id FROM pgqueue.job j
+                       WHERE j.stream = p_stream AND j.state = 'pending'
+                       ORDER BY j.priority DESC, j.id
+                       LIMIT p_limit
+                       FOR UPDATE SKIP LOCKED);
+    ELSE
+        v_ids := pgqueue.pick_within_limits(p_stream, p_limit, v_now, v_kinds, v_max, v_rate,
+                                            v_rate_ms);
+    END IF;
     RETURN QUERY
-    WITH pick AS MATERIALIZED (
-        SELECT id, priority FROM pgqueue.job
-        WHERE stream = p_stream AND state = 'pending'
-        ORDER BY priority DESC, id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    ), ranked AS (  -- FOR UPDATE allows no window function in pick itself
-        SELECT pick.id, row_number() OVER (ORDER BY pick.priority DESC, pick.id) AS n FROM pick
+    WITH ranked AS (
+        SELECT t.id, t.n FROM unnest(v_ids) WITH ORDINALITY AS t(id, n)
     ), leased AS (
         UPDATE pgqueue.job j
         SET state = 'leased', lease_id = nextval('pgqueue.lease_id_seq'),
@@ -114,6 +151,15 @@ BEGIN
                   j.last_completed_step,
                   j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
                   j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context
+    ), rated AS (  -- the rate windows' bookkeeping (no rows for a stream without limits)
+        INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, n)
+        SELECT l.stream, l.kind, pgqueue.to_ms(v_now) / s.size * s.size, count(*)
+        FROM leased l
+        CROSS JOIN LATERAL (SELECT pgqueue.rate_bucket_ms(
+                                v_rate_ms[array_position(v_kinds, l.kind)]) AS size) s
+        WHERE l.kind = ANY(v_kinds) AND v_rate[array_position(v_kinds, l.kind)] IS NOT NULL
+        GROUP BY l.stream, l.kind, s.size
+        ON CONFLICT (stream, kind, bucket) DO UPDATE SET n = k.n + excluded.n
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
         SELECT l.stream, 'Lease', l.id, l.lease_id,
@@ -122,6 +168,95 @@ BEGIN
         FROM leased l ORDER BY l.id
     )
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
+END
+$$;
+
+-- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
+-- priority DESC then id, locked, with each limited kind's at most its room. A limited kind
+-- whose advisory lock another lease holds is left to that lease; its room is its
+-- max_concurrency less its leased jobs, and its rate_count less its leases within rate_ms
+-- (whose older bookkeeping rows go). Jobs of kinds without limits are taken as usual.
+-- The bucket a rate limit's window counts leases in: a twentieth of the window, at least 1 ms.
+CREATE OR REPLACE FUNCTION pgqueue.rate_bucket_ms(p_window_ms bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT greatest(1, p_window_ms / 20) $$;
+
+CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
+    p_stream text, p_limit int, p_now timestamptz, p_kinds text[], p_max int[], p_rate int[],
+    p_rate_ms bigint[]
+) RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_room int;
+    v_size bigint;
+    v_ids bigint[] := '{}';
+    v_pris smallint[] := '{}';
+    v_kind text;
+    i int;
+BEGIN
+    -- Jobs without a kind, then each kind with ready jobs and no limit (found by a skip scan
+    -- of job_pending_kind_idx: one probe per kind, however many jobs a limited kind holds
+    -- back), its first p_limit by priority: as an unlimited stream would take them.
+    SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.priority), '{}')
+    INTO v_ids, v_pris
+    FROM (SELECT j.id, j.priority FROM pgqueue.job j
+          WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind IS NULL
+          ORDER BY j.kind, j.priority DESC, j.id  -- kind first: the kind index's order, not
+                                                  -- job_pending_idx's read through
+          LIMIT p_limit
+          FOR UPDATE SKIP LOCKED) c;
+    FOR v_kind IN
+        WITH RECURSIVE ready AS (
+            (SELECT j.kind FROM pgqueue.job j
+             WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind IS NOT NULL
+             ORDER BY j.kind LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.kind FROM pgqueue.job j
+                    WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind > r.kind
+                    ORDER BY j.kind LIMIT 1)
+            FROM ready r WHERE r.kind IS NOT NULL)
+        SELECT r.kind FROM ready r WHERE r.kind IS NOT NULL AND r.kind <> ALL(p_kinds)
+    LOOP
+        SELECT v_ids || coalesce(array_agg(c.id), '{}'), v_pris || coalesce(array_agg(c.priority), '{}')
+        INTO v_ids, v_pris
+        FROM (SELECT j.id, j.priority FROM pgqueue.job j
+              WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = v_kind
+              ORDER BY j.kind, j.priority DESC, j.id
+              LIMIT p_limit
+              FOR UPDATE SKIP LOCKED) c;
+    END LOOP;
+    -- Each limited kind: its room, under its lock (not waited for: a kind another lease is
+    -- counting is left to that lease).
+    FOR i IN 1 .. cardinality(p_kinds) LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(
+            hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kinds[i]));
+        v_room := p_limit;
+        IF p_max[i] IS NOT NULL THEN
+            v_room := least(v_room, p_max[i] - (
+                SELECT count(*) FROM pgqueue.job j
+                WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]));
+        END IF;
+        IF p_rate[i] IS NOT NULL THEN  -- buckets that reach into the window (now - ms, now]
+            v_size := pgqueue.rate_bucket_ms(p_rate_ms[i]);
+            DELETE FROM pgqueue.kind_lease k
+            WHERE k.stream = p_stream AND k.kind = p_kinds[i]
+              AND k.bucket + v_size <= pgqueue.to_ms(p_now) - p_rate_ms[i];
+            v_room := least(v_room, p_rate[i] - (
+                SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
+                WHERE k.stream = p_stream AND k.kind = p_kinds[i]));
+        END IF;
+        CONTINUE WHEN v_room <= 0;
+        SELECT v_ids || coalesce(array_agg(c.id), '{}'), v_pris || coalesce(array_agg(c.priority), '{}')
+        INTO v_ids, v_pris
+        FROM (SELECT j.id, j.priority FROM pgqueue.job j
+              WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
+              ORDER BY j.kind, j.priority DESC, j.id
+              LIMIT v_room
+              FOR UPDATE SKIP LOCKED) c;
+    END LOOP;
+    RETURN ARRAY(SELECT t.id FROM unnest(v_ids, v_pris) AS t(id, priority)
+                 ORDER BY t.priority DESC, t.id LIMIT p_limit);
 END
 $$;
 

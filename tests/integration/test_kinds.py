@@ -4,6 +4,8 @@ whole settings, which a replay rebuilds; bad input refused with nothing written;
 handlers record the limits they name and leave the rest."""
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import psycopg
@@ -122,3 +124,98 @@ def test_a_worker_records_the_limits_its_handlers_name_and_leaves_the_rest(
         app.job("other", max_concurrency=0)
     with pytest.raises(ValueError, match="rate_limit seconds must be > 0"):
         app.step_job("other", rate_limit=(1, 0))
+
+
+# -- the limits in the lease ----------------------------------------------------------------------
+
+
+def _kinds_of(leases: list[pgqueue.Lease]) -> list[str | None]:
+    return sorted((lease.kind or "") for lease in leases)
+
+
+def test_max_concurrency_holds_and_a_finished_job_frees_its_slot(q: pgqueue.Queue,
+                                                                 dsn: str) -> None:
+    q.configure_kind("a", max_concurrency=2)
+    q.enqueue_many([pgqueue.NewJob(b"a", kind="a") for _ in range(5)])
+    q.enqueue_many([pgqueue.NewJob(b"b", kind="b") for _ in range(3)])
+    first = q.lease(limit=10)
+    assert _kinds_of(first) == ["a", "a", "b", "b", "b"]
+    assert q.lease(limit=10) == []  # a is at its limit; b has none left
+    held_a = [lease for lease in first if lease.kind == "a"]
+    q.ack(held_a[0])
+    (again,) = q.lease(limit=10)  # the ack freed one slot at once
+    assert again.kind == "a"
+    q.nack(again, error="x", retry_in=3600)  # back to pending (delayed): the slot is free
+    (third,) = q.lease(limit=10)
+    assert third.kind == "a" and third.job_id != again.job_id
+    with connection.connect(dsn) as conn:  # an expired lease reclaimed frees its slot too
+        conn.execute("UPDATE pgqueue.job SET lease_expires_at = now() - interval '1 s' "
+                     "WHERE id = %s", [third.job_id])
+    assert q.reclaim_expired() == 1
+    assert _kinds_of(q.lease(limit=10)) == ["a"]
+
+
+def test_a_limited_backlog_holds_back_no_other_kind(q: pgqueue.Queue) -> None:
+    q.configure_kind("bulk", max_concurrency=1)
+    q.enqueue_many([pgqueue.NewJob(b"x", kind="bulk", priority=9) for _ in range(300)])
+    urgent = q.enqueue_many([pgqueue.NewJob(b"y", kind="mail") for _ in range(4)])
+    unkinded = q.enqueue(b"z")
+    leased = q.lease(limit=10)
+    assert _kinds_of(leased) == ["", "bulk", "mail", "mail", "mail", "mail"]
+    assert {lease.job_id for lease in leased} >= {*urgent, unkinded}
+    assert leased[0].kind == "bulk"  # still in priority order
+
+
+def test_the_rate_limit_counts_leases_in_its_window(q: pgqueue.Queue) -> None:
+    q.configure_kind("api", rate_limit=(3, 0.5))
+    q.enqueue_many([pgqueue.NewJob(b"x", kind="api") for _ in range(10)])
+    first = q.lease(limit=10)
+    assert len(first) == 3
+    for lease in first:
+        q.ack(lease)  # finishing does not give back a start: the window counts them
+    assert q.lease(limit=10) == []
+    deadline = time.monotonic() + 10
+    later: list[pgqueue.Lease] = []
+    while not later and time.monotonic() < deadline:  # polls until the window has passed
+        later = q.lease(limit=10)
+    assert len(later) == 3
+
+
+def test_limits_hold_under_concurrent_leasers(dsn: str, q: pgqueue.Queue) -> None:
+    """Eight threads on their own connections lease and ack as fast as they can; the jobs of
+    the kind held at once never exceed its max_concurrency."""
+    limit = 3
+    q.configure_kind("scarce", max_concurrency=limit)
+    q.enqueue_many([pgqueue.NewJob(b"s", kind="scarce") for _ in range(200)])
+    q.enqueue_many([pgqueue.NewJob(b"f") for _ in range(200)])
+    held: set[int] = set()
+    most = [0]
+    guard = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with pgqueue.Queue(dsn, pool_size=1) as mine:
+                while True:
+                    got = mine.lease(limit=4)
+                    if not got:
+                        return
+                    scarce = {lease.job_id for lease in got if lease.kind == "scarce"}
+                    with guard:
+                        held.update(scarce)
+                        most[0] = max(most[0], len(held))
+                    for lease in got:
+                        with guard:
+                            held.discard(lease.job_id)
+                        mine.ack(lease)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert q.count_jobs().count == 0  # every job was leased and acked
+    assert 1 <= most[0] <= limit
