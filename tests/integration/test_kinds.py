@@ -129,7 +129,7 @@ def test_a_worker_records_the_limits_its_handlers_name_and_leaves_the_rest(
 # -- the limits in the lease ----------------------------------------------------------------------
 
 
-def _kinds_of(leases: list[pgqueue.Lease]) -> list[str | None]:
+def _kinds_of(leases: list[pgqueue.Lease]) -> list[str]:
     return sorted((lease.kind or "") for lease in leases)
 
 
