@@ -42,10 +42,13 @@ def read_payload(payload: str, json_payload: bool) -> Any:
 @click.option("--max-attempts", type=int, default=None,
               help="Failures before the job goes to the dead letters (0 = unlimited) "
                    "[default: the handler's max_attempts, else 25].")
+@click.option("--concurrency-key", default=None, metavar="KEY",
+              help="What the kind's max-per-key limit counts (a tenant id, say).")
 @click.option("--json-payload", is_flag=True,
               help="Parse PAYLOAD as JSON (it is stored as compact JSON text).")
 def enqueue(stream: str, payload: str, kind: str | None, priority: int, delay: float | None,
-            dedup_key: str | None, max_attempts: int | None, json_payload: bool) -> None:
+            dedup_key: str | None, max_attempts: int | None, concurrency_key: str | None,
+            json_payload: bool) -> None:
     """Enqueue PAYLOAD on STREAM and print the job id (only the integer, on stdout).
 
     PAYLOAD is stored as UTF-8 text; "-" reads the payload from stdin as raw bytes. With a
@@ -54,7 +57,8 @@ def enqueue(stream: str, payload: str, kind: str | None, priority: int, delay: f
     value = read_payload(payload, json_payload)
     with open_queue(stream) as q:
         job_id = q.enqueue(value, kind=kind, priority=priority, delay=delay,
-                           dedup_key=dedup_key, max_attempts=max_attempts)
+                           dedup_key=dedup_key, max_attempts=max_attempts,
+                           concurrency_key=concurrency_key)
     say(job_id)
 
 

@@ -94,6 +94,7 @@ def job_json(job: AnyJob) -> dict[str, Any]:
         "worker_node": info.worker_node,
         "worker_instance": info.worker_instance,
         "died_at": iso(info.died_at),
+        "concurrency_key": info.concurrency_key,
         "checkpoint": checkpoint_json(info.checkpoint),
     }
 

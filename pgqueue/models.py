@@ -105,6 +105,8 @@ class NewJob:
     max_attempts: int | None = None
     #: The payload's schema version (step jobs record it so a newer worker can upcast).
     schema_version: int | None = None
+    #: What the kind's max_per_key counts (a tenant id, say; up to 200 characters).
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ class JobInfo:
     worker_node: int | None = None
     worker_instance: int | None = None
     died_at: dt.datetime | None = None
+    concurrency_key: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobInfo:
@@ -192,6 +195,7 @@ class JobInfo:
             lease_id=row["lease_id"],
             lease_expires_at=row["lease_expires_at"], worker_node=row["worker_node"],
             worker_instance=row["worker_instance"], died_at=row["died_at"],
+            concurrency_key=row.get("concurrency_key"),
         )
 
 

@@ -32,6 +32,7 @@ def columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
     dedup_keys: list[bytes | None] = []
     max_attempts: list[int | None] = []
     schema_versions: list[int | None] = []
+    concurrency_keys: list[str | None] = []
     for i, job in enumerate(jobs):
         if not isinstance(job, NewJob):
             raise TypeError(f"jobs[{i}] must be a pgqueue.NewJob, got {type(job).__name__}")
@@ -56,6 +57,7 @@ def columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
                 None if job.schema_version is None
                 else validate.integer(job.schema_version, "schema_version", low=0,
                                       high=2**31 - 1))
+            concurrency_keys.append(validate.concurrency_key(job.concurrency_key))
         except (TypeError, ValueError) as exc:
             if len(jobs) == 1 or type(exc) not in (TypeError, ValueError):
                 raise
@@ -64,7 +66,8 @@ def columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
             raise type(exc)(where + message) from None
     return {"payloads": payloads, "kinds": kinds, "priorities": priorities,
             "delays_ms": delays_ms, "not_befores": not_befores, "dedup_keys": dedup_keys,
-            "max_attempts": max_attempts, "schema_versions": schema_versions}
+            "max_attempts": max_attempts, "schema_versions": schema_versions,
+            "concurrency_keys": concurrency_keys}
 
 
 def lost_holder(request: uuid.UUID | None) -> ConnectionFailed:

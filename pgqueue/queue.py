@@ -131,9 +131,11 @@ class Queue(QueueOperations):
         dedup_key: str | bytes | None = None,
         max_attempts: int | None = None,
         schema_version: int | None = None,
+        concurrency_key: str | None = None,
         conn: object | None = None,
     ) -> int:
         """Enqueue one job; returns its id (or the id of the live job holding dedup_key).
+        `concurrency_key` (up to 200 characters): what the kind's max_per_key counts.
 
         With `conn`, the job is written in the caller's transaction and exists only if the
         caller commits: a psycopg Connection, a SQLAlchemy Connection or Session (psycopg
@@ -142,7 +144,7 @@ class Queue(QueueOperations):
         is busy (aio/coalesce.py); each returns once its job is committed."""
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
-                     schema_version=schema_version)
+                     schema_version=schema_version, concurrency_key=concurrency_key)
         with tracing.producing(self.stream, 1) as trace:
             return self._enqueue_job(job, trace, conn=conn)
 

@@ -162,6 +162,17 @@ def kind(value: Any, arg: str = "kind") -> str | None:
     return _storable(value, arg)
 
 
+def concurrency_key(value: Any, arg: str = "concurrency_key") -> str | None:
+    """A concurrency key: None, or a str of 1 to 200 characters storable as text."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
+    if not 1 <= len(value) <= 200:
+        raise ValueError(f"{arg} must be 1 to 200 characters, got {len(value)}")
+    return _storable(value, arg)
+
+
 def kind_settings(*, quarantine_after: Any = UNSET, max_concurrency: Any = UNSET,
                   rate_limit: Any = UNSET, max_per_key: Any = UNSET) -> dict[str, Any]:
     """The kind settings given (UNSET: left out; None: cleared), checked, as the columns of

@@ -1,5 +1,9 @@
 -- 15 limits: the kinds set by limits alone go (the older schema has no row without a
 -- threshold)
+DROP VIEW pgqueue.jobs;  -- it reads concurrency_key; the older code makes it again
+DROP INDEX pgqueue.job_leased_key_idx;
+ALTER TABLE pgqueue.dead_letter DROP COLUMN concurrency_key;
+ALTER TABLE pgqueue.job DROP COLUMN concurrency_key;
 DROP TABLE pgqueue.kind_lease;
 DROP INDEX pgqueue.job_pending_kind_idx;
 DELETE FROM pgqueue.kind_config WHERE quarantine_after IS NULL;

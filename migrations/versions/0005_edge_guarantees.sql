@@ -82,3 +82,9 @@ CREATE TABLE pgqueue.kind_lease (
 );
 CREATE INDEX job_pending_kind_idx ON pgqueue.job (stream, kind, priority DESC, id)
     WHERE state = 'pending';
+-- the key a kind's max_per_key counts
+ALTER TABLE pgqueue.job ADD COLUMN concurrency_key text
+    CHECK (length(concurrency_key) BETWEEN 1 AND 200);
+ALTER TABLE pgqueue.dead_letter ADD COLUMN concurrency_key text;
+CREATE INDEX job_leased_key_idx ON pgqueue.job (stream, kind, concurrency_key)
+    WHERE state = 'leased' AND concurrency_key IS NOT NULL;

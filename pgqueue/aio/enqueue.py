@@ -38,7 +38,8 @@ async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob],
         "stream": stream, **newjobs.columns(jobs), "request": request, "resent": resent,
         "traces": None if traces is None or not any(traces)
         else [None if t is None else Jsonb(t) for t in traces]}
-    for optional in ("kinds", "delays_ms", "not_befores", "dedup_keys", "schema_versions"):
+    for optional in ("kinds", "delays_ms", "not_befores", "dedup_keys", "schema_versions",
+                     "concurrency_keys"):
         if all(value is None for value in params[optional]):
             params[optional] = None  # NULL for every job: nothing to encode and send
     ids = [row[0] for row in await run.fetch_tuples(conn, "enqueue_jobs", params)]
@@ -59,6 +60,7 @@ async def enqueue_one(conn: run.AsyncConn, stream: str, job: NewJob, *,
         "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
         "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
         "request": request, "resent": resent, "trace": None if trace is None else Jsonb(trace),
+        "concurrency_key": cols["concurrency_keys"][0],
     })
     if found is None:
         raise newjobs.lost_holder(request)

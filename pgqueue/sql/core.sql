@@ -100,7 +100,10 @@ CREATE TABLE pgqueue.job (
     unstarted_reclaims    int NOT NULL DEFAULT 0,
     -- the producer's trace context (W3C traceparent/tracestate, as OpenTelemetry propagates
     -- it), so the span of the job's run joins the trace of the request that enqueued it
-    trace_context         jsonb
+    trace_context         jsonb,
+    -- what the kind's max_per_key counts (a tenant id, say): at most that many leased jobs of
+    -- the kind share one key; NULL: no key, no per-key limit
+    concurrency_key       text CHECK (length(concurrency_key) BETWEEN 1 AND 200)
 ) WITH (fillfactor = 70);  -- room on each page so renewals stay HOT updates
 
 -- Lease order: priority DESC then id, within a stream. Nothing a renewal writes is indexed.
@@ -113,6 +116,10 @@ CREATE INDEX job_pending_kind_idx ON pgqueue.job (stream, kind, priority DESC, i
     WHERE state = 'pending';
 -- Reclaim scans leased jobs only; keyed on id (never on the expiry, which renewals change).
 CREATE INDEX job_leased_idx ON pgqueue.job (id) WHERE state = 'leased';
+-- The lease counts a kind's leased jobs per concurrency key (max_per_key): only leases of jobs
+-- that carry a key write an entry here.
+CREATE INDEX job_leased_key_idx ON pgqueue.job (stream, kind, concurrency_key)
+    WHERE state = 'leased' AND concurrency_key IS NOT NULL;
 -- Operators (and the dashboard's keyset pages) list a stream's jobs in one state, newest
 -- first. Only the states a hot path never writes are indexed here: a ready job costs the
 -- enqueue no entry (its pages are read through the primary key, dense with ready jobs, or
@@ -144,7 +151,8 @@ CREATE TABLE pgqueue.dead_letter (
     schema_version        int,
     step_set_hash         text,
     crashes_by_step       jsonb NOT NULL DEFAULT '{}',
-    max_attempts_given    boolean NOT NULL DEFAULT true
+    max_attempts_given    boolean NOT NULL DEFAULT true,
+    concurrency_key       text
 );
 CREATE INDEX dead_letter_stream_idx ON pgqueue.dead_letter (stream, id);
 
@@ -155,12 +163,13 @@ CREATE OR REPLACE VIEW pgqueue.jobs AS
 SELECT id, stream, kind, state, payload, priority, attempts, max_attempts, not_before,
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, NULL::timestamptz AS died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step
+       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key
 FROM pgqueue.job
 UNION ALL
 SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL, enqueued_at,
        dedup_key, last_error, NULL, NULL, NULL, NULL, NULL, NULL, died_at, last_completed_step,
-       cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step
+       cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
+       concurrency_key
 FROM pgqueue.dead_letter;
 
 CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamptz) RETURNS bigint
@@ -279,10 +288,12 @@ AS $$
     WITH gone AS (DELETE FROM pgqueue.job WHERE id = p_job_id RETURNING *)
     INSERT INTO pgqueue.dead_letter (id, stream, kind, payload, priority, enqueued_at, dedup_key,
         attempts, max_attempts, last_error, died_at, last_completed_step, cursor_step, cursor,
-        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, max_attempts_given)
+        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, max_attempts_given,
+        concurrency_key)
     SELECT id, stream, kind, payload, priority, enqueued_at, dedup_key,
         p_attempts, max_attempts, p_error, p_died_at, last_completed_step, cursor_step, cursor,
-        checkpoint_updated_at, schema_version, step_set_hash, p_crashes, max_attempts_given
+        checkpoint_updated_at, schema_version, step_set_hash, p_crashes, max_attempts_given,
+        concurrency_key
     FROM gone
 $$;
 

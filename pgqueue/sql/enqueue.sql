@@ -50,13 +50,16 @@ $$;
 -- function takes a fresh snapshot (READ COMMITTED), so a holder committed by a concurrent
 -- enqueuer is found by the lookup that follows the conflict, in the same round trip.
 -- An Enqueue op's own body (its job's fields are the op row's columns): what every op of the
--- call shares, and the job's trace context when it has one (a replica's job gets it too).
+-- call shares, and the job's trace context and concurrency key when it has them (a
+-- replica's job gets them too).
 -- pgqueue.enqueue writes the same CASE inline: called per row, the function cost 9 % of a
 -- batch of 1,000.
-CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(p_shared jsonb, p_trace jsonb) RETURNS jsonb
+CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(p_shared jsonb, p_trace jsonb,
+                                                p_concurrency_key text) RETURNS jsonb
 LANGUAGE sql IMMUTABLE
-AS $$ SELECT CASE WHEN p_trace IS NULL THEN p_shared
-                  ELSE p_shared || jsonb_build_object('trace', p_trace) END $$;
+AS $$ SELECT CASE WHEN p_trace IS NULL AND p_concurrency_key IS NULL THEN p_shared
+                  ELSE p_shared || jsonb_strip_nulls(jsonb_build_object(
+                      'trace', p_trace, 'concurrency_key', p_concurrency_key)) END $$;
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
@@ -70,7 +73,8 @@ CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_schema_versions int[],
     p_request uuid DEFAULT NULL,
     p_resent boolean DEFAULT false,
-    p_traces jsonb[] DEFAULT NULL
+    p_traces jsonb[] DEFAULT NULL,
+    p_concurrency_keys text[] DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -112,7 +116,8 @@ BEGIN
        OR coalesce(cardinality(p_not_befores), v_n) <> v_n
        OR coalesce(cardinality(p_dedup_keys), v_n) <> v_n OR cardinality(p_max_attempts) <> v_n
        OR coalesce(cardinality(p_schema_versions), v_n) <> v_n
-       OR coalesce(cardinality(p_traces), v_n) <> v_n THEN
+       OR coalesce(cardinality(p_traces), v_n) <> v_n
+       OR coalesce(cardinality(p_concurrency_keys), v_n) <> v_n THEN
         RAISE EXCEPTION 'enqueue: all arrays must have % elements', v_n USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
@@ -145,27 +150,31 @@ BEGIN
         WITH ins AS (
             INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                      enqueued_at, attempts, max_attempts, schema_version,
-                                     max_attempts_given, trace_context)
+                                     max_attempts_given, trace_context, concurrency_key)
             SELECT v_ids[t.ord], p_stream, t.kind, t.payload, t.priority::smallint,
                    CASE WHEN t.at > v_now THEN 'scheduled' ELSE 'pending' END,
                    t.at, v_now, 0, coalesce(t.max_attempts, 25), t.schema_version,
-                   t.max_attempts IS NOT NULL, t.trace
+                   t.max_attempts IS NOT NULL, t.trace, t.ckey
             FROM (SELECT u.*, greatest(v_now, date_trunc('milliseconds', coalesce(
                              u.not_before, v_now + coalesce(u.delay_ms, 0) * interval '1 millisecond'))) AS at
                   FROM unnest(p_payloads, p_kinds, p_priorities, p_delays_ms, p_not_befores,
-                              p_max_attempts, p_schema_versions, p_traces) WITH ORDINALITY
+                              p_max_attempts, p_schema_versions, p_traces, p_concurrency_keys)
+                       WITH ORDINALITY
                        AS u(payload, kind, priority, delay_ms, not_before, max_attempts,
-                            schema_version, trace, ord)) t
+                            schema_version, trace, ckey, ord)) t
             ORDER BY t.ord
             RETURNING id, stream, kind, payload, priority, state, not_before, dedup_key,
                       max_attempts, schema_version, max_attempts_given,
-                      trace_context  -- what the op needs
+                      trace_context, concurrency_key  -- what the op needs
         ), logged AS (
             INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
                                         not_before, dedup_key, max_attempts, schema_version,
                                         request)
-            SELECT ins.stream, 'Enqueue', ins.id, CASE WHEN ins.trace_context IS NULL THEN v_body
-                        ELSE v_body || jsonb_build_object('trace', ins.trace_context) END,
+            SELECT ins.stream, 'Enqueue', ins.id,
+                   CASE WHEN ins.trace_context IS NULL AND ins.concurrency_key IS NULL THEN v_body
+                        ELSE v_body || jsonb_strip_nulls(jsonb_build_object(
+                            'trace', ins.trace_context, 'concurrency_key', ins.concurrency_key))
+                   END,
                    ins.kind, ins.payload, ins.priority,
                    ins.not_before, ins.dedup_key,
                    CASE WHEN ins.max_attempts_given THEN ins.max_attempts END,  -- null: not set
@@ -193,16 +202,17 @@ BEGIN
                        p_not_befores[t.ord],
                        v_now + coalesce(p_delays_ms[t.ord], 0) * interval '1 millisecond'))) AS not_before,
                    p_dedup_keys[t.ord] AS dedup_key, p_max_attempts[t.ord] AS max_attempts,
-                   p_schema_versions[t.ord] AS schema_version, p_traces[t.ord] AS trace
+                   p_schema_versions[t.ord] AS schema_version, p_traces[t.ord] AS trace,
+                   p_concurrency_keys[t.ord] AS ckey
             FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
         ), ins AS (
             INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                      enqueued_at, dedup_key, attempts, max_attempts, schema_version,
-                                     max_attempts_given, trace_context)
+                                     max_attempts_given, trace_context, concurrency_key)
             SELECT id, p_stream, kind, payload, priority,
                    CASE WHEN not_before > v_now THEN 'scheduled' ELSE 'pending' END,
                    not_before, v_now, dedup_key, 0, coalesce(max_attempts, 25), schema_version,
-                   max_attempts IS NOT NULL, trace
+                   max_attempts IS NOT NULL, trace, ckey
             -- Insert in dedup-key order so concurrent batches take key locks in one order
             -- (no deadlock); within a key the earlier input wins.
             FROM input ORDER BY dedup_key NULLS LAST, ord
@@ -214,8 +224,11 @@ BEGIN
             INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
                                         not_before, dedup_key, max_attempts, schema_version,
                                         request)
-            SELECT ins.stream, 'Enqueue', ins.id, CASE WHEN ins.trace_context IS NULL THEN v_body
-                        ELSE v_body || jsonb_build_object('trace', ins.trace_context) END,
+            SELECT ins.stream, 'Enqueue', ins.id,
+                   CASE WHEN ins.trace_context IS NULL AND ins.concurrency_key IS NULL THEN v_body
+                        ELSE v_body || jsonb_strip_nulls(jsonb_build_object(
+                            'trace', ins.trace_context, 'concurrency_key', ins.concurrency_key))
+                   END,
                    ins.kind, ins.payload, ins.priority,
                    ins.not_before, ins.dedup_key,
                    CASE WHEN ins.max_attempts_given THEN ins.max_attempts END,
@@ -276,7 +289,8 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
     p_stream text, p_payload bytea, p_kind text, p_priority int, p_delay_ms bigint,
     p_not_before timestamptz, p_dedup_key bytea, p_max_attempts int, p_schema_version int,
-    p_request uuid DEFAULT NULL, p_resent boolean DEFAULT false, p_trace jsonb DEFAULT NULL
+    p_request uuid DEFAULT NULL, p_resent boolean DEFAULT false, p_trace jsonb DEFAULT NULL,
+    p_concurrency_key text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -312,11 +326,11 @@ BEGIN
     FOR round IN 1 .. 20 LOOP
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                  enqueued_at, dedup_key, attempts, max_attempts, schema_version,
-                                 max_attempts_given, trace_context)
+                                 max_attempts_given, trace_context, concurrency_key)
         VALUES (nextval('pgqueue.job_id_seq'), p_stream, p_kind, p_payload, p_priority::smallint,
                 CASE WHEN v_at > v_now THEN 'scheduled' ELSE 'pending' END, v_at, v_now,
                 p_dedup_key, 0, coalesce(p_max_attempts, 25), p_schema_version,
-                p_max_attempts IS NOT NULL, p_trace)
+                p_max_attempts IS NOT NULL, p_trace, p_concurrency_key)
         ON CONFLICT (stream, dedup_key)
             WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
             DO NOTHING
@@ -327,7 +341,7 @@ BEGIN
                                         request)
             VALUES (j.stream, 'Enqueue', j.id, pgqueue.enqueue_body(
                         jsonb_build_object('enqueued_at_ms', pgqueue.to_ms(v_now), 'attempts', 0),
-                        p_trace),
+                        p_trace, p_concurrency_key),
                     j.kind, j.payload, j.priority, j.not_before, j.dedup_key, p_max_attempts,
                     j.schema_version, p_request);
             IF j.state = 'pending' THEN
@@ -359,7 +373,7 @@ SELECT id FROM pgqueue.enqueue(
     %(stream)s, %(payloads)b::bytea[], %(kinds)b::text[], %(priorities)b::int[],
     %(delays_ms)b::bigint[], %(not_befores)b::timestamptz[], %(dedup_keys)b::bytea[],
     %(max_attempts)b::int[], %(schema_versions)b::int[], %(request)s::uuid, %(resent)s::boolean,
-    %(traces)s::jsonb[])
+    %(traces)s::jsonb[], %(concurrency_keys)s::text[])
     AS t(id)
 
 -- name: enqueue_job
@@ -367,4 +381,4 @@ SELECT id FROM pgqueue.enqueue(
 SELECT pgqueue.enqueue_one(%(stream)s::text, %(payload)b::bytea, %(kind)s::text,
     %(priority)s::int, %(delay_ms)s::bigint, %(not_before)s::timestamptz, %(dedup_key)s::bytea,
     %(max_attempts)s::int, %(schema_version)s::int, %(request)s::uuid, %(resent)s::boolean,
-    %(trace)s::jsonb) AS id
+    %(trace)s::jsonb, %(concurrency_key)s::text) AS id

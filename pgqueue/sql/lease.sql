@@ -51,7 +51,8 @@ $$;
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
 -- so it cannot lease more rows than asked.
--- Limits (kind_config: max_concurrency, rate_count per rate_ms) hold across every worker:
+-- Limits (kind_config: max_concurrency, rate_count per rate_ms, max_per_key) hold across
+-- every worker:
 -- for each limited kind of the stream the lease takes the kind's advisory lock without
 -- waiting (a kind another lease is counting is skipped by this one, never waited for),
 -- counts the kind's leased jobs and its leases in the window, and takes at most the room
@@ -94,6 +95,7 @@ DECLARE
     v_max int[];
     v_rate int[];
     v_rate_ms bigint[];
+    v_per_key int[];
 BEGIN
     PERFORM pgqueue.require_leader();
     IF p_limit < 1 OR p_visibility_ms < 0 OR p_start < 0 THEN
@@ -122,10 +124,12 @@ BEGIN
     END IF;
     PERFORM pgqueue.promote_due(p_stream);
     SELECT array_agg(k.kind ORDER BY k.kind), array_agg(k.max_concurrency ORDER BY k.kind),
-           array_agg(k.rate_count ORDER BY k.kind), array_agg(k.rate_ms ORDER BY k.kind)
-    INTO v_kinds, v_max, v_rate, v_rate_ms
+           array_agg(k.rate_count ORDER BY k.kind), array_agg(k.rate_ms ORDER BY k.kind),
+           array_agg(k.max_per_key ORDER BY k.kind)
+    INTO v_kinds, v_max, v_rate, v_rate_ms, v_per_key
     FROM pgqueue.kind_config k
-    WHERE k.stream = p_stream AND (k.max_concurrency IS NOT NULL OR k.rate_count IS NOT NULL);
+    WHERE k.stream = p_stream AND (k.max_concurrency IS NOT NULL OR k.rate_count IS NOT NULL
+                                   OR k.max_per_key IS NOT NULL);
     IF v_kinds IS NULL THEN
         v_ids := ARRAY(SELECT j.id FROM pgqueue.job j
                        WHERE j.stream = p_stream AND j.state = 'pending'
@@ -134,7 +138,7 @@ BEGIN
                        FOR UPDATE SKIP LOCKED);
     ELSE
         v_ids := pgqueue.pick_within_limits(p_stream, p_limit, v_now, v_kinds, v_max, v_rate,
-                                            v_rate_ms);
+                                            v_rate_ms, v_per_key);
     END IF;
     RETURN QUERY
     WITH ranked AS (
@@ -183,13 +187,16 @@ AS $$ SELECT greatest(1, p_window_ms / 20) $$;
 
 CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
     p_stream text, p_limit int, p_now timestamptz, p_kinds text[], p_max int[], p_rate int[],
-    p_rate_ms bigint[]
+    p_rate_ms bigint[], p_per_key int[]
 ) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_room int;
     v_size bigint;
+    v_held jsonb;
+    v_taken int;
+    v_job record;
     v_ids bigint[] := '{}';
     v_pris smallint[] := '{}';
     v_kind text;
@@ -247,13 +254,39 @@ BEGIN
                 WHERE k.stream = p_stream AND k.kind = p_kinds[i]));
         END IF;
         CONTINUE WHEN v_room <= 0;
-        SELECT v_ids || coalesce(array_agg(c.id), '{}'), v_pris || coalesce(array_agg(c.priority), '{}')
-        INTO v_ids, v_pris
-        FROM (SELECT j.id, j.priority FROM pgqueue.job j
-              WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
-              ORDER BY j.kind, j.priority DESC, j.id
-              LIMIT v_room
-              FOR UPDATE SKIP LOCKED) c;
+        IF p_per_key[i] IS NULL THEN
+            SELECT v_ids || coalesce(array_agg(c.id), '{}'), v_pris || coalesce(array_agg(c.priority), '{}')
+            INTO v_ids, v_pris
+            FROM (SELECT j.id, j.priority FROM pgqueue.job j
+                  WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
+                  ORDER BY j.kind, j.priority DESC, j.id
+                  LIMIT v_room
+                  FOR UPDATE SKIP LOCKED) c;
+            CONTINUE;
+        END IF;
+        -- max_per_key: the kind's jobs in order, a job whose key already holds max_per_key
+        -- leases passed over (it holds back no other key: the scan goes on behind it)
+        SELECT coalesce(jsonb_object_agg(h.concurrency_key, h.n), '{}') INTO v_held
+        FROM (SELECT j.concurrency_key, count(*) AS n FROM pgqueue.job j
+              WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]
+                AND j.concurrency_key IS NOT NULL
+              GROUP BY j.concurrency_key) h;
+        v_taken := 0;
+        FOR v_job IN SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
+                 WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
+                 ORDER BY j.kind, j.priority DESC, j.id
+                 FOR UPDATE SKIP LOCKED
+        LOOP
+            IF v_job.concurrency_key IS NOT NULL THEN
+                CONTINUE WHEN coalesce((v_held ->> v_job.concurrency_key)::int, 0) >= p_per_key[i];
+                v_held := v_held || jsonb_build_object(
+                    v_job.concurrency_key, coalesce((v_held ->> v_job.concurrency_key)::int, 0) + 1);
+            END IF;
+            v_ids := v_ids || v_job.id;
+            v_pris := v_pris || v_job.priority;
+            v_taken := v_taken + 1;
+            EXIT WHEN v_taken >= v_room;
+        END LOOP;
     END LOOP;
     RETURN ARRAY(SELECT t.id FROM unnest(v_ids, v_pris) AS t(id, priority)
                  ORDER BY t.priority DESC, t.id LIMIT p_limit);

@@ -90,14 +90,14 @@ BEGIN
         -- max_attempts is null in an op of a job whose producer did not set it (0005 on)
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                  enqueued_at, dedup_key, attempts, max_attempts, schema_version,
-                                 max_attempts_given, trace_context)
+                                 max_attempts_given, trace_context, concurrency_key)
         VALUES (p_job_id, b ->> 'stream', b ->> 'kind', pgqueue.unb64(b ->> 'payload'),
                 (b ->> 'priority')::smallint, b ->> 'state',
                 pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
                 pgqueue.from_ms((b ->> 'enqueued_at_ms')::bigint),
                 pgqueue.unb64(b ->> 'dedup_key'), (b ->> 'attempts')::int,
                 coalesce((b ->> 'max_attempts')::int, 25), (b ->> 'schema_version')::int,
-                (b ->> 'max_attempts') IS NOT NULL, b -> 'trace')
+                (b ->> 'max_attempts') IS NOT NULL, b -> 'trace', b ->> 'concurrency_key')
         ON CONFLICT (id) DO NOTHING;
     WHEN 'Lease' THEN
         UPDATE pgqueue.job
@@ -143,12 +143,12 @@ BEGIN
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before, enqueued_at,
             dedup_key, attempts, max_attempts, last_error, last_completed_step, cursor_step, cursor,
             checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
-            max_attempts_given)
+            max_attempts_given, concurrency_key)
         SELECT d.id, d.stream, d.kind, d.payload, d.priority, b ->> 'state',
             pgqueue.from_ms((b ->> 'not_before_ms')::bigint), d.enqueued_at, d.dedup_key,
             (b ->> 'attempts')::int, d.max_attempts, d.last_error, d.last_completed_step,
             d.cursor_step, d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash,
-            d.crashes_by_step, d.max_attempts_given
+            d.crashes_by_step, d.max_attempts_given, d.concurrency_key
         FROM d;
     WHEN 'ReturnLease', 'MarkUndecodable', 'Upcast', 'Release', 'Rewind', 'Restart', 'SkipStep',
          'AcceptStepSet' THEN

@@ -219,3 +219,73 @@ def test_limits_hold_under_concurrent_leasers(dsn: str, q: pgqueue.Queue) -> Non
     assert not errors, errors
     assert q.count_jobs().count == 0  # every job was leased and acked
     assert 1 <= most[0] <= limit
+
+
+# -- per-key limits ---------------------------------------------------------------------------------
+
+
+def _keys_of(leases: list[pgqueue.Lease], q: pgqueue.Queue) -> list[str]:
+    found = [q.job(lease.job_id) for lease in leases]
+    return sorted((j.concurrency_key or "-") for j in found if j is not None)
+
+
+def test_max_per_key_holds_and_frees(q: pgqueue.Queue) -> None:
+    q.configure_kind("t", max_per_key=2)
+    q.enqueue_many([pgqueue.NewJob(b"a", kind="t", concurrency_key="A") for _ in range(10)])
+    q.enqueue_many([pgqueue.NewJob(b"b", kind="t", concurrency_key="B") for _ in range(3)])
+    q.enqueue_many([pgqueue.NewJob(b"-", kind="t") for _ in range(2)])  # no key: no key limit
+    first = q.lease(limit=20)
+    assert _keys_of(first, q) == ["-", "-", "A", "A", "B", "B"]
+    assert q.lease(limit=20) == []
+    q.ack(next(lease for lease in first if _keys_of([lease], q) == ["A"]))
+    assert _keys_of(q.lease(limit=20), q) == ["A"]  # the ack freed one of A's slots
+
+
+def test_a_key_at_its_limit_holds_back_no_other_key(q: pgqueue.Queue) -> None:
+    q.configure_kind("t", max_per_key=1, max_concurrency=5)
+    q.enqueue_many([pgqueue.NewJob(b"a", kind="t", concurrency_key="big", priority=9)
+                    for _ in range(300)])
+    small = [q.enqueue(b"s", kind="t", concurrency_key=f"small-{i}") for i in range(6)]
+    leased = q.lease(limit=20)
+    assert _keys_of(leased, q) == ["big", "small-0", "small-1", "small-2", "small-3"]
+    assert {lease.job_id for lease in leased} >= set(small[:4])  # max_concurrency 5 in all
+
+
+def test_the_key_travels_with_the_job(q: pgqueue.Queue, dsn: str, bed: Bed) -> None:
+    job_id = q.enqueue(b"x", kind="t", concurrency_key="tenant-7", max_attempts=1)
+    (batch,) = q.enqueue_many([pgqueue.NewJob(b"y", kind="t", concurrency_key="tenant-8",
+                                              dedup_key="d")])
+    info = q.job(job_id)
+    assert info is not None and info.concurrency_key == "tenant-7"
+    for lease in q.lease(limit=10):
+        if lease.job_id == job_id:
+            q.nack(lease, error="x")  # dies: the dead letter keeps its key
+    dead = q.job(job_id)
+    assert dead is not None and dead.state == "dead" and dead.concurrency_key == "tenant-7"
+    q.requeue_dead_letter(job_id)
+    target = bed.new_database()
+    try:
+        pgqueue.replay(dsn, target)
+        with pgqueue.Queue(target) as replica:
+            for jid, key in ((job_id, "tenant-7"), (batch, "tenant-8")):
+                got = replica.job(jid)
+                assert got is not None and got.concurrency_key == key
+    finally:
+        bed.drop(target)
+
+
+@pytest.mark.parametrize(("key", "error", "message"), [
+    ("", ValueError, "concurrency_key must be 1 to 200 characters"),
+    ("k" * 201, ValueError, "concurrency_key must be 1 to 200 characters"),
+    (7, TypeError, "concurrency_key must be a str"),
+    ("a\x00b", ValueError, "concurrency_key"),
+])
+def test_a_bad_key_is_refused_and_nothing_written(q: pgqueue.Queue, dsn: str, key: Any,
+                                                  error: type, message: str) -> None:
+    before = op_counts(dsn)
+    with pytest.raises(error, match=message):
+        q.enqueue(b"x", concurrency_key=key)
+    with pytest.raises(error, match=message):
+        q.enqueue_many([pgqueue.NewJob(b"x"), pgqueue.NewJob(b"y", concurrency_key=key)])
+    assert op_counts(dsn) == before
+    assert q.enqueue(b"x", concurrency_key="k" * 200) > 0  # the longest there may be
