@@ -175,16 +175,17 @@ BEGIN
 END
 $$;
 
--- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
--- priority DESC then id, locked, with each limited kind's at most its room. A limited kind
--- whose advisory lock another lease holds is left to that lease; its room is its
--- max_concurrency less its leased jobs, and its rate_count less its leases within rate_ms
--- (whose older bookkeeping rows go). Jobs of kinds without limits are taken as usual.
 -- The bucket a rate limit's window counts leases in: a twentieth of the window, at least 1 ms.
 CREATE OR REPLACE FUNCTION pgqueue.rate_bucket_ms(p_window_ms bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT greatest(1, p_window_ms / 20) $$;
 
+-- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
+-- priority DESC then id, locked, with each limited kind's at most its room. A limited kind
+-- whose advisory lock another lease holds is left to that lease; its room is its
+-- max_concurrency less its leased jobs, and its rate_count less its leases within rate_ms
+-- (whose older bookkeeping rows go), and with max_per_key a key holding that many leases is
+-- passed over. Jobs of kinds without limits are taken as usual.
 CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
     p_stream text, p_limit int, p_now timestamptz, p_kinds text[], p_max int[], p_rate int[],
     p_rate_ms bigint[], p_per_key int[]
