@@ -184,9 +184,9 @@ class App:
             validate.integer(max_attempts, "max_attempts", low=0)
         if visibility_timeout is not None:
             validate.seconds(visibility_timeout, "visibility_timeout", positive=True)
-        if quarantine_after is not None:
-            validate.integer(quarantine_after, "quarantine_after", low=1)
-        validate.kind_settings(**{k: v for k, v in limits.items() if v is not None})
+        validate.kind_settings(**{k: v for k, v in (*limits.items(),
+                                                     ("quarantine_after", quarantine_after))
+                                  if v is not None})
 
     def job(self, kind: str, *, max_attempts: int | None = None,
             visibility_timeout: float | None = None, quarantine_after: int | None = None,

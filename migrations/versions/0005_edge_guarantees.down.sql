@@ -1,7 +1,8 @@
 -- 15 limits: the kinds set by limits alone go (the older schema has no row without a
 -- threshold)
 DROP VIEW pgqueue.jobs;  -- it reads concurrency_key; the older code makes it again
-DROP INDEX pgqueue.job_leased_key_idx;
+DROP INDEX pgqueue.job_leased_idx;
+CREATE INDEX job_leased_idx ON pgqueue.job (id) WHERE state = 'leased';
 ALTER TABLE pgqueue.dead_letter DROP COLUMN concurrency_key;
 ALTER TABLE pgqueue.job DROP COLUMN concurrency_key;
 DROP TABLE pgqueue.kind_lease;

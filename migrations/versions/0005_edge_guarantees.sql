@@ -77,6 +77,7 @@ CREATE TABLE pgqueue.kind_lease (
     stream text NOT NULL,
     kind   text NOT NULL,
     bucket bigint NOT NULL,  -- epoch ms of the bucket's start
+    until  bigint NOT NULL,  -- and of its end
     n      int NOT NULL,
     PRIMARY KEY (stream, kind, bucket)
 );
@@ -86,5 +87,6 @@ CREATE INDEX job_pending_kind_idx ON pgqueue.job (stream, kind, priority DESC, i
 ALTER TABLE pgqueue.job ADD COLUMN concurrency_key text
     CHECK (length(concurrency_key) BETWEEN 1 AND 200);
 ALTER TABLE pgqueue.dead_letter ADD COLUMN concurrency_key text;
-CREATE INDEX job_leased_key_idx ON pgqueue.job (stream, kind, concurrency_key)
-    WHERE state = 'leased' AND concurrency_key IS NOT NULL;
+DROP INDEX pgqueue.job_leased_idx;
+CREATE INDEX job_leased_idx ON pgqueue.job (stream, kind, concurrency_key, id)
+    WHERE state = 'leased';

@@ -114,12 +114,12 @@ CREATE INDEX job_scheduled_idx ON pgqueue.job (stream, not_before, id) WHERE sta
 -- The price of the limits: one more entry per ready job enqueued (nothing per lease or ack).
 CREATE INDEX job_pending_kind_idx ON pgqueue.job (stream, kind, priority DESC, id)
     WHERE state = 'pending';
--- Reclaim scans leased jobs only; keyed on id (never on the expiry, which renewals change).
-CREATE INDEX job_leased_idx ON pgqueue.job (id) WHERE state = 'leased';
--- The lease counts a kind's leased jobs per concurrency key (max_per_key): only leases of jobs
--- that carry a key write an entry here.
-CREATE INDEX job_leased_key_idx ON pgqueue.job (stream, kind, concurrency_key)
-    WHERE state = 'leased' AND concurrency_key IS NOT NULL;
+-- Leased jobs only (reclaim reads them all: few), never keyed on the expiry, which renewals
+-- change. By kind and concurrency key within a stream: the lease counts a limited kind's leased jobs
+-- (max_concurrency) and a key's (max_per_key) with a range of it, however many other jobs are
+-- leased. The one entry a lease writes, as before it had these columns.
+CREATE INDEX job_leased_idx ON pgqueue.job (stream, kind, concurrency_key, id)
+    WHERE state = 'leased';
 -- Operators (and the dashboard's keyset pages) list a stream's jobs in one state, newest
 -- first. Only the states a hot path never writes are indexed here: a ready job costs the
 -- enqueue no entry (its pages are read through the primary key, dense with ready jobs, or

@@ -6,13 +6,14 @@
 -- the kind's window, at least 1 ms), for the window the limit counts (pgqueue.lease): a lease
 -- counts every bucket that reaches into its window, so the count is never less than the
 -- leases in any window (at most a bucket's worth more: 5 % of the rate left unused), and a
--- window reads at most 21 rows however many leases it holds. Buckets older than the window
+-- window reads about 21 rows however many leases it holds. Buckets older than the window
 -- are deleted as leases add new ones. Derived bookkeeping, not queue state: it is not in the
 -- op log, and a promoted replica starts its windows empty.
 CREATE TABLE pgqueue.kind_lease (
     stream text NOT NULL,
     kind   text NOT NULL,
     bucket bigint NOT NULL,  -- epoch ms of the bucket's start
+    until  bigint NOT NULL,  -- and of its end (kept: a window changed later reads it right)
     n      int NOT NULL,
     PRIMARY KEY (stream, kind, bucket)
 );
@@ -156,14 +157,16 @@ BEGIN
                   j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
                   j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context
     ), rated AS (  -- the rate windows' bookkeeping (no rows for a stream without limits)
-        INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, n)
-        SELECT l.stream, l.kind, pgqueue.to_ms(v_now) / s.size * s.size, count(*)
+        INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
+        SELECT l.stream, l.kind, pgqueue.to_ms(v_now) / s.size * s.size,
+               pgqueue.to_ms(v_now) / s.size * s.size + s.size, count(*)
         FROM leased l
         CROSS JOIN LATERAL (SELECT pgqueue.rate_bucket_ms(
                                 v_rate_ms[array_position(v_kinds, l.kind)]) AS size) s
         WHERE l.kind = ANY(v_kinds) AND v_rate[array_position(v_kinds, l.kind)] IS NOT NULL
         GROUP BY l.stream, l.kind, s.size
-        ON CONFLICT (stream, kind, bucket) DO UPDATE SET n = k.n + excluded.n
+        ON CONFLICT (stream, kind, bucket) DO UPDATE
+        SET n = k.n + excluded.n, until = greatest(k.until, excluded.until)
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
         SELECT l.stream, 'Lease', l.id, l.lease_id,
@@ -194,7 +197,6 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_room int;
-    v_size bigint;
     v_held jsonb;
     v_taken int;
     v_job record;
@@ -237,6 +239,9 @@ BEGIN
     -- Each limited kind: its room, under its lock (not waited for: a kind another lease is
     -- counting is left to that lease).
     FOR i IN 1 .. cardinality(p_kinds) LOOP
+        CONTINUE WHEN NOT EXISTS (  -- no ready job of the kind: nothing to count for
+            SELECT 1 FROM pgqueue.job j
+            WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]);
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(
             hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kinds[i]));
         v_room := p_limit;
@@ -246,10 +251,9 @@ BEGIN
                 WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]));
         END IF;
         IF p_rate[i] IS NOT NULL THEN  -- buckets that reach into the window (now - ms, now]
-            v_size := pgqueue.rate_bucket_ms(p_rate_ms[i]);
             DELETE FROM pgqueue.kind_lease k
             WHERE k.stream = p_stream AND k.kind = p_kinds[i]
-              AND k.bucket + v_size <= pgqueue.to_ms(p_now) - p_rate_ms[i];
+              AND k.until <= pgqueue.to_ms(p_now) - p_rate_ms[i];
             v_room := least(v_room, p_rate[i] - (
                 SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
                 WHERE k.stream = p_stream AND k.kind = p_kinds[i]));

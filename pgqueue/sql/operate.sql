@@ -215,6 +215,10 @@ BEGIN
                 quote_literal(left(v_key, 40)) USING ERRCODE = '22023';
         END IF;
     END LOOP;
+    -- one change of a kind's settings at a time, also when its row does not exist yet (two
+    -- first settings would each start from nothing, and the second drop the first's)
+    PERFORM pg_advisory_xact_lock(hashtext('pgqueue.kind_config'),
+                                  hashtext(p_stream || '/' || p_kind));
     SELECT * INTO v_old FROM pgqueue.kind_config WHERE stream = p_stream AND kind = p_kind
     FOR UPDATE;
     v_found := FOUND;

@@ -289,3 +289,13 @@ def test_a_bad_key_is_refused_and_nothing_written(q: pgqueue.Queue, dsn: str, ke
         q.enqueue_many([pgqueue.NewJob(b"x"), pgqueue.NewJob(b"y", concurrency_key=key)])
     assert op_counts(dsn) == before
     assert q.enqueue(b"x", concurrency_key="k" * 200) > 0  # the longest there may be
+
+
+def test_a_narrower_window_still_counts_the_leases_inside_it(q: pgqueue.Queue) -> None:
+    """Leases counted in a long window's buckets still count when the window is shortened:
+    each bucket keeps its own end."""
+    q.configure_kind("api", rate_limit=(2, 60))
+    q.enqueue_many([pgqueue.NewJob(b"x", kind="api") for _ in range(6)])
+    assert len(q.lease(limit=10)) == 2
+    q.configure_kind("api", rate_limit=(2, 1.0))
+    assert q.lease(limit=10) == []  # the two leases are within the last second
