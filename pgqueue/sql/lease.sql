@@ -156,17 +156,6 @@ BEGIN
                   j.last_completed_step,
                   j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
                   j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context
-    ), rated AS (  -- the rate windows' bookkeeping (no rows for a stream without limits)
-        INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
-        SELECT l.stream, l.kind, pgqueue.to_ms(v_now) / s.size * s.size,
-               pgqueue.to_ms(v_now) / s.size * s.size + s.size, count(*)
-        FROM leased l
-        CROSS JOIN LATERAL (SELECT pgqueue.rate_bucket_ms(
-                                v_rate_ms[array_position(v_kinds, l.kind)]) AS size) s
-        WHERE l.kind = ANY(v_kinds) AND v_rate[array_position(v_kinds, l.kind)] IS NOT NULL
-        GROUP BY l.stream, l.kind, s.size
-        ON CONFLICT (stream, kind, bucket) DO UPDATE
-        SET n = k.n + excluded.n, until = greatest(k.until, excluded.until)
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
         SELECT l.stream, 'Lease', l.id, l.lease_id,
@@ -184,11 +173,15 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT greatest(1, p_window_ms / 20) $$;
 
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
--- priority DESC then id, locked, with each limited kind's at most its room. A limited kind
--- whose advisory lock another lease holds is left to that lease; its room is its
--- max_concurrency less its leased jobs, and its rate_count less its leases within rate_ms
--- (whose older bookkeeping rows go), and with max_per_key a key holding that many leases is
--- passed over. Jobs of kinds without limits are taken as usual.
+-- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
+-- locked (SKIP LOCKED; a few rounds when concurrent leases took some), so a lease locks no
+-- more than it leases. Jobs without a kind and each kind without a limit (a skip scan of
+-- job_pending_kind_idx: one probe per ready kind) give their first candidates. A limited kind
+-- with ready jobs is counted under its advisory lock (taken without waiting: a kind another
+-- lease is counting is left to that lease, and nobody else takes its jobs meanwhile): its
+-- room is its max_concurrency less its leased jobs and its rate_count less its leases in the
+-- window, by the clock when the lock was taken; with max_per_key a key holding that many is
+-- passed over. The leases it grants are written to the kind's rate bucket at once.
 CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
     p_stream text, p_limit int, p_now timestamptz, p_kinds text[], p_max int[], p_rate int[],
     p_rate_ms bigint[], p_per_key int[]
@@ -198,103 +191,166 @@ AS $$
 DECLARE
     v_room int;
     v_held jsonb;
-    v_taken int;
+    v_before int;
+    v_at bigint;
+    v_ats bigint[] := '{}';        -- each limited kind's clock, by its index in p_kinds
+    v_free_ids bigint[] := '{}';   -- candidates of kinds without a limit
+    v_free_pris smallint[] := '{}';
+    v_lim_ids bigint[] := '{}';    -- candidates of limited kinds, under their locks
+    v_lim_pris smallint[] := '{}';
+    v_lim_kinds int[] := '{}';     -- the index in p_kinds of each
+    v_tried bigint[] := '{}';      -- unlimited candidates another lease locked first
+    v_chosen bigint[];
+    v_locked bigint[];
+    v_got bigint[] := '{}';
     v_job record;
-    v_ids bigint[] := '{}';
-    v_pris smallint[] := '{}';
     v_kind text;
+    v_round int := 0;
+    v_scanned int;
+    v_cap int := p_limit * 4 + 200;  -- jobs read in lease order before taking kinds apart
     i int;
 BEGIN
-    -- Jobs without a kind, then each kind with ready jobs and no limit (found by a skip scan
-    -- of job_pending_kind_idx: one probe per kind, however many jobs a limited kind holds
-    -- back), its first p_limit by priority: as an unlimited stream would take them.
-    SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.priority), '{}')
-    INTO v_ids, v_pris
-    FROM (SELECT j.id, j.priority FROM pgqueue.job j
-          WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind IS NULL
-          ORDER BY j.kind, j.priority DESC, j.id  -- kind first: the kind index's order, not
-                                                  -- job_pending_idx's read through
-          LIMIT p_limit
-          FOR UPDATE SKIP LOCKED) c;
-    FOR v_kind IN
-        WITH RECURSIVE ready AS (
-            (SELECT j.kind FROM pgqueue.job j
-             WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind IS NOT NULL
-             ORDER BY j.kind LIMIT 1)
-            UNION ALL
-            SELECT (SELECT j.kind FROM pgqueue.job j
-                    WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind > r.kind
-                    ORDER BY j.kind LIMIT 1)
-            FROM ready r WHERE r.kind IS NOT NULL)
-        SELECT r.kind FROM ready r WHERE r.kind IS NOT NULL AND r.kind <> ALL(p_kinds)
-    LOOP
-        SELECT v_ids || coalesce(array_agg(c.id), '{}'), v_pris || coalesce(array_agg(c.priority), '{}')
-        INTO v_ids, v_pris
-        FROM (SELECT j.id, j.priority FROM pgqueue.job j
-              WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = v_kind
-              ORDER BY j.kind, j.priority DESC, j.id
-              LIMIT p_limit
-              FOR UPDATE SKIP LOCKED) c;
-    END LOOP;
-    -- Each limited kind: its room, under its lock (not waited for: a kind another lease is
-    -- counting is left to that lease).
+    -- each limited kind with ready jobs: its candidates, as many as its room
     FOR i IN 1 .. cardinality(p_kinds) LOOP
         CONTINUE WHEN NOT EXISTS (  -- no ready job of the kind: nothing to count for
             SELECT 1 FROM pgqueue.job j
             WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]);
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(
             hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kinds[i]));
+        -- the rate's clock: when the lock was taken (the transaction began earlier)
+        v_at := pgqueue.to_ms(coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz,
+                                       clock_timestamp()));
+        v_ats[i] := v_at;
         v_room := p_limit;
         IF p_max[i] IS NOT NULL THEN
             v_room := least(v_room, p_max[i] - (
                 SELECT count(*) FROM pgqueue.job j
                 WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]));
         END IF;
-        IF p_rate[i] IS NOT NULL THEN  -- buckets that reach into the window (now - ms, now]
+        IF p_rate[i] IS NOT NULL THEN  -- buckets that reach into the window (at - ms, at]
             DELETE FROM pgqueue.kind_lease k
-            WHERE k.stream = p_stream AND k.kind = p_kinds[i]
-              AND k.until <= pgqueue.to_ms(p_now) - p_rate_ms[i];
+            WHERE k.stream = p_stream AND k.kind = p_kinds[i] AND k.until <= v_at - p_rate_ms[i];
             v_room := least(v_room, p_rate[i] - (
                 SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
                 WHERE k.stream = p_stream AND k.kind = p_kinds[i]));
         END IF;
         CONTINUE WHEN v_room <= 0;
+        v_before := cardinality(v_lim_ids);
         IF p_per_key[i] IS NULL THEN
-            SELECT v_ids || coalesce(array_agg(c.id), '{}'), v_pris || coalesce(array_agg(c.priority), '{}')
-            INTO v_ids, v_pris
+            SELECT v_lim_ids || coalesce(array_agg(c.id), '{}'),
+                   v_lim_pris || coalesce(array_agg(c.priority), '{}')
+            INTO v_lim_ids, v_lim_pris
             FROM (SELECT j.id, j.priority FROM pgqueue.job j
                   WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
                   ORDER BY j.kind, j.priority DESC, j.id
-                  LIMIT v_room
-                  FOR UPDATE SKIP LOCKED) c;
-            CONTINUE;
+                  LIMIT v_room) c;
+        ELSE
+            -- max_per_key: the kind's jobs in order, a job whose key already holds max_per_key
+            -- leases passed over (it holds back no other key: the scan goes on behind it)
+            SELECT coalesce(jsonb_object_agg(h.concurrency_key, h.n), '{}') INTO v_held
+            FROM (SELECT j.concurrency_key, count(*) AS n FROM pgqueue.job j
+                  WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]
+                    AND j.concurrency_key IS NOT NULL
+                  GROUP BY j.concurrency_key) h;
+            FOR v_job IN SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
+                         WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
+                         ORDER BY j.kind, j.priority DESC, j.id
+            LOOP
+                IF v_job.concurrency_key IS NOT NULL THEN
+                    CONTINUE WHEN coalesce((v_held ->> v_job.concurrency_key)::int, 0) >= p_per_key[i];
+                    v_held := v_held || jsonb_build_object(v_job.concurrency_key,
+                        coalesce((v_held ->> v_job.concurrency_key)::int, 0) + 1);
+                END IF;
+                v_lim_ids := v_lim_ids || v_job.id;
+                v_lim_pris := v_lim_pris || v_job.priority;
+                EXIT WHEN cardinality(v_lim_ids) - v_before >= v_room;
+            END LOOP;
         END IF;
-        -- max_per_key: the kind's jobs in order, a job whose key already holds max_per_key
-        -- leases passed over (it holds back no other key: the scan goes on behind it)
-        SELECT coalesce(jsonb_object_agg(h.concurrency_key, h.n), '{}') INTO v_held
-        FROM (SELECT j.concurrency_key, count(*) AS n FROM pgqueue.job j
-              WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]
-                AND j.concurrency_key IS NOT NULL
-              GROUP BY j.concurrency_key) h;
-        v_taken := 0;
-        FOR v_job IN SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
-                 WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
-                 ORDER BY j.kind, j.priority DESC, j.id
-                 FOR UPDATE SKIP LOCKED
-        LOOP
-            IF v_job.concurrency_key IS NOT NULL THEN
-                CONTINUE WHEN coalesce((v_held ->> v_job.concurrency_key)::int, 0) >= p_per_key[i];
-                v_held := v_held || jsonb_build_object(
-                    v_job.concurrency_key, coalesce((v_held ->> v_job.concurrency_key)::int, 0) + 1);
-            END IF;
-            v_ids := v_ids || v_job.id;
-            v_pris := v_pris || v_job.priority;
-            v_taken := v_taken + 1;
-            EXIT WHEN v_taken >= v_room;
-        END LOOP;
+        v_lim_kinds := v_lim_kinds || array_fill(i, ARRAY[cardinality(v_lim_ids) - v_before]);
     END LOOP;
-    RETURN ARRAY(SELECT t.id FROM unnest(v_ids, v_pris) AS t(id, priority)
-                 ORDER BY t.priority DESC, t.id LIMIT p_limit);
+    LOOP
+        v_round := v_round + 1;
+        -- jobs of kinds without a limit (and without a kind): read in lease order passing
+        -- over limited kinds' jobs, at most v_cap of them; only when a limited backlog that
+        -- long stands ahead is each such kind taken apart (a skip scan of
+        -- job_pending_kind_idx: one probe per ready kind, then its first candidates). The
+        -- skip scan is not the first resort: it steps over the index entries of jobs leased
+        -- or acked since the last vacuum.
+        SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.priority), '{}')
+        INTO v_free_ids, v_free_pris
+        FROM (SELECT c.id, c.priority  -- the outer LIMIT stops the scan at p_limit found
+              FROM (SELECT j.id, j.priority, j.kind FROM pgqueue.job j
+                    WHERE j.stream = p_stream AND j.state = 'pending' AND j.id <> ALL(v_tried)
+                    ORDER BY j.priority DESC, j.id
+                    LIMIT v_cap) c
+              WHERE c.kind IS NULL OR c.kind <> ALL(p_kinds)
+              LIMIT p_limit) c;
+        v_scanned := 0;
+        IF cardinality(v_free_ids) < p_limit THEN  -- short: the end of the jobs, or the cap?
+            SELECT count(*)::int INTO v_scanned
+            FROM (SELECT 1 FROM pgqueue.job j
+                  WHERE j.stream = p_stream AND j.state = 'pending' AND j.id <> ALL(v_tried)
+                  ORDER BY j.priority DESC, j.id
+                  LIMIT v_cap) c;
+        END IF;
+        IF cardinality(v_free_ids) < p_limit AND v_scanned >= v_cap THEN
+            SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.priority), '{}')
+            INTO v_free_ids, v_free_pris
+            FROM (SELECT j.id, j.priority FROM pgqueue.job j
+                  WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind IS NULL
+                    AND j.id <> ALL(v_tried)
+                  ORDER BY j.kind, j.priority DESC, j.id  -- kind first: the kind index's order
+                  LIMIT p_limit) c;
+            FOR v_kind IN
+                WITH RECURSIVE ready AS (
+                    (SELECT j.kind FROM pgqueue.job j
+                     WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind IS NOT NULL
+                     ORDER BY j.kind LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT j.kind FROM pgqueue.job j
+                            WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind > r.kind
+                            ORDER BY j.kind LIMIT 1)
+                    FROM ready r WHERE r.kind IS NOT NULL)
+                SELECT r.kind FROM ready r WHERE r.kind IS NOT NULL AND r.kind <> ALL(p_kinds)
+            LOOP
+                SELECT v_free_ids || coalesce(array_agg(c.id), '{}'),
+                       v_free_pris || coalesce(array_agg(c.priority), '{}')
+                INTO v_free_ids, v_free_pris
+                FROM (SELECT j.id, j.priority FROM pgqueue.job j
+                      WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = v_kind
+                        AND j.id <> ALL(v_tried)
+                      ORDER BY j.kind, j.priority DESC, j.id
+                      LIMIT p_limit) c;
+            END LOOP;
+        END IF;
+        v_chosen := ARRAY(SELECT t.id FROM (
+                SELECT * FROM unnest(v_free_ids, v_free_pris) AS f(id, priority)
+                UNION ALL
+                SELECT * FROM unnest(v_lim_ids, v_lim_pris) AS l(id, priority)) t
+            WHERE t.id <> ALL(v_got)
+            ORDER BY t.priority DESC, t.id LIMIT p_limit - cardinality(v_got));
+        EXIT WHEN cardinality(v_chosen) = 0;
+        v_locked := ARRAY(SELECT j.id FROM pgqueue.job j
+                          WHERE j.id = ANY(v_chosen) AND j.state = 'pending'
+                          ORDER BY j.priority DESC, j.id
+                          FOR UPDATE SKIP LOCKED);
+        v_got := v_got || v_locked;
+        v_tried := v_tried || ARRAY(SELECT c FROM unnest(v_chosen) c WHERE c <> ALL(v_locked));
+        EXIT WHEN cardinality(v_got) >= p_limit OR cardinality(v_locked) = cardinality(v_chosen)
+                  OR v_round >= 3;
+    END LOOP;
+    -- the leases granted to rate-limited kinds, into the bucket of the clock of their lock
+    INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
+    SELECT p_stream, p_kinds[t.ki], v_ats[t.ki] / s.size * s.size,
+           v_ats[t.ki] / s.size * s.size + s.size, count(*)
+    FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
+    CROSS JOIN LATERAL (SELECT pgqueue.rate_bucket_ms(p_rate_ms[t.ki]) AS size) s
+    WHERE t.id = ANY(v_got) AND p_rate[t.ki] IS NOT NULL
+    GROUP BY t.ki, s.size, v_ats[t.ki]
+    ON CONFLICT (stream, kind, bucket) DO UPDATE
+    SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
+    RETURN ARRAY(SELECT j.id FROM pgqueue.job j WHERE j.id = ANY(v_got)
+                 ORDER BY j.priority DESC, j.id);
 END
 $$;
 

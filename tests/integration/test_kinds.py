@@ -299,3 +299,22 @@ def test_a_narrower_window_still_counts_the_leases_inside_it(q: pgqueue.Queue) -
     assert len(q.lease(limit=10)) == 2
     q.configure_kind("api", rate_limit=(2, 1.0))
     assert q.lease(limit=10) == []  # the two leases are within the last second
+
+
+def test_a_lease_locks_only_what_it_leases(q: pgqueue.Queue, dsn: str) -> None:
+    """A lease of a stream with a limited kind, its transaction still open, leaves every job
+    it did not lease to the next lease (it locked none of them); only the limited kind it is
+    counting waits for it (the kind's lock, not waited for, held to its commit)."""
+    q.configure_kind("limited", max_concurrency=100)
+    q.enqueue_many([pgqueue.NewJob(b"x", kind=f"k{i % 20}") for i in range(200)])
+    q.enqueue_many([pgqueue.NewJob(b"x", kind="limited") for _ in range(50)])
+    with psycopg.connect(dsn) as held:  # not autocommit: the first lease's locks stay
+        first = held.execute("SELECT id FROM pgqueue.lease('default', 10, 30000, 0, 0)").fetchall()
+        assert len(first) == 10
+        second = q.lease(limit=300)
+        assert len(second) == 190  # every unlimited job but the ten the open lease holds
+        assert {lease.kind for lease in second} <= {f"k{i}" for i in range(20)}
+        assert not {r[0] for r in first} & {lease.job_id for lease in second}
+        held.rollback()
+    third = q.lease(limit=300)  # the open lease rolled back: its ten and the limited kind
+    assert sorted(_kinds_of(third)).count("limited") == 50 and len(third) == 60
