@@ -207,67 +207,11 @@ DECLARE
     v_kind text;
     v_round int := 0;
     v_scanned int;
+    v_bpri smallint;                -- the p_limit-th candidate of the kinds without a limit
+    v_bid bigint;
     v_cap int := p_limit * 4 + 200;  -- jobs read in lease order before taking kinds apart
     i int;
 BEGIN
-    -- each limited kind with ready jobs: its candidates, as many as its room
-    FOR i IN 1 .. cardinality(p_kinds) LOOP
-        CONTINUE WHEN NOT EXISTS (  -- no ready job of the kind: nothing to count for
-            SELECT 1 FROM pgqueue.job j
-            WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]);
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(
-            hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kinds[i]));
-        -- the rate's clock: when the lock was taken (the transaction began earlier)
-        v_at := pgqueue.to_ms(coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz,
-                                       clock_timestamp()));
-        v_ats[i] := v_at;
-        v_room := p_limit;
-        IF p_max[i] IS NOT NULL THEN
-            v_room := least(v_room, p_max[i] - (
-                SELECT count(*) FROM pgqueue.job j
-                WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]));
-        END IF;
-        IF p_rate[i] IS NOT NULL THEN  -- buckets that reach into the window (at - ms, at]
-            DELETE FROM pgqueue.kind_lease k
-            WHERE k.stream = p_stream AND k.kind = p_kinds[i] AND k.until <= v_at - p_rate_ms[i];
-            v_room := least(v_room, p_rate[i] - (
-                SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
-                WHERE k.stream = p_stream AND k.kind = p_kinds[i]));
-        END IF;
-        CONTINUE WHEN v_room <= 0;
-        v_before := cardinality(v_lim_ids);
-        IF p_per_key[i] IS NULL THEN
-            SELECT v_lim_ids || coalesce(array_agg(c.id), '{}'),
-                   v_lim_pris || coalesce(array_agg(c.priority), '{}')
-            INTO v_lim_ids, v_lim_pris
-            FROM (SELECT j.id, j.priority FROM pgqueue.job j
-                  WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
-                  ORDER BY j.kind, j.priority DESC, j.id
-                  LIMIT v_room) c;
-        ELSE
-            -- max_per_key: the kind's jobs in order, a job whose key already holds max_per_key
-            -- leases passed over (it holds back no other key: the scan goes on behind it)
-            SELECT coalesce(jsonb_object_agg(h.concurrency_key, h.n), '{}') INTO v_held
-            FROM (SELECT j.concurrency_key, count(*) AS n FROM pgqueue.job j
-                  WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]
-                    AND j.concurrency_key IS NOT NULL
-                  GROUP BY j.concurrency_key) h;
-            FOR v_job IN SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
-                         WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
-                         ORDER BY j.kind, j.priority DESC, j.id
-            LOOP
-                IF v_job.concurrency_key IS NOT NULL THEN
-                    CONTINUE WHEN coalesce((v_held ->> v_job.concurrency_key)::int, 0) >= p_per_key[i];
-                    v_held := v_held || jsonb_build_object(v_job.concurrency_key,
-                        coalesce((v_held ->> v_job.concurrency_key)::int, 0) + 1);
-                END IF;
-                v_lim_ids := v_lim_ids || v_job.id;
-                v_lim_pris := v_lim_pris || v_job.priority;
-                EXIT WHEN cardinality(v_lim_ids) - v_before >= v_room;
-            END LOOP;
-        END IF;
-        v_lim_kinds := v_lim_kinds || array_fill(i, ARRAY[cardinality(v_lim_ids) - v_before]);
-    END LOOP;
     LOOP
         v_round := v_round + 1;
         -- jobs of kinds without a limit (and without a kind): read in lease order passing
@@ -322,6 +266,74 @@ BEGIN
                       ORDER BY j.kind, j.priority DESC, j.id
                       LIMIT p_limit) c;
             END LOOP;
+        END IF;
+        IF v_round = 1 THEN
+            SELECT f.priority, f.id INTO v_bpri, v_bid
+            FROM unnest(v_free_ids, v_free_pris) AS f(id, priority)
+            ORDER BY f.priority DESC, f.id OFFSET p_limit - 1 LIMIT 1;
+        -- each limited kind with ready jobs ahead of the p_limit-th candidate of the others (a
+        -- kind whose first job would not make the cut is not locked, nor counted): its
+        -- candidates, as many as its room
+        FOR i IN 1 .. cardinality(p_kinds) LOOP
+            CONTINUE WHEN NOT EXISTS (  -- no ready job of the kind: nothing to count for
+                SELECT 1 FROM pgqueue.job j
+                WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
+                 AND (v_bpri IS NULL OR j.priority > v_bpri OR (j.priority = v_bpri AND j.id < v_bid)));
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(
+                hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kinds[i]));
+            -- the rate's clock: when the lock was taken (the transaction began earlier)
+            v_at := pgqueue.to_ms(coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz,
+                                           clock_timestamp()));
+            v_ats[i] := v_at;
+            v_room := p_limit;
+            IF p_max[i] IS NOT NULL THEN
+                v_room := least(v_room, p_max[i] - (
+                    SELECT count(*) FROM pgqueue.job j
+                    WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]));
+            END IF;
+            IF p_rate[i] IS NOT NULL THEN  -- buckets that reach into the window (at - ms, at]
+                DELETE FROM pgqueue.kind_lease k
+                WHERE k.stream = p_stream AND k.kind = p_kinds[i] AND k.until <= v_at - p_rate_ms[i];
+                v_room := least(v_room, p_rate[i] - (
+                    SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
+                    WHERE k.stream = p_stream AND k.kind = p_kinds[i]));
+            END IF;
+            CONTINUE WHEN v_room <= 0;
+            v_before := cardinality(v_lim_ids);
+            IF p_per_key[i] IS NULL THEN
+                SELECT v_lim_ids || coalesce(array_agg(c.id), '{}'),
+                       v_lim_pris || coalesce(array_agg(c.priority), '{}')
+                INTO v_lim_ids, v_lim_pris
+                FROM (SELECT j.id, j.priority FROM pgqueue.job j
+                      WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
+                       AND (v_bpri IS NULL OR j.priority > v_bpri OR (j.priority = v_bpri AND j.id < v_bid))
+                      ORDER BY j.kind, j.priority DESC, j.id
+                      LIMIT v_room) c;
+            ELSE
+                -- max_per_key: the kind's jobs in order, a job whose key already holds max_per_key
+                -- leases passed over (it holds back no other key: the scan goes on behind it)
+                SELECT coalesce(jsonb_object_agg(h.concurrency_key, h.n), '{}') INTO v_held
+                FROM (SELECT j.concurrency_key, count(*) AS n FROM pgqueue.job j
+                      WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]
+                        AND j.concurrency_key IS NOT NULL
+                      GROUP BY j.concurrency_key) h;
+                FOR v_job IN SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
+                             WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
+                              AND (v_bpri IS NULL OR j.priority > v_bpri OR (j.priority = v_bpri AND j.id < v_bid))
+                             ORDER BY j.kind, j.priority DESC, j.id
+                LOOP
+                    IF v_job.concurrency_key IS NOT NULL THEN
+                        CONTINUE WHEN coalesce((v_held ->> v_job.concurrency_key)::int, 0) >= p_per_key[i];
+                        v_held := v_held || jsonb_build_object(v_job.concurrency_key,
+                            coalesce((v_held ->> v_job.concurrency_key)::int, 0) + 1);
+                    END IF;
+                    v_lim_ids := v_lim_ids || v_job.id;
+                    v_lim_pris := v_lim_pris || v_job.priority;
+                    EXIT WHEN cardinality(v_lim_ids) - v_before >= v_room;
+                END LOOP;
+            END IF;
+            v_lim_kinds := v_lim_kinds || array_fill(i, ARRAY[cardinality(v_lim_ids) - v_before]);
+        END LOOP;
         END IF;
         v_chosen := ARRAY(SELECT t.id FROM (
                 SELECT * FROM unnest(v_free_ids, v_free_pris) AS f(id, priority)
