@@ -138,7 +138,7 @@ BEGIN
                        LIMIT p_limit
                        FOR UPDATE SKIP LOCKED);
     ELSE
-        v_ids := pgqueue.pick_within_limits(p_stream, p_limit, v_now, v_kinds, v_max, v_rate,
+        v_ids := pgqueue.pick_within_limits(p_stream, p_limit, v_kinds, v_max, v_rate,
                                             v_rate_ms, v_per_key);
     END IF;
     RETURN QUERY
@@ -183,8 +183,8 @@ AS $$ SELECT greatest(1, p_window_ms / 20) $$;
 -- window, by the clock when the lock was taken; with max_per_key a key holding that many is
 -- passed over. The leases it grants are written to the kind's rate bucket at once.
 CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
-    p_stream text, p_limit int, p_now timestamptz, p_kinds text[], p_max int[], p_rate int[],
-    p_rate_ms bigint[], p_per_key int[]
+    p_stream text, p_limit int, p_kinds text[], p_max int[], p_rate int[], p_rate_ms bigint[],
+    p_per_key int[]
 ) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 AS $$
