@@ -126,6 +126,12 @@ def print_history(history: pgqueue.JobHistory) -> None:
     if history.state in pgqueue.FINISHED_STATES:
         under = "" if history.lease_id is None else f" under lease {history.lease_id}"
         say(f"job {history.job_id} is gone: {history.state} {ago(history.finished_at)}{under}")
+    if history.cancel == "too late":
+        say(f"a cancel was requested {ago(history.cancel_requested_at)}, too late: its handler "
+            f"finished first and it was acked")
+    elif history.cancel == "requested":
+        say(f"a cancel was requested {ago(history.cancel_requested_at)}: the worker running it "
+            f"stops it at its next advance or step boundary")
     if not history.ops:
         say(f"no ops of job {history.job_id} are kept: the op log was pruned past them")
         return

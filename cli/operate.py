@@ -152,11 +152,16 @@ def accept_step_set(job_id: int, as_json: bool) -> None:
 @click.argument("job_id", metavar="ID", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def cancel(job_id: int, as_json: bool) -> None:
-    """Remove a job that is not leased (pending, scheduled, parked or dead) for good."""
+    """Cancel a job. One that is not leased (pending, scheduled, parked or dead) is removed for
+    good; one a worker runs is asked to stop: its handler sees the cancel at its next advance
+    or step boundary (an async one at once) and the job ends as cancelled, never retried."""
     with open_queue() as q:
-        q.cancel(job_id)
+        outcome = q.cancel(job_id)
     if as_json:
-        print_json({"job_id": job_id, "cancelled": True})
+        print_json({"job_id": job_id, "cancelled": outcome == "cancelled", "outcome": outcome})
+    elif outcome == "requested":
+        say(f"cancel of job {job_id} requested: a worker runs it; it stops at its next advance "
+            f"or step boundary and ends as cancelled (`pgqueue jobs show {job_id}` tells when)")
     else:
         say(f"cancelled job {job_id}")
 

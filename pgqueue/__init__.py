@@ -15,6 +15,7 @@ from pgqueue.aio.steps import AsyncStepContext
 from pgqueue.app import App, JobHandler, Step, StepJob
 from pgqueue.deploy import Parked
 from pgqueue.errors import (
+    Cancelled,
     ConnectionFailed,
     Contention,
     DedupConflict,
@@ -68,6 +69,7 @@ __all__ = [
     "AsyncQueue",
     "AsyncStepContext",
     "BulkResult",
+    "Cancelled",
     "Checkpoint",
     "ConnectionFailed",
     "Contention",

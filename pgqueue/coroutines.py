@@ -13,6 +13,10 @@ writer threads so the loop never waits on the database; the ack only hands the j
 acker, on the loop. On the hot path a job crosses threads twice: the lease loop queues it for
 the loop (one wake-up per lease batch, not per job), and the ack hands it to the acker.
 
+An operator's cancel of a running async job (Queue.cancel) cancels its task while the
+handler's code runs: the handler gets asyncio.CancelledError at the await it is in, and the job
+ends as cancelled (as with pgqueue.Cancelled, which advance() and step boundaries raise).
+
 The drain: runners skip jobs queued behind them (given back by the drain) and end once their
 coroutine returned; coroutines still running after the grace period are cancelled once their
 leases were given back (their result would be discarded anyway).
@@ -31,9 +35,9 @@ from typing import Any, TypeVar
 
 from pgqueue import compat, tracing
 from pgqueue.aio import steps as aio_steps
-from pgqueue.app import App
-from pgqueue.errors import LeaseLost
-from pgqueue.handlers import discarded, failed
+from pgqueue.app import App, JobHandler, StepJob
+from pgqueue.errors import Cancelled, LeaseLost
+from pgqueue.handlers import cancelled, discarded, failed
 from pgqueue.held import HeldLeases, label
 from pgqueue.running import Held
 from pgqueue.settler import JobSettler
@@ -99,6 +103,11 @@ class AsyncHandlers:
         self._queue: asyncio.Queue[Held | None] | None = None
         self._runners: list[asyncio.Task[None]] = []
         self._cancelled = False  # the drain cancelled the runners (set on the loop thread)
+        #: the job each runner's handler is running now (on the loop thread only): an
+        #: operator's cancel cancels the task only while it runs that job's handler code
+        self._handling: dict[asyncio.Task[None], Held] = {}
+        #: lease ids of the jobs whose task this loop cancelled for an operator's cancel
+        self._stopped: set[int] = set()
         self._thread: threading.Thread | None = None
         self._writers = concurrent.futures.ThreadPoolExecutor(
             max_workers=WRITERS, thread_name_prefix="pgqueue-async-writer")
@@ -170,6 +179,34 @@ class AsyncHandlers:
         for task in self._runners:
             task.cancel()
 
+    async def _handle(self, handler: JobHandler | StepJob, held: Held) -> None:
+        """Run the job's handler code, cancelling its task when an operator cancels the job."""
+        task = asyncio.current_task()
+        assert task is not None and self._loop is not None
+        loop = self._loop
+        self._handling[task] = held
+        def stop() -> None:  # on the thread that learnt of the cancel
+            loop.call_soon_threadsafe(self._stop, task, held)
+
+        held.on_cancel = stop
+        try:
+            await aio_steps.run(handler, held, self._loop_settler)
+        finally:
+            held.on_cancel = None
+            del self._handling[task]
+            if held.lease.lease_id in self._stopped:
+                self._stopped.discard(held.lease.lease_id)
+                uncancel = getattr(task, "uncancel", None)  # Python 3.11 on
+                if uncancel is not None and not self._cancelled:
+                    uncancel()  # this runner goes on to other jobs: no cancel is pending
+
+    def _stop(self, task: asyncio.Task[None], held: Held) -> None:
+        """On the loop: an operator cancelled `held`; cancel the task if it still runs its
+        handler (not once it has returned: its ack or failure is being written)."""
+        if self._handling.get(task) is held and held.lease.lease_id not in self._stopped:
+            self._stopped.add(held.lease.lease_id)
+            task.cancel(f"job {held.lease.job_id} was cancelled by an operator")
+
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking call (a database write) on a writer thread."""
         loop = asyncio.get_running_loop()
@@ -215,12 +252,17 @@ class AsyncHandlers:
                 assert refused is not None
                 await self._loop_settler.mark_undecodable(held, refused.reason, refused.detail)
                 return
-            await aio_steps.run(handler, held, self._loop_settler)
+            await self._handle(handler, held)
         except LeaseLost as exc:
             discarded(self._worker_id(), held, exc)
+        except Cancelled:  # raised at an advance() or a step boundary, or by the handler
+            await self._blocking(cancelled, self._settler, self._worker_id(), held)
         except asyncio.CancelledError as exc:
             if self._cancelled:
                 raise  # the drain's: its lease was given back
+            if held.cancelled.is_set():  # an operator's cancel (this loop cancelled the task)
+                await self._blocking(cancelled, self._settler, self._worker_id(), held)
+                return
             # the handler's own (an awaited task it was cancelled): a failure like any other
             await self._blocking(failed, self._settler, self._worker_id(), held, handler, exc)
         except Exception as exc:

@@ -64,3 +64,13 @@ class NotLeader(PgQueueError):
 
 class InvalidState(PgQueueError):
     """The job is in a state where the operation makes no sense (e.g. releasing a pending job)."""
+
+
+class Cancelled(BaseException):
+    """An operator cancelled the job while its handler ran (`Queue.cancel`, `pgqueue jobs
+    cancel`, the dashboard): raised in the handler at its next `ctx.advance()` or step
+    boundary; the worker then ends the job as cancelled, never retried. A handler may raise it
+    itself to end its job the same way.
+
+    A BaseException, as asyncio.CancelledError is: a handler's `except Exception:` around its
+    work must not swallow the request to stop."""

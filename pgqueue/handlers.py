@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from pgqueue import compat, steps, tracing
 from pgqueue.app import App, JobHandler, StepJob
-from pgqueue.errors import LeaseLost
+from pgqueue.errors import Cancelled, LeaseLost
 from pgqueue.held import HeldLeases, label
 from pgqueue.running import Held
 from pgqueue.settler import JobSettler, Nacked
@@ -57,9 +57,11 @@ def error_summary(exc: BaseException) -> str:
 
 def outcome(nacked: Nacked) -> str:
     """What became of a failed job, for its log line."""
-    if nacked.dead is None:
+    if nacked.state is None:
         return ("the failure was not recorded (its lease was lost, or the database stayed "
                 "unreachable): the job runs again when its lease has expired")
+    if nacked.state == "cancelled":
+        return "cancelled: an operator had asked to cancel it, so it is not retried"
     if nacked.dead:
         return "dead: moved to the dead letters"
     if nacked.retry_at is None:
@@ -145,6 +147,8 @@ class HandlerThreads:
             steps.run(handler, held, self._settler)
         except LeaseLost as exc:
             discarded(self._worker_id(), held, exc)
+        except Cancelled:
+            cancelled(self._settler, self._worker_id(), held)
         except Exception as exc:
             tracing.failed(exc)
             failed(self._settler, self._worker_id(), held, handler, exc)
@@ -168,6 +172,25 @@ def discarded(worker_id: int, held: Held, exc: LeaseLost) -> None:
                              lease_id=held.lease.lease_id))
 
 
+def cancelled(settler: JobSettler, worker_id: int, held: Held) -> None:
+    """The handler stopped on its job's cancel (pgqueue.Cancelled, or an async job's task
+    cancelled): end the job as cancelled and say so. A database round trip: on the event loop,
+    run it on a thread."""
+    try:
+        ended = settler.end_cancelled(held)
+    except LeaseLost:
+        ended = False
+    held.outcome = "cancelled" if ended else "lost"
+    if ended:
+        log.info("worker %s: %s cancelled by an operator: its handler stopped", worker_id,
+                 label(held), extra=fields(held, event="cancelled", outcome="cancelled"))
+    else:
+        log.warning("worker %s: %s stopped on a cancel after its lease was lost: whoever "
+                    "reclaims it ends it as cancelled", worker_id, label(held),
+                    extra=fields(held, event="lost", outcome="lost",
+                                 lease_id=held.lease.lease_id))
+
+
 def failed(settler: JobSettler, worker_id: int, held: Held, handler: JobHandler | StepJob | None,
            exc: BaseException) -> None:
     """A handler raised: nack the job (its traceback kept as last_error) and log the failure
@@ -179,8 +202,8 @@ def failed(settler: JobSettler, worker_id: int, held: Held, handler: JobHandler 
         except LeaseLost:
             pass  # lost meanwhile: said below
         else:
-            held.outcome = ("lost" if nacked.dead is None else "dead" if nacked.dead
-                            else "retried")
+            held.outcome = ("lost" if nacked.state is None else "dead" if nacked.dead
+                            else "cancelled" if nacked.state == "cancelled" else "retried")
             log.warning("worker %s: %s failed: %s; %s", worker_id,
                         label(held, nacked.max_attempts), error_summary(exc), outcome(nacked),
                         extra=fields(held, event="failed", outcome=held.outcome,

@@ -44,7 +44,11 @@ lease batch and the acker once per ack batch.
 
 Flags shared between threads are ``running.Flag``: one-way (never cleared), so any thread may
 set or read one without a lock. ``Held.lost`` is set by whoever learns the lease is gone
-(renewer, acker, settler, drain) and read by the handler thread. ``Held.acking`` is set once
+(renewer, acker, settler, drain) and read by the handler thread. ``Held.cancelled`` is set
+(``Held.request_cancel``, which takes no lock) by whoever learns an operator cancelled the job:
+the listener thread (NOTIFY), the renewer (after releasing its write locks) or a checkpoint
+write; the handler reads it at its next advance or step boundary, and an async job's hook
+cancels its task on the loop. ``Held.acking`` is set once
 by the handler thread when it hands the job to the acker; from then only the acker releases
 the job, and the renewer goes on renewing it until it is released (an ack in flight keeps its
 lease: a slow or stuck acker must not let a finished job expire and be charged a crash). A
@@ -154,15 +158,17 @@ class HeldLeases:
 
     def __init__(self, *, concurrency: int, prefetch: int | None, lease_loops: int, db: Db,
                  retry_db: RetryDb, freed: Callable[[], None],
-                 worker_id: Callable[[], int], say_start: bool = True,
+                 worker_id: Callable[[], int], start_slots: int | None = None,
                  metrics: WorkerMetrics | None = None) -> None:
         """
         :param concurrency: handler slots (threads, or coroutines on the event loop); at most
             this many held jobs run at once.
-        :param say_start: whether a lease says which of its jobs start at once. False when
-            the slots are of two kinds (threads and coroutines): which of a lease's jobs find a
-            free slot depends on their kinds, unknown before it returns, so every job is leased
-            ahead and the renewal after its start says it started.
+        :param start_slots: the slots a lease may say its jobs start in at once: all of
+            `concurrency` (None) when the slots are of one kind. With slots of two kinds
+            (threads and coroutines), which of a lease's jobs find a free slot depends on
+            their kinds, unknown before it returns; but while fewer than the smaller kind's
+            slot count are busy, that many more jobs of any kinds find a free slot each: the
+            smaller kind's count is given.
         :param prefetch: jobs held beyond those, leased ahead; None: automatic (see
             AUTO_PREFETCH_SECONDS).
         :param lease_loops: how many lease loops share the capacity.
@@ -170,7 +176,7 @@ class HeldLeases:
         :param worker_id: the worker's registry id, for log lines (it changes on failover).
         """
         self._concurrency = concurrency
-        self._say_start = say_start
+        self._start_slots = concurrency if start_slots is None else start_slots
         self._metrics = metrics
         self._prefetch = prefetch
         self._loops = lease_loops
@@ -260,8 +266,8 @@ class HeldLeases:
             if want <= 0:
                 return Reservation(0, 0)
             start = 0
-            if self._reserved == 0 and self._say_start:
-                start = max(0, min(want, self._concurrency - busy))
+            if self._reserved == 0:
+                start = max(0, min(want, self._start_slots - busy))
             self._reserved += want
             self._starting = start > 0
             return Reservation(want, start)
@@ -305,6 +311,14 @@ class HeldLeases:
         for h in snapshot:
             counts[h.lease.stream] = counts.get(h.lease.stream, 0) + 1
         return counts
+
+    def cancel_requested(self, lease_id: int) -> None:
+        """An operator asked to cancel the job held under `lease_id` (NOTIFY pgqueue_cancel;
+        any worker hears it, only the holder has the lease)."""
+        with self._lock:
+            held = self._held.get(lease_id)
+        if held is not None:
+            held.request_cancel()
 
     def ack(self, held: Held) -> None:
         """Hand a finished job to the acker; it stays held (and renewed) until then."""

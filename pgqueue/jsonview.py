@@ -95,6 +95,7 @@ def job_json(job: AnyJob) -> dict[str, Any]:
         "worker_instance": info.worker_instance,
         "died_at": iso(info.died_at),
         "concurrency_key": info.concurrency_key,
+        "cancel_requested_at": iso(info.cancel_requested_at),
         "checkpoint": checkpoint_json(info.checkpoint),
     }
 
@@ -114,9 +115,12 @@ def op_json(op: Op | OpPreview) -> dict[str, Any]:
 
 def history_json(history: JobHistory) -> dict[str, Any]:
     """A job's history as JSON: its state now (acked or cancelled once gone), when it finished,
-    its lease, whether its first ops were pruned, and its ops oldest first."""
+    its lease, a cancel requested while it ran and what became of it, whether its first ops
+    were pruned, and its ops oldest first."""
     return {"job_id": history.job_id, "state": history.state,
             "finished_at": None if history.finished_at is None else history.finished_at.isoformat(),
+            "cancel_requested_at": iso(history.cancel_requested_at),
+            "cancel": history.cancel,
             "lease_id": history.lease_id, "ops_pruned": history.ops_pruned,
             "payloads_cut": history.payloads_cut, "ops": [op_json(o) for o in history.ops]}
 

@@ -10,7 +10,7 @@ import datetime as dt
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 #: The one vocabulary of job states, the same in SQL, Python, CLI output and docs.
 JobState = Literal["pending", "scheduled", "leased", "dead", "quarantined", "undecodable"]
@@ -180,6 +180,8 @@ class JobInfo:
     worker_instance: int | None = None
     died_at: dt.datetime | None = None
     concurrency_key: str | None = None
+    #: when an operator asked to cancel the job while a worker held it (None: not asked)
+    cancel_requested_at: dt.datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobInfo:
@@ -196,7 +198,16 @@ class JobInfo:
             lease_expires_at=row["lease_expires_at"], worker_node=row["worker_node"],
             worker_instance=row["worker_instance"], died_at=row["died_at"],
             concurrency_key=row.get("concurrency_key"),
+            cancel_requested_at=row.get("cancel_requested_at"),
         )
+
+
+class Renewed(NamedTuple):
+    """A lease a renewal found current: its new expiry, and whether an operator asked to
+    cancel its job (the worker then stops its handler)."""
+
+    expires_at: dt.datetime
+    cancel_requested: bool
 
 
 @dataclass(frozen=True)
@@ -247,6 +258,21 @@ class JobHistory:
     ops_pruned: bool
     #: True when the payloads in `ops`' bodies were cut to their first bytes (a preview)
     payloads_cut: bool = False
+    #: when an operator asked to cancel the job while a worker ran it (None: never asked)
+    cancel_requested_at: dt.datetime | None = None
+
+    @property
+    def cancel(self) -> str | None:
+        """What became of a cancel requested while the job ran: "requested" (its worker has
+        not stopped it yet), "cancelled", or "too late" (its handler finished first and it was
+        acked); None when none was requested."""
+        if self.cancel_requested_at is None:
+            return None
+        if self.state == "cancelled":
+            return "cancelled"
+        if self.state == "acked":
+            return "too late"
+        return "requested"
 
 
 @dataclass(frozen=True)

@@ -99,15 +99,19 @@ def history(conn: run.Conn, job_id: int, *,
                 ops.append(Op(**r))
     ops.reverse()
     pruned = not ops or ops[0].op != "Enqueue"
+    # a cancel asked while a worker held the job: its lease then ended the job, one way or the
+    # other, so the last request is the one that counts
+    requested = next((o.at for o in reversed(ops) if o.op == "RequestCancel"), None)
     if row is not None:
         info = JobInfo.from_row(row)
         return JobHistory(job_id, info.state, info.died_at if info.state == "dead" else None,
-                          info.lease_id, ops, pruned, preview is not None)
+                          info.lease_id, ops, pruned, preview is not None,
+                          info.cancel_requested_at or requested)
     if not ops:
         return None
     last = ops[-1]
     return JobHistory(job_id, _FINAL_OPS.get(last.op, "gone"), last.at, last.lease_id, ops,
-                      pruned, preview is not None)
+                      pruned, preview is not None, requested)
 
 
 #: A worker whose heartbeat is older than this is stale (three heartbeats, as `pgqueue workers`).

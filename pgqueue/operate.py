@@ -47,9 +47,10 @@ def accept_step_set(conn: run.Conn, job_id: int) -> None:
     run.fetch(conn, "accept_step_set_job", {"job_id": _job_id(job_id)})
 
 
-def cancel(conn: run.Conn, job_id: int) -> None:
-    """Remove a job that is not leased, live or dead, for good."""
-    run.fetch(conn, "cancel_job", {"job_id": _job_id(job_id)})
+def cancel(conn: run.Conn, job_id: int) -> str:
+    """Cancel a job: one that is not leased (live or dead) is removed for good ("cancelled");
+    a leased one is asked to stop ("requested": its worker ends it as cancelled)."""
+    return str(run.scalar(conn, "cancel_job", {"job_id": _job_id(job_id)}))
 
 
 def configure_stream(conn: run.Conn, stream: str, *, retry_base: float | None = None,

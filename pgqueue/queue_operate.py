@@ -197,10 +197,15 @@ class QueueOperations:
             operate.accept_step_set(conn, job_id)
 
     @follow_leader(idempotent=False)
-    def cancel(self, job_id: int) -> None:
-        """Remove a job that is not leased (live or dead) for good."""
+    def cancel(self, job_id: int) -> str:
+        """Cancel a job. One that is not leased (pending, scheduled, parked or dead) is removed
+        for good: returns "cancelled". One a worker runs is asked to stop: returns "requested";
+        its handler sees `ctx.cancelled` and gets `pgqueue.Cancelled` at its next
+        `ctx.advance()` or step boundary (an async one is cancelled at once), and the job
+        ends as cancelled, never retried. A handler that finishes first is acked (the
+        history's `cancel` says "too late"). JobNotFound when there is no such job."""
         with self.connection() as conn:
-            operate.cancel(conn, job_id)
+            return operate.cancel(conn, job_id)
 
     @follow_leader(idempotent=False)
     def act(self, job_id: int, verb: str, *, to_step: str | None = None) -> None:

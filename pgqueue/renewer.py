@@ -1,8 +1,10 @@
 """The renewer: every renewal interval, one statement renews every lease the worker holds.
 
 Each dirty checkpoint rides the same UPDATE (the write a step's `advance` waits for), and so
-does the news that a job leased ahead has started (held.py). A lease the database no longer
-has is marked lost, and its handler learns it at its next `advance` or write. The worker's
+does the news that a job leased ahead has started (held.py); back comes, per lease, whether an
+operator asked to cancel its job, which the handler then sees (`ctx.cancelled`). A lease the
+database no longer has is marked lost, and its handler learns it at its next `advance` or
+write. The worker's
 registry heartbeat rides along every HEARTBEAT_SECONDS. Write locks are taken in ascending
 lease id, the order held.py sets for every thread that takes many.
 """
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from pgqueue import lease
 from pgqueue.errors import PgQueueError
 from pgqueue.held import HEARTBEAT_SECONDS, Db, HeldLeases, label, lease_fields
+from pgqueue.running import Held
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
@@ -58,6 +61,7 @@ class Renewer:
         held = sorted(self._leases.snapshot(), key=lambda h: h.lease.lease_id)
         if not held:
             return
+        cancelled: list[Held] = []
         for h in held:
             h.write_lock.acquire()
         try:
@@ -66,13 +70,16 @@ class Renewer:
                      for h, (cp, _v) in zip(held, snapshots, strict=True)]
             # jobs leased ahead whose handlers have started since: said in the same UPDATE
             started = [h.start_unsaid() for h in held]
-            renewed = self._db(lambda c: lease.renew_many(
+            renewed = self._db(lambda c: lease.renew_leases(
                 c, items, started if any(started) else None))
             for h, (_cp, version), said in zip(held, snapshots, started, strict=True):
-                if h.lease.lease_id in renewed:
+                got = renewed.get(h.lease.lease_id)
+                if got is not None:
                     h.mark_flushed(version)
                     if said:
                         h.start_said = True
+                    if got.cancel_requested and not h.cancelled.is_set():
+                        cancelled.append(h)
                 elif not h.acking.is_set():  # an ack that raced this renewal removed the row
                     h.lost.set()
                     log.warning("worker %s: %s: its lease %s was lost (expired and reclaimed, "
@@ -82,3 +89,5 @@ class Renewer:
         finally:
             for h in held:
                 h.write_lock.release()
+        for h in cancelled:  # outside the write locks: an async job's hook reaches its loop
+            h.request_cancel()

@@ -10,9 +10,10 @@ from __future__ import annotations
 import inspect
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from pgqueue.errors import LeaseLost
+from pgqueue.errors import Cancelled, LeaseLost
 from pgqueue.models import Checkpoint, Lease
 
 
@@ -40,9 +41,9 @@ class Held:
     writes about this job, so a renewal carrying an older checkpoint can never land after a
     step-boundary write. The order they are taken in, and who takes them: pgqueue/held.py."""
 
-    __slots__ = ("_claim", "acking", "checkpoint", "flushed_version", "lease", "lost", "outcome",
-                 "payload", "start_said", "started", "state_lock", "version",
-                 "visibility_timeout", "write_lock")
+    __slots__ = ("_claim", "acking", "cancelled", "checkpoint", "flushed_version", "lease", "lost",
+                 "on_cancel", "outcome", "payload", "start_said", "started", "state_lock",
+                 "version", "visibility_timeout", "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
         self.lease = lease
@@ -52,6 +53,11 @@ class Held:
         self.version = 0          # bumped on every in-memory checkpoint change
         self.flushed_version = 0  # the version the database holds
         self.lost = Flag()
+        #: an operator asked to cancel the job (learnt from a renewal, or NOTIFY pgqueue_cancel)
+        self.cancelled = Flag()
+        #: called (on the thread that learnt it) when the cancel is requested: an async job's
+        #: runner sets it to cancel its task
+        self.on_cancel: Callable[[], None] | None = None
         self.acking = Flag()      # handed to the worker's acker, which alone releases it
         self._claim = [True]      # popped by whoever owns the start: see claim()
         self.started = Flag()     # its handler thread has started it
@@ -94,6 +100,21 @@ class Held:
     def mark_flushed(self, version: int) -> None:
         with self.state_lock:
             self.flushed_version = max(self.flushed_version, version)
+
+    def request_cancel(self) -> None:
+        """An operator asked to cancel the job: the handler stops at its next advance or step
+        boundary (an async one at once). Said once, whoever learns it first."""
+        if self.cancelled.is_set():
+            return
+        self.cancelled.set()
+        hook = self.on_cancel
+        if hook is not None:
+            hook()
+
+    def check_cancelled(self) -> None:
+        """Raise Cancelled when an operator asked to cancel the job."""
+        if self.cancelled.is_set():
+            raise Cancelled(f"job {self.lease.job_id} was cancelled by an operator")
 
     def check(self) -> None:
         """Raise LeaseLost when a renewal found the lease gone."""
@@ -148,6 +169,18 @@ class JobContext:
     def lease_lost(self) -> bool:
         """True once a renewal found this lease gone; the result will be discarded."""
         return self._held.lost.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once an operator asked to cancel this job (`Queue.cancel`): stop and raise
+        `pgqueue.Cancelled` (`advance()` and step boundaries raise it for you). A handler that
+        returns anyway has its job acked."""
+        return self._held.cancelled.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raise `pgqueue.Cancelled` when an operator asked to cancel this job: call it between
+        units of work (a step's `advance()` does)."""
+        self._held.check_cancelled()
 
     def json(self) -> Any:
         """The payload parsed as JSON."""

@@ -40,13 +40,19 @@ T = TypeVar("T")
 class Nacked:
     """What a nack did, for the log line about the failure."""
 
-    #: True: the job went to the dead letters; False: it will be retried; None: nothing was
-    #: recorded (the lease was no longer current, or the database stayed unreachable).
-    dead: bool | None
+    #: The state the job went to: "pending" or "scheduled" (retried), "dead", "cancelled" (a
+    #: cancel was requested); None: nothing was recorded (the lease was no longer current, or
+    #: the database stayed unreachable).
+    state: str | None
     #: The attempt limit the job has now (0: no limit).
     max_attempts: int
     #: When a retried job becomes due (None when not known).
     retry_at: dt.datetime | None = None
+
+    @property
+    def dead(self) -> bool | None:
+        """True: dead; False: retried or cancelled; None: nothing recorded."""
+        return None if self.state is None else self.state == "dead"
 
 
 class JobSettler:
@@ -76,13 +82,17 @@ class JobSettler:
         """Write the held job's checkpoint now (and extend its lease)."""
         def write(conn: queries.Conn) -> bool:
             checkpoint, version = held.snapshot()
-            renewed = lease.renew_many(conn, [(held.lease, held.visibility_timeout, checkpoint)],
-                                       [True])  # its handler is running: it has started
-            if held.lease.lease_id in renewed:
-                held.mark_flushed(version)
-                held.start_said = True
-                return True
-            return False
+            renewed = lease.renew_leases(conn, [(held.lease, held.visibility_timeout,
+                                                 checkpoint)],
+                                         [True])  # its handler is running: it has started
+            got = renewed.get(held.lease.lease_id)
+            if got is None:
+                return False
+            held.mark_flushed(version)
+            held.start_said = True
+            if got.cancel_requested:
+                held.request_cancel()
+            return True
 
         if self.write(held, "checkpoint", write) is not True:
             held.lost.set()
@@ -131,13 +141,21 @@ class JobSettler:
 
     def nack(self, held: Held, error: str, max_attempts: int | None) -> Nacked:
         """Record one failure of the job (retry with backoff, or dead)."""
-        dead = self.write(held, "nack", lambda c: settle.nack(c, held.lease, error, None, max_attempts))
-        row = self._read_back(held) if dead is not None and log.isEnabledFor(logging.WARNING) \
-            else None
+        state = self.write(held, "nack", lambda c: settle.nack(c, held.lease, error, None,
+                                                               max_attempts))
+        row = (self._read_back(held) if state in ("pending", "scheduled", "dead")
+               and log.isEnabledFor(logging.WARNING) else None)
         if row is None:  # what the lease said before the nack
-            return Nacked(dead, held.lease.max_attempts)
+            return Nacked(state, held.lease.max_attempts)
         # the database decides which limit applies (the job's own or the handler's)
-        return Nacked(dead, int(row["max_attempts"]), None if dead else row["not_before"])
+        return Nacked(state, int(row["max_attempts"]),
+                      None if state == "dead" else row["not_before"])
+
+    def end_cancelled(self, held: Held) -> bool:
+        """The handler stopped on its job's cancel (or raised Cancelled): the job ends as
+        cancelled. False: its lease was lost first (whoever took it ends it cancelled)."""
+        return bool(self.write(held, "end as cancelled",
+                               lambda c: settle.end_cancelled(c, held.lease)))
 
     def _read_back(self, held: Held) -> dict[str, Any] | None:
         """The job's row (any set, payload left out); None when it cannot be read at once."""

@@ -3,7 +3,9 @@
 Two things wake the lease loops: a job enqueued on one of the worker's streams (Postgres
 LISTEN/NOTIFY, received by the listener thread here) and capacity freed by a finished job
 (held.py). Both set one `Wakeup`, which several lease loops wait on at once. Polling stays
-the fallback, so a lost notification only costs latency.
+the fallback, so a lost notification only costs latency. The listener also hears an
+operator's cancel of a leased job (pgqueue_cancel), so a held job's handler learns it at
+once; the next renewal tells it otherwise.
 
 The listener reconnects quietly (DEBUG) when its connection fails, and logs anything else with
 its traceback; either way it goes on after a backoff.
@@ -23,6 +25,8 @@ from pgqueue.errors import PgQueueError
 log = logging.getLogger("pgqueue.worker")
 
 NOTIFY_CHANNEL = "pgqueue_jobs"
+#: An operator asked to cancel a leased job (pgqueue.cancel); the payload is its lease id.
+CANCEL_CHANNEL = "pgqueue_cancel"
 
 
 class Wakeup:
@@ -44,8 +48,10 @@ class Wakeup:
 
 
 def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
-                finished: threading.Event, worker_id: Callable[[], int]) -> None:
-    """The listener thread: set `wake` on every notification about one of `streams`, until
+                finished: threading.Event, worker_id: Callable[[], int],
+                on_cancel: Callable[[int], None] | None = None) -> None:
+    """The listener thread: set `wake` on every notification about one of `streams`, and call
+    `on_cancel(lease_id)` on every cancel request (the renewal is the fallback), until
     `finished`. It reconnects with backoff, and to the new leader when `dsn()` changes."""
     delay = 0.1
     while not finished.is_set():
@@ -53,10 +59,15 @@ def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
             current = dsn()
             with connection.connect(current) as conn:
                 run.listen(conn, NOTIFY_CHANNEL)
+                if on_cancel is not None:
+                    run.listen(conn, CANCEL_CHANNEL)
                 delay = 0.1
                 while not finished.is_set() and current == dsn():
                     for note in conn.notifies(timeout=1.0):
-                        if note.payload in streams:
+                        if note.channel == CANCEL_CHANNEL:
+                            if on_cancel is not None and note.payload.isdigit():
+                                on_cancel(int(note.payload))
+                        elif note.payload in streams:
                             wake.set()
         except (PgQueueError, psycopg.Error) as exc:  # the connection: reconnect
             log.debug("worker %s: listener reconnecting: %s", worker_id(), exc)

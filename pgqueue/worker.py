@@ -179,7 +179,8 @@ class Worker:
         if self.metrics_port is not None:
             self.metrics = WorkerMetrics(lambda: self._leases.held_by_stream())
         self._leases = HeldLeases(concurrency=slots, prefetch=self.prefetch,
-                                  say_start=not (self._thread_slots and self._loop_slots),
+                                  start_slots=min(self._thread_slots, self._loop_slots)
+                                  if self._thread_slots and self._loop_slots else None,
                                   metrics=self.metrics,
                                   lease_loops=self.lease_loops, db=self._db,
                                   retry_db=self._retry_db, freed=self._wake.set,
@@ -321,7 +322,7 @@ class Worker:
                 self._finished, self._heartbeat)),
             self._thread("listener", functools.partial(
                 listen_loop, self._wake, self.streams, dsn=self._leader, finished=self._finished,
-                worker_id=self._id)),
+                worker_id=self._id, on_cancel=self._leases.cancel_requested)),
             self._acker]
         self._handlers.start(self._thread_slots)
         if self.maintenance:  # a plain bool: written once, before any thread starts

@@ -1,6 +1,10 @@
+DROP VIEW pgqueue.jobs;  -- it reads concurrency_key and cancel_requested_at; the older code makes it again
+-- 15 cancelling a running job: the older code makes cancel and nack with their older results
+DROP FUNCTION pgqueue.cancel(bigint);
+DROP FUNCTION pgqueue.nack(bigint, bigint, text, bigint, int);
+ALTER TABLE pgqueue.job DROP COLUMN cancel_requested_at;
 -- 15 limits: the kinds set by limits alone go (the older schema has no row without a
 -- threshold)
-DROP VIEW pgqueue.jobs;  -- it reads concurrency_key; the older code makes it again
 DROP INDEX pgqueue.job_leased_idx;
 CREATE INDEX job_leased_idx ON pgqueue.job (id) WHERE state = 'leased';
 ALTER TABLE pgqueue.dead_letter DROP COLUMN concurrency_key;

@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 
 from pgqueue import validate
 from pgqueue.aio import run
-from pgqueue.models import Checkpoint, Lease
+from pgqueue.models import Checkpoint, Lease, Renewed
 
 
 async def lease(
@@ -57,6 +57,16 @@ async def renew_many(
     """Renew (lease, visibility_timeout or None for the lease's own, checkpoint or None) in one
     statement; `started[i]` True says the i-th lease's handler has started (a job leased ahead).
     Returns {lease_id: new expiry} for the leases still current; absent = lost."""
+    return {lease_id: r.expires_at
+            for lease_id, r in (await renew_leases(conn, items, started)).items()}
+
+
+async def renew_leases(
+    conn: run.AsyncConn,
+    items: Sequence[tuple[Lease, float | None, Checkpoint | None]],
+    started: Sequence[bool] | None = None,
+) -> dict[int, Renewed]:
+    """renew_many, saying of each lease still current whether its job's cancel was requested."""
     if not items:
         return {}
     if started is not None and len(started) != len(items):
@@ -75,4 +85,4 @@ async def renew_many(
         params["checkpoints"].append(None if checkpoint is None else Jsonb(checkpoint.to_json()))
     rows = await run.fetch(conn, "renew_leases", {
         **params, "started": None if started is None else [bool(s) for s in started]})
-    return {r["lease_id"]: r["expires_at"] for r in rows}
+    return {r["lease_id"]: Renewed(r["expires_at"], bool(r["cancel_requested"])) for r in rows}

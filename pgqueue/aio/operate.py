@@ -47,9 +47,10 @@ async def accept_step_set(conn: run.AsyncConn, job_id: int) -> None:
     await run.fetch(conn, "accept_step_set_job", {"job_id": _job_id(job_id)})
 
 
-async def cancel(conn: run.AsyncConn, job_id: int) -> None:
-    """Remove a job that is not leased, live or dead, for good."""
-    await run.fetch(conn, "cancel_job", {"job_id": _job_id(job_id)})
+async def cancel(conn: run.AsyncConn, job_id: int) -> str:
+    """Cancel a job: one that is not leased (live or dead) is removed for good ("cancelled");
+    a leased one is asked to stop ("requested": its worker ends it as cancelled)."""
+    return str(await run.scalar(conn, "cancel_job", {"job_id": _job_id(job_id)}))
 
 
 async def configure_stream(conn: run.AsyncConn, stream: str, *, retry_base: float | None = None,

@@ -239,14 +239,15 @@ class AsyncQueue(AsyncQueueOperations):
     async def nack(self, lease_: Lease, *, error: str | None = None,
                    retry_in: float | dt.timedelta | None = None, _retried: bool = False) -> bool:
         """Record a failure; returns True when the job went to the dead letters. Retries after
-        exactly `retry_in` seconds, or the stream's backoff. Raises LeaseLost when stale."""
+        exactly `retry_in` seconds, or the stream's backoff (a job whose cancel was requested
+        ends as cancelled instead: `job()` finds it no more). Raises LeaseLost when stale."""
         async with self.connection() as conn:
-            dead = await settle.nack(conn, lease_, error,
-                                     None if retry_in is None else validate.seconds(retry_in, "retry_in"),
-                                     retried=_retried)
-        if dead is None:
+            state = await settle.nack(conn, lease_, error,
+                                      None if retry_in is None else validate.seconds(retry_in, "retry_in"),
+                                      retried=_retried)
+        if state is None:
             raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
-        return dead
+        return state == "dead"
 
     @follow_leader(idempotent=True)
     async def reclaim_expired(self) -> int:

@@ -1,4 +1,5 @@
-"""Settle a lease: ack (done, deleted) or nack (one failure: retry with backoff, or dead).
+"""Settle a lease: ack (done, deleted), nack (one failure: retry with backoff, or dead), or
+end it as cancelled (its handler stopped on an operator's cancel).
 
 Both are fenced by the lease id: a stale lease changes nothing and the caller learns it.
 """
@@ -29,10 +30,11 @@ async def ack_many(conn: run.AsyncConn, leases: Sequence[Lease], *,
 
 
 async def nack(conn: run.AsyncConn, held: Lease, error: str | None, retry_in: float | None,
-               max_attempts: int | None = None, *, retried: bool = False) -> bool | None:
-    """Record one failure (max_attempts, when given, replaces the job's limit first).
-    True: the job went to the dead letters; False: it will be retried;
-    None: the lease was no longer current (nothing changed)."""
+               max_attempts: int | None = None, *, retried: bool = False) -> str | None:
+    """Record one failure (max_attempts, when given, replaces the job's limit first). Returns
+    the state the job went to: "pending" or "scheduled" (it will be retried), "dead", or
+    "cancelled" (a cancel was requested: never retried); None: the lease was no longer current
+    (nothing changed)."""
     if not isinstance(held, Lease):
         raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
     if error is not None and not isinstance(error, str):
@@ -47,4 +49,10 @@ async def nack(conn: run.AsyncConn, held: Lease, error: str | None, retry_in: fl
     if row is None and retried:  # its first attempt may have committed before the reply was lost
         row = await run.fetch_one(conn, "nacked_before",
                                 {"job_id": held.job_id, "lease_id": held.lease_id})
-    return None if row is None else bool(row["dead"])
+    return None if row is None else str(row["state"])
+
+
+async def end_cancelled(conn: run.AsyncConn, held: Lease) -> bool:
+    """The handler stopped on a cancel: the job ends as cancelled. False: the lease was lost."""
+    return bool(await run.scalar(conn, "end_cancelled",
+                                 {"job_id": held.job_id, "lease_id": held.lease_id}))

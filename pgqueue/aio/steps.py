@@ -54,20 +54,26 @@ class AsyncStepContext(JobContext):
 
     def advance(self, cursor: bytes | str | int) -> None:
         """Record `cursor` as fully processed. Kept in memory; the next renewal writes it.
-        Raises LeaseLost when the lease is gone (stop working: another lease will redo it)."""
+        Raises LeaseLost when the lease is gone (stop working: another lease will redo it),
+        and pgqueue.Cancelled when an operator cancelled the job (stop: it ends cancelled)."""
         self._held.check()
+        self._held.check_cancelled()
         encoded = encode_cursor(cursor)
         self._held.set_checkpoint(dataclasses.replace(self._held.checkpoint, cursor=encoded))
 
     async def checkpoint_now(self) -> None:
         """Write the cursor at once instead of at the next renewal."""
         self._held.check()
+        self._held.check_cancelled()
         await self._settler.write_checkpoint(self._held)
 
 
 async def run(handler: JobHandler | StepJob, held: Held, settler: AsyncSettler) -> None:
     """Run one leased job to its ack. Exceptions from handler code propagate (the worker
-    nacks); for step jobs the cursor is written first, so a failure loses no progress."""
+    nacks); for step jobs the cursor is written first, so a failure loses no progress.
+    pgqueue.Cancelled propagates when an operator cancelled the job: before it starts, at an
+    `advance()` or at a step boundary (the worker ends it as cancelled)."""
+    held.check_cancelled()
     if isinstance(handler, StepJob):
         await _run_steps(handler, held, settler)
         return
@@ -127,6 +133,7 @@ async def _run_steps(handler: StepJob, held: Held, settler: AsyncSettler) -> Non
     base = dataclasses.replace(saved, schema_version=handler.schema_version,
                                step_set_hash=handler.step_set_hash)
     for i in range(start, len(names)):
+        held.check_cancelled()  # a step boundary: a cancelled job runs no further step
         held.set_checkpoint(dataclasses.replace(
             base, last_completed_step=names[i - 1] if i > 0 else None,
             cursor_step=names[i], cursor=cursor))
@@ -137,7 +144,7 @@ async def _run_steps(handler: StepJob, held: Held, settler: AsyncSettler) -> Non
         except LeaseLost:
             raise
         except BaseException:
-            if not held.lost.is_set():
+            if not held.lost.is_set() and not held.cancelled.is_set():
                 await settler.write_checkpoint(held)  # keep the progress made before the failure
             raise
         held.check()

@@ -176,7 +176,11 @@ async def job(request: Request) -> Response:
     found = await data.job(context(request).queue, job_id)
     if found is None:
         return problem(request, 404, data.gone(job_id))
-    done = DONE.get(request.query_params.get("done", ""))
+    verb = request.query_params.get("done", "")
+    done = DONE.get(verb)
+    if verb == "cancel" and found["job"] is not None:  # still there: a worker runs it
+        done = ("cancel requested: the worker running it stops it at its next advance or step "
+                "boundary, and it ends as cancelled")
     return render(request, "job.html", doc=found, done=done)
 
 

@@ -103,7 +103,13 @@ CREATE TABLE pgqueue.job (
     trace_context         jsonb,
     -- what the kind's max_per_key counts (a tenant id, say): at most that many leased jobs of
     -- the kind share one key; NULL: no key, no per-key limit
-    concurrency_key       text CHECK (length(concurrency_key) BETWEEN 1 AND 200)
+    concurrency_key       text CHECK (length(concurrency_key) BETWEEN 1 AND 200),
+    -- when an operator asked to cancel the job while a worker held it (pgqueue.cancel): the
+    -- worker learns it from its next renewal (or at once by NOTIFY pgqueue_cancel), and every
+    -- way the lease can end but an ack (the handler stopping, a nack, a reclaim, a give-back,
+    -- parking) ends the job as cancelled. Set only while leased; never indexed (renewals stay
+    -- HOT)
+    cancel_requested_at   timestamptz
 ) WITH (fillfactor = 70);  -- room on each page so renewals stay HOT updates
 
 -- Lease order: priority DESC then id, within a stream. Nothing a renewal writes is indexed.
@@ -163,13 +169,14 @@ CREATE OR REPLACE VIEW pgqueue.jobs AS
 SELECT id, stream, kind, state, payload, priority, attempts, max_attempts, not_before,
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, NULL::timestamptz AS died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key
+       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
+       cancel_requested_at
 FROM pgqueue.job
 UNION ALL
 SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL, enqueued_at,
        dedup_key, last_error, NULL, NULL, NULL, NULL, NULL, NULL, died_at, last_completed_step,
        cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
-       concurrency_key
+       concurrency_key, NULL
 FROM pgqueue.dead_letter;
 
 CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamptz) RETURNS bigint
@@ -347,6 +354,21 @@ BEGIN
         crashes_by_step = b #> '{checkpoint,crashes_by_step}'
     WHERE id = p_job_id;
 END
+$$;
+
+-- A leased job whose cancel was requested (pgqueue.cancel) ends as cancelled: deleted, its op
+-- Cancel (was leased, by whom, and the error when a failure ended it). Every end of such a
+-- lease but an ack comes here (the handler stopping, a nack, a reclaim, a give-back,
+-- parking), so a cancelled job never runs again.
+CREATE OR REPLACE FUNCTION pgqueue.finish_cancel(j pgqueue.job, p_by text, p_error text DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    DELETE FROM pgqueue.job WHERE id = j.id;
+    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+    VALUES (j.stream, 'Cancel', j.id, j.lease_id, jsonb_strip_nulls(jsonb_build_object(
+        'job_id', j.id, 'was', 'leased', 'by', p_by,
+        'requested_at_ms', pgqueue.to_ms(j.cancel_requested_at), 'error', p_error)));
 $$;
 
 -- Load a leased job under lock, fenced by its lease id (NULL when the lease is not current).

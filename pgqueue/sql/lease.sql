@@ -138,8 +138,17 @@ BEGIN
                        LIMIT p_limit
                        FOR UPDATE SKIP LOCKED);
     ELSE
+        -- The limits count other leases under a kind's lock; only READ COMMITTED gives each
+        -- statement a snapshot taken after that lock (a transaction snapshot from before it
+        -- would miss leases committed meanwhile, and exceed the limit).
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'lease: stream % has kinds with limits, which a lease enforces only at READ COMMITTED, not %',
+                quote_literal(p_stream), upper(current_setting('transaction_isolation'))
+                USING ERRCODE = '0A000',
+                      HINT = 'lease outside the transaction, or SET TRANSACTION ISOLATION LEVEL READ COMMITTED';
+        END IF;
         v_ids := pgqueue.pick_within_limits(p_stream, p_limit, v_kinds, v_max, v_rate,
-                                            v_rate_ms, v_per_key);
+                                            v_rate_ms, v_per_key, p_start);
     END IF;
     RETURN QUERY
     WITH ranked AS (
@@ -155,7 +164,7 @@ BEGIN
                   j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
                   j.last_completed_step,
                   j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
-                  j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context
+                  j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context, r.n
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
         SELECT l.stream, 'Lease', l.id, l.lease_id,
@@ -163,7 +172,12 @@ BEGIN
                CASE WHEN l.id = (SELECT min(id) FROM leased) THEN p_request END
         FROM leased l ORDER BY l.id
     )
-    SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
+    -- in the order chosen: the first p_start are the ones said started
+    SELECT l.id, l.lease_id, l.stream, l.kind, l.payload, l.priority, l.attempts,
+           l.max_attempts, l.enqueued_at, l.lease_expires_at, l.lease_started,
+           l.last_completed_step, l.cursor_step, l.cursor, l.checkpoint_updated_at,
+           l.schema_version, l.step_set_hash, l.crashes_by_step, l.not_before, l.trace_context
+    FROM leased l ORDER BY l.n;
 END
 $$;
 
@@ -182,9 +196,13 @@ AS $$ SELECT greatest(1, p_window_ms / 20) $$;
 -- room is its max_concurrency less its leased jobs and its rate_count less its leases in the
 -- window, by the clock when the lock was taken; with max_per_key a key holding that many is
 -- passed over. The leases it grants are written to the kind's rate bucket at once.
+-- A rate counts leases granted, so it holds for handler starts only if those jobs start at
+-- once: with p_start given (a worker's lease; see pgqueue.lease) rate-limited kinds get at most
+-- p_start jobs in all, returned first, so each is one the caller starts at once (never leased
+-- ahead to start later, bunched with the next window's); the rest follow by priority, id.
 CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
     p_stream text, p_limit int, p_kinds text[], p_max int[], p_rate int[], p_rate_ms bigint[],
-    p_per_key int[]
+    p_per_key int[], p_start int DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -210,6 +228,7 @@ DECLARE
     v_bpri smallint;                -- the p_limit-th candidate of the kinds without a limit
     v_bid bigint;
     v_cap int := p_limit * 4 + 200;  -- jobs read in lease order before taking kinds apart
+    v_rated int := 0;               -- candidates of rate-limited kinds so far (p_start caps)
     i int;
 BEGIN
     LOOP
@@ -296,7 +315,8 @@ BEGIN
                 WHERE k.stream = p_stream AND k.kind = p_kinds[i] AND k.until <= v_at - p_rate_ms[i];
                 v_room := least(v_room, p_rate[i] - (
                     SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
-                    WHERE k.stream = p_stream AND k.kind = p_kinds[i]));
+                    WHERE k.stream = p_stream AND k.kind = p_kinds[i]),
+                    p_start - v_rated);  -- NULL (no p_start) leaves the rest
             END IF;
             CONTINUE WHEN v_room <= 0;
             v_before := cardinality(v_lim_ids);
@@ -333,6 +353,9 @@ BEGIN
                 END LOOP;
             END IF;
             v_lim_kinds := v_lim_kinds || array_fill(i, ARRAY[cardinality(v_lim_ids) - v_before]);
+            IF p_rate[i] IS NOT NULL THEN
+                v_rated := v_rated + cardinality(v_lim_ids) - v_before;
+            END IF;
         END LOOP;
         END IF;
         v_chosen := ARRAY(SELECT t.id FROM (
@@ -361,20 +384,29 @@ BEGIN
     GROUP BY t.ki, s.size, v_ats[t.ki]
     ON CONFLICT (stream, kind, bucket) DO UPDATE
     SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
+    -- rate-limited kinds' jobs first (see above), then by priority, id
+    IF v_rated > 0 THEN
+        v_chosen := ARRAY(SELECT t.id FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
+                          WHERE p_rate[t.ki] IS NOT NULL);
+    ELSE
+        v_chosen := '{}';
+    END IF;
     RETURN ARRAY(SELECT j.id FROM pgqueue.job j WHERE j.id = ANY(v_got)
-                 ORDER BY j.priority DESC, j.id);
+                 ORDER BY j.id = ANY(v_chosen) DESC, j.priority DESC, j.id);
 END
 $$;
 
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
--- reclaim's, never written here. Returns the leases still current, with their new expiry;
--- a missing one was lost (fenced by lease_id). p_started[i] true: the lease's handler has
+-- reclaim's, never written here. Returns the leases still current, with their new expiry
+-- and whether an operator asked to cancel the job (pgqueue.cancel); a missing one was lost
+-- (fenced by lease_id). p_started[i] true: the lease's handler has
 -- started (a job leased ahead of its handler; see pgqueue.lease), said in the op as well.
 CREATE OR REPLACE FUNCTION pgqueue.renew(
     p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[],
     p_started boolean[] DEFAULT NULL
-) RETURNS TABLE (job_id bigint, lease_id bigint, expires_at timestamptz)
+) RETURNS TABLE (job_id bigint, lease_id bigint, expires_at timestamptz,
+              cancel_requested boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -416,7 +448,7 @@ BEGIN
             'checkpoint', pgqueue.checkpoint_json(r), 'started', r.lease_started)
         FROM renewed r ORDER BY r.id
     )
-    SELECT r.id, r.lease_id, r.lease_expires_at FROM renewed r;
+    SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
 END
 $$;
 
@@ -438,7 +470,7 @@ FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(work
 
 -- name: renew_leases
 -- Extend many leases and write their checkpoints in one UPDATE, saying which handlers have
--- started; returns those still current.
-SELECT job_id, lease_id, expires_at
+-- started; returns those still current, and whether a cancel of the job was requested.
+SELECT job_id, lease_id, expires_at, cancel_requested
 FROM pgqueue.renew(%(job_ids)b::bigint[], %(lease_ids)b::bigint[], %(visibility_ms)b::bigint[],
                    %(checkpoints)b::jsonb[], %(started)b::boolean[])

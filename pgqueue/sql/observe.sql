@@ -125,7 +125,8 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key
+       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
+       cancel_requested_at
 FROM pgqueue.jobs WHERE id = %(job_id)s
 
 -- name: jobs_preview_list
@@ -134,7 +135,8 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key
+       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
+       cancel_requested_at
 FROM pgqueue.jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -153,7 +155,8 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key
+       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
+       cancel_requested_at
 FROM pgqueue.jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -184,7 +187,8 @@ FROM win LEFT JOIN LATERAL (
            octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
            enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
            worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-           checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key
+           checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
+           cancel_requested_at
     FROM pgqueue.jobs
     WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
       AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -256,7 +260,8 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key
+       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
+       cancel_requested_at
 FROM pgqueue.jobs WHERE state = 'dead' AND stream = %(stream)s
 ORDER BY died_at DESC, id DESC LIMIT %(limit)s
 

@@ -126,30 +126,46 @@ BEGIN
 END
 $$;
 
--- Operator: remove a job that is not leased (live or dead) for good.
-CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS void
+-- Operator: cancel a job. One that is not leased (live or dead) is removed for good at once
+-- ('cancelled'). One a worker holds is asked to stop ('requested'): the request is recorded
+-- once (op RequestCancel) and the worker told at once (NOTIFY pgqueue_cancel, the lease id),
+-- or by its next renewal; the job then ends as cancelled when its handler stops, and also when
+-- its lease ends any other way but an ack (pgqueue.finish_cancel): it never runs again. A
+-- handler that finishes first is acked: the cancel came too late, as its history shows.
+CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
+    v_now timestamptz := pgqueue.now_ms();
+    j pgqueue.job;
     v_stream text;
-    v_state text;
 BEGIN
     PERFORM pgqueue.require_leader();
-    SELECT stream, state INTO v_stream, v_state FROM pgqueue.job WHERE id = p_job_id FOR UPDATE;
+    SELECT * INTO j FROM pgqueue.job WHERE id = p_job_id FOR UPDATE;
     IF FOUND THEN
-        IF v_state = 'leased' THEN
-            RAISE EXCEPTION 'cannot cancel job %: it is leased by a worker; wait for it to settle or for its lease to expire',
-                p_job_id USING ERRCODE = 'PQ422';
+        IF j.state = 'leased' THEN
+            IF j.cancel_requested_at IS NULL THEN
+                UPDATE pgqueue.job SET cancel_requested_at = v_now WHERE id = p_job_id;
+                INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+                VALUES (j.stream, 'RequestCancel', j.id, j.lease_id,
+                        jsonb_build_object('job_id', j.id, 'lease_id', j.lease_id,
+                                           'at_ms', pgqueue.to_ms(v_now)));
+                PERFORM pg_notify('pgqueue_cancel', j.lease_id::text);
+            END IF;
+            RETURN 'requested';
         END IF;
         DELETE FROM pgqueue.job WHERE id = p_job_id;
-    ELSE
-        DELETE FROM pgqueue.dead_letter WHERE id = p_job_id RETURNING stream, 'dead' INTO v_stream, v_state;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'no job %', p_job_id USING ERRCODE = 'PQ404';
-        END IF;
+        INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+        VALUES (j.stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', j.state));
+        RETURN 'cancelled';
+    END IF;
+    DELETE FROM pgqueue.dead_letter WHERE id = p_job_id RETURNING stream INTO v_stream;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no job %', p_job_id USING ERRCODE = 'PQ404';
     END IF;
     INSERT INTO pgqueue.op_log (stream, op, job_id, body)
-    VALUES (v_stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', v_state));
+    VALUES (v_stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', 'dead'));
+    RETURN 'cancelled';
 END
 $$;
 
@@ -199,6 +215,8 @@ DECLARE
     v_new pgqueue.kind_config;
     v_found boolean;
     v_key text;
+    v_val jsonb;
+    v_most numeric;  -- the largest value the setting's column holds
 BEGIN
     PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
@@ -208,11 +226,20 @@ BEGIN
     IF jsonb_typeof(p_settings) IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION 'kind settings must be a JSON object' USING ERRCODE = '22023';
     END IF;
-    FOR v_key IN SELECT jsonb_object_keys(p_settings) LOOP
+    -- each setting named, and a whole number in its column's range (or null: clear it), so a
+    -- psql caller hears what is wrong instead of a check constraint's name
+    FOR v_key, v_val IN SELECT e.key, e.value FROM jsonb_each(p_settings) e LOOP
         IF v_key NOT IN ('quarantine_after', 'max_concurrency', 'rate_count', 'rate_ms',
                          'max_per_key') THEN
             RAISE EXCEPTION 'unknown kind setting %: use quarantine_after, max_concurrency, rate_count and rate_ms, max_per_key',
                 quote_literal(left(v_key, 40)) USING ERRCODE = '22023';
+        END IF;
+        CONTINUE WHEN jsonb_typeof(v_val) = 'null';
+        v_most := CASE v_key WHEN 'rate_ms' THEN 9223372036854775807 ELSE 2147483647 END;
+        IF jsonb_typeof(v_val) <> 'number' OR (v_val #>> '{}')::numeric % 1 <> 0
+           OR (v_val #>> '{}')::numeric NOT BETWEEN 1 AND v_most THEN
+            RAISE EXCEPTION '% must be a whole number of at least 1 (or null, to clear it), got %',
+                v_key, left(v_val::text, 40) USING ERRCODE = '22023';
         END IF;
     END LOOP;
     -- one change of a kind's settings at a time, also when its row does not exist yet (two
@@ -225,6 +252,10 @@ BEGIN
     v_new := jsonb_populate_record(v_old, p_settings);  -- the keys given over the row there is
     v_new.stream := p_stream;
     v_new.kind := p_kind;
+    IF (v_new.rate_count IS NULL) <> (v_new.rate_ms IS NULL) THEN
+        RAISE EXCEPTION 'rate_count and rate_ms are set together (at most rate_count leases in any rate_ms window) or cleared together'
+            USING ERRCODE = '22023';
+    END IF;
     IF v_found AND v_old IS NOT DISTINCT FROM v_new THEN
         RETURN false;  -- no change
     ELSIF NOT v_found AND num_nonnulls(v_new.quarantine_after, v_new.max_concurrency,
@@ -347,7 +378,8 @@ SELECT id, last_completed_step FROM pgqueue.skip_step(%(job_id)s::bigint)
 SELECT id FROM pgqueue.accept_step_set(%(job_id)s::bigint)
 
 -- name: cancel_job
-SELECT pgqueue.cancel(%(job_id)s::bigint)
+-- Cancel a job: 'cancelled' (removed now), or 'requested' (leased: its worker stops it).
+SELECT pgqueue.cancel(%(job_id)s::bigint) AS outcome
 
 -- name: configure_stream
 -- Per-stream retry backoff and quarantine threshold (NULL keeps the current value).

@@ -153,6 +153,9 @@ BEGIN
     WHEN 'ReturnLease', 'MarkUndecodable', 'Upcast', 'Release', 'Rewind', 'Restart', 'SkipStep',
          'AcceptStepSet' THEN
         PERFORM pgqueue.apply_job_state(p_job_id, b);
+    WHEN 'RequestCancel' THEN
+        UPDATE pgqueue.job SET cancel_requested_at = pgqueue.from_ms((b ->> 'at_ms')::bigint)
+        WHERE id = p_job_id;
     WHEN 'Cancel' THEN
         DELETE FROM pgqueue.job WHERE id = p_job_id;
         DELETE FROM pgqueue.dead_letter WHERE id = p_job_id;

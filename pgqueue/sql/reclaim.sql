@@ -8,8 +8,10 @@
 -- worker that died or stalled first; pgqueue.lease) goes back to pending charged nothing, and
 -- the job's unstarted_reclaims counts it: from then on each of its leases counts as started,
 -- so a job that kills its worker before the start was said is charged from its next lease.
--- The expiry is re-checked under the row lock, so a renewal that commits first wins. Returns
--- a row per job reclaimed: its new state, and for a crash the step and its count.
+-- The expiry is re-checked under the row lock, so a renewal that commits first wins. A job
+-- whose cancel was requested ends as cancelled (its worker died or stalled before it stopped),
+-- charged nothing. Returns a row per job reclaimed: its new state, and for a crash the step
+-- and its count.
 CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000)
 RETURNS TABLE (job_id bigint, stream text, kind text, state text, step text, crashes int)
 LANGUAGE plpgsql VOLATILE
@@ -33,6 +35,14 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     LOOP
         v_lease := j.lease_id;
+        IF j.cancel_requested_at IS NOT NULL THEN
+            PERFORM pgqueue.finish_cancel(j, 'reclaim', format('lease %s expired (worker %s/%s)',
+                                                                v_lease, j.worker_node, j.worker_instance));
+            job_id := j.id; stream := j.stream; kind := j.kind; state := 'cancelled';
+            step := NULL; crashes := NULL;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
         IF NOT j.lease_started THEN
             j.unstarted_reclaims := j.unstarted_reclaims + 1;
             UPDATE pgqueue.job
@@ -92,6 +102,7 @@ AS $$ SELECT count(*)::int FROM pgqueue.reclaim_expired_jobs(p_limit) $$;
 -- queries -----------------------------------------------------------------------------------
 
 -- name: reclaim_expired
--- Return up to %(limit)s expired leases (of every stream) to pending, dead or quarantined: one
--- row per job (its stream, kind and new state; for a crash, the step and its crash count).
+-- Return up to %(limit)s expired leases (of every stream) to pending, dead or quarantined (or
+-- cancelled, when a cancel was requested): one row per job (its stream, kind and new state;
+-- for a crash, the step and its crash count).
 SELECT job_id, stream, kind, state, step, crashes FROM pgqueue.reclaim_expired_jobs(%(limit)s::int)

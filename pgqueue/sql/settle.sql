@@ -31,13 +31,16 @@ END
 $$;
 
 -- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
--- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL.
--- Returns one row (dead?) or none when the lease is no longer current.
+-- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL. A job whose
+-- cancel was requested ends as cancelled instead (never retried). Returns one row (dead?, and
+-- the state it went to: pending, scheduled, dead or cancelled) or none when the lease is no
+-- longer current.
 CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_error text, p_retry_in_ms bigint,
                              p_max_attempts int DEFAULT NULL)
-RETURNS TABLE (dead boolean)
+RETURNS TABLE (dead boolean, state text)
 LANGUAGE plpgsql VOLATILE
 AS $$
+#variable_conflict use_column
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
     j     pgqueue.job;
@@ -48,6 +51,11 @@ BEGIN
     WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
     FOR UPDATE;
     IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF j.cancel_requested_at IS NOT NULL THEN
+        PERFORM pgqueue.finish_cancel(j, 'nack', p_error);
+        RETURN QUERY SELECT false, 'cancelled'::text;
         RETURN;
     END IF;
     j.attempts := j.attempts + 1;
@@ -74,11 +82,12 @@ BEGIN
     END IF;
     INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
     VALUES (j.stream, 'Nack', j.id, p_lease_id, pgqueue.outcome_json(j, v_state, v_now));
-    RETURN QUERY SELECT v_state = 'dead';
+    RETURN QUERY SELECT v_state = 'dead', v_state;
 END
 $$;
 
 -- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
+-- A job whose cancel was requested ends as cancelled instead. Returns the ids let go of.
 CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -91,6 +100,11 @@ BEGIN
     FOR i IN 1 .. coalesce(cardinality(p_job_ids), 0) LOOP
         j := pgqueue.leased_job(p_job_ids[i], p_lease_ids[i]);
         CONTINUE WHEN j.id IS NULL;
+        IF j.cancel_requested_at IS NOT NULL THEN
+            PERFORM pgqueue.finish_cancel(j, 'return');
+            RETURN NEXT j.id;
+            CONTINUE;
+        END IF;
         j.state := 'pending';
         j.not_before := least(j.not_before, v_now);
         PERFORM pgqueue.save_job(j, 'ReturnLease', p_lease_ids[i]);
@@ -100,7 +114,8 @@ END
 $$;
 
 -- Worker: this code cannot run the job (unknown_kind, payload_version, step_set_changed).
--- Costs no attempt. Returns false when the lease is not current.
+-- Costs no attempt; a job whose cancel was requested ends as cancelled instead of parked.
+-- Returns false when the lease is not current.
 CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id bigint, p_reason text,
                                          p_detail jsonb) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -112,10 +127,31 @@ BEGIN
     IF j.id IS NULL THEN
         RETURN false;
     END IF;
+    IF j.cancel_requested_at IS NOT NULL THEN
+        PERFORM pgqueue.finish_cancel(j, 'undecodable', p_reason);
+        RETURN true;
+    END IF;
     j.state := 'undecodable';
     j.state_reason := p_reason;
     j.state_detail := p_detail;
     PERFORM pgqueue.save_job(j, 'MarkUndecodable', p_lease_id);
+    RETURN true;
+END
+$$;
+
+-- Worker: the handler stopped on its job's cancel request (it raised pgqueue.Cancelled, or its
+-- task was cancelled), or raised Cancelled itself: the job ends as cancelled, never retried.
+-- Returns false when the lease is not current.
+CREATE OR REPLACE FUNCTION pgqueue.end_cancelled(p_job_id bigint, p_lease_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+BEGIN
+    IF j.id IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM pgqueue.finish_cancel(j, 'handler');
     RETURN true;
 END
 $$;
@@ -147,8 +183,9 @@ $$;
 SELECT id FROM pgqueue.ack(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(id)
 
 -- name: nack_job
--- One failure: back to pending after a backoff, or to the dead letters. No row: lease lost.
-SELECT dead FROM pgqueue.nack(%(job_id)s::bigint, %(lease_id)s::bigint, %(error)s::text,
+-- One failure: back to pending after a backoff, or to the dead letters, or cancelled when a
+-- cancel was requested (state says which). No row: lease lost.
+SELECT dead, state FROM pgqueue.nack(%(job_id)s::bigint, %(lease_id)s::bigint, %(error)s::text,
                           %(retry_in_ms)s::bigint, %(max_attempts)s::int)
 
 -- name: acked_before
@@ -160,6 +197,14 @@ JOIN unnest(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(job_id, lease_i
 WHERE o.op = 'Ack'
 
 -- name: nacked_before
--- The outcome of a nack of this lease that already committed (no row: there was none).
-SELECT (o.body ->> 'state') = 'dead' AS dead FROM pgqueue.op_log o
-WHERE o.job_id = %(job_id)s AND o.lease_id = %(lease_id)s AND o.op = 'Nack'
+-- The outcome of a nack of this lease that already committed (no row: there was none): a
+-- Nack op, or the Cancel op a nack wrote for a job whose cancel was requested.
+SELECT (o.body ->> 'state') = 'dead' AS dead,
+       CASE o.op WHEN 'Nack' THEN o.body ->> 'state' ELSE 'cancelled' END AS state
+FROM pgqueue.op_log o
+WHERE o.job_id = %(job_id)s AND o.lease_id = %(lease_id)s
+  AND (o.op = 'Nack' OR (o.op = 'Cancel' AND o.body ->> 'by' = 'nack'))
+
+-- name: end_cancelled
+-- The handler stopped on a cancel: the job ends as cancelled. False: the lease was lost.
+SELECT pgqueue.end_cancelled(%(job_id)s::bigint, %(lease_id)s::bigint)

@@ -63,3 +63,40 @@ def test_the_rate_limit_holds_across_worker_processes(dsn: str, workers: Workers
     assert granted[-1] - granted[0] >= 2 * window - dt.timedelta(milliseconds=100)
     for proc in procs:
         stop(proc)
+
+
+def _most_in_window(times: list[dt.datetime], window: dt.timedelta) -> int:
+    """The most of `times` inside any half-open window of that length."""
+    return max(sum(1 for t in times if s <= t < s + window) for s in times)
+
+
+def test_rate_limited_handlers_start_within_the_rate_when_workers_lease_ahead(
+        dsn: str, workers: Workers, ledger: Ledger) -> None:
+    """Workers whose handlers are busy lease other jobs ahead (prefetch): a rate-limited kind
+    is granted only to a handler free at once, so its handlers' starts, not only its lease
+    grants, keep to the rate (a job granted in one window and started in the next would
+    bunch with that window's)."""
+    with pgqueue.Queue(dsn) as q:
+        q.configure_kind("note", rate_limit=(3, 1.0))
+        busy = q.enqueue_many([pgqueue.NewJob(json.dumps({"sleep": 0.3}), kind="quick")
+                               for _ in range(24)])
+        ids = q.enqueue_many([pgqueue.NewJob(json.dumps({"sleep": 0}), kind="note")
+                              for _ in range(15)])
+    procs = [workers.start(concurrency=2, extra=["--prefetch", "8"]) for _ in range(2)]
+    wait_for(lambda: ledger.count(None, "note") == 15 and ledger.count(None, "quick:end") == 24,
+             90, "every job to run")
+    with psycopg.connect(dsn) as conn:
+        granted = sorted(r[0] for r in conn.execute(
+            "SELECT at FROM pgqueue.op_log WHERE op = 'Lease' AND job_id = ANY(%s)", [ids]))
+        ahead = conn.execute("SELECT count(*) FROM pgqueue.op_log WHERE op = 'Lease' "
+                             "AND job_id = ANY(%s) AND body ->> 'started' = 'false'",
+                             [busy]).fetchone()
+    starts = sorted(e.at for e in ledger.entries(step="note"))
+    assert len(granted) == len(starts) == 15
+    assert ahead is not None and ahead[0] > 0  # the workers did lease the other kind ahead
+    assert _most_in_window(granted, dt.timedelta(seconds=1)) <= 3
+    # a start follows its grant by the hand-off to a free handler (milliseconds): a window a
+    # little shorter than the rate's leaves room for that, never for a bunched window
+    assert _most_in_window(starts, dt.timedelta(seconds=0.9)) <= 3
+    for proc in procs:
+        stop(proc)

@@ -21,7 +21,8 @@ so a test can change the step list between a crash and the resume.
 
 Ledger rows: "<step>" when a simple step ran; "transform" per item; "enter:transform" with
 the first item the step is about to process (the saved cursor + 1, or 0); "die:<step>" just
-before the process kills itself; "quick:start"/"quick:end" and "note" for the plain jobs.
+before the process kills itself; "quick:start"/"quick:end", "patient:start"/"patient:stopped"/
+"patient:end" and "note" for the plain jobs.
 """
 from __future__ import annotations
 
@@ -130,6 +131,20 @@ def quick(job: pgqueue.JobContext) -> None:
     record(job.job_id, "quick:start")
     time.sleep(float(job.json().get("sleep", 0)))
     record(job.job_id, "quick:end")
+
+
+@app.job("patient")
+def patient(job: pgqueue.JobContext) -> None:
+    """Works for up to payload["sleep"] seconds, looking at `job.cancelled` every 10 ms: on a
+    cancel records "patient:stopped" and stops (pgqueue.Cancelled), else "patient:end"."""
+    record(job.job_id, "patient:start")
+    deadline = time.monotonic() + float(job.json().get("sleep", 0))
+    while time.monotonic() < deadline:
+        if job.cancelled:
+            record(job.job_id, "patient:stopped")
+            job.check_cancelled()
+        time.sleep(0.01)
+    record(job.job_id, "patient:end")
 
 
 @app.job("note")

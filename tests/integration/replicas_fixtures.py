@@ -321,8 +321,9 @@ CHECKPOINT_STEPS = ("fetch", "parse", "store")
 class Workload:
     """Writer threads, each with its own Queue, doing random transitions against the leader:
     enqueue (dedup keys, priorities, delays), lease (some with very short visibility timeouts),
-    renew with checkpoints, ack, nack, return, cancel, release, reclaim, requeue dead letters,
-    configure streams, and cron schedules (upsert, tick with a clock that moves ahead)."""
+    renew with checkpoints, ack, nack, return, cancel (of leased jobs too), release, reclaim,
+    requeue dead letters, configure streams and kinds' limits, and cron schedules (upsert, tick
+    with a clock that moves ahead)."""
 
     dsn: str | Sequence[str]
     threads: int = 4
@@ -426,7 +427,10 @@ class Workload:
                     q.requeue_dead_letter(rng.choice(dead).job_id)
             elif r < 0.94:
                 self._count("cancel")
-                pending = q.jobs(state=rng.choice(["pending", "dead"]), limit=5)
+                # a leased one is asked to stop: its holder's next nack, return or reclaim
+                # ends it as cancelled, or its ack comes too late
+                pending = q.jobs(state=rng.choice(["pending", "dead", "leased", "leased"]),
+                                 limit=5)
                 if pending:
                     q.cancel(rng.choice(pending).job_id)
             elif r < 0.95:
@@ -444,10 +448,16 @@ class Workload:
                                         now=self._base + dt.timedelta(minutes=next(self._ticks)))
                     else:
                         schedule.tick(conn, now=self._base + dt.timedelta(minutes=next(self._ticks)))
-            else:
+            elif r < 0.99:
                 self._count("configure")
                 q.configure_stream(retry_base=rng.choice([0.0, 0.01, 0.05]),
                                    retry_cap=rng.choice([0.1, 1.0]),
                                    quarantine_after=rng.randint(1, 5))
+            else:  # a kind's limits: set, changed and cleared (ConfigureKind ops)
+                self._count("configure kind")
+                q.configure_kind(rng.choice(["a", "b"]),
+                                 max_concurrency=rng.choice([None, 2, 8]),
+                                 rate_limit=rng.choice([None, (200, 0.5)]),
+                                 quarantine_after=rng.choice([None, 2]))
         except (LeaseLost, JobNotFound, InvalidState, DedupConflict):
             pass

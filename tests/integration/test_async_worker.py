@@ -487,25 +487,32 @@ def test_which_leased_jobs_count_as_started_with_coroutine_slots(
         dsn: str, q: pgqueue.Queue, mixed: bool) -> None:
     """An async-only worker's lease says its jobs start at once when coroutines are free, as
     threads do. With slots of both kinds a lease cannot tell which of its jobs find a free
-    slot, so it says none; the renewal after the handler's start says it started."""
+    slot: it says as many start as the smaller kind (here one thread) has free, and the
+    renewal after the start of any other says it started."""
     app = pgqueue.App()
-    running_now = threading.Event()
+    running_now: list[int] = []
     finish = threading.Event()
 
     @app.job("io")
     async def io(job: pgqueue.JobContext) -> None:
-        running_now.set()
+        running_now.append(job.job_id)
         while not finish.is_set():
             await asyncio.sleep(0.01)
 
     if mixed:
         app.job("plain")(lambda job: None)
-    job_id = q.enqueue({}, kind="io")
-    with running(app, dsn, async_concurrency=2, prefetch=0, renew_interval=0.2):
-        assert running_now.wait(10)
-        assert lease_op_says_started(q, job_id) is not mixed
-        wait_for(lambda: lease_started(q, job_id), 5, "the database to count it as started")
+    first = q.enqueue({}, kind="io")
+    with running(app, dsn, concurrency=1, async_concurrency=2, prefetch=0,
+                 renew_interval=0.2):
+        wait_for(lambda: running_now == [first], 10, "the first job to run")
+        second = q.enqueue({}, kind="io")
+        wait_for(lambda: running_now == [first, second], 10, "the second job to run")
+        assert lease_op_says_started(q, first) is True  # nothing was busy
+        # one job busy: an async-only worker has a coroutine free; a mixed one cannot say
+        # its one thread is
+        assert lease_op_says_started(q, second) is not mixed
+        wait_for(lambda: lease_started(q, second), 5, "the database to count it as started")
         finish.set()
-        wait_for(lambda: gone(q, job_id), 10, "the job to be acked")
-    renews = [o for o in ops(q, job_id) if o.op == "Renew" and o.body.get("started")]
+        wait_for(lambda: gone(q, first, second), 10, "the jobs to be acked")
+    renews = [o for o in ops(q, second) if o.op == "Renew" and o.body.get("started")]
     assert bool(renews) is mixed  # only a job leased ahead needs a renewal to say so

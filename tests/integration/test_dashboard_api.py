@@ -457,15 +457,21 @@ def test_cancel_a_dead_letter(client: TestClient, q: pgqueue.Queue) -> None:
     assert ops_of(q, job_id)[-1] == "Cancel"
 
 
-def test_cancel_a_leased_job_is_a_conflict(client: TestClient, q: pgqueue.Queue,
-                                           dsn: str) -> None:
+def test_cancel_a_leased_job_requests_it_once(client: TestClient, q: pgqueue.Queue) -> None:
     job_id = leased_job(q)
-    before = state_snapshot(dsn), op_counts(dsn)
     r = act(client, job_id, "cancel")
-    assert r.status_code == 409
-    assert r.json()["error"].startswith(f"cannot cancel job {job_id}: it is leased")
-    assert state_of(q, job_id) == "leased"
-    assert (state_snapshot(dsn), op_counts(dsn)) == before
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "leased"  # its worker ends it
+    requested = r.json()["job"]["cancel_requested_at"]
+    assert requested is not None
+    assert ops_of(q, job_id)[-1] == "RequestCancel"
+    # asked again: nothing changes, no second op
+    r = act(client, job_id, "cancel")
+    assert r.status_code == 200, r.text
+    assert r.json()["job"]["cancel_requested_at"] == requested
+    assert ops_of(q, job_id).count("RequestCancel") == 1
+    page = client.get(f"/jobs/{job_id}?done=cancel")
+    assert "cancel requested" in page.text and 'id="cancel-requested"' in page.text
 
 
 @pytest.mark.parametrize("verb", VERBS)

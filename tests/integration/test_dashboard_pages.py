@@ -175,16 +175,25 @@ def test_bulk_within_a_stream_and_refusals(session: TestClient, q: pgqueue.Queue
     mine = [q.enqueue(b"a"), q.enqueue(b"b")]
     leased = leased_job(q)
     theirs = q.for_stream("theirs").enqueue(b"c")
-    confirm = session.get("/bulk", params={"stream": "default", "action": "cancel"})
-    assert "This will cancel <strong>3</strong> jobs" in confirm.text
+    confirm = session.get("/bulk", params={"stream": "default", "action": "restart"})
+    assert "This will restart <strong>3</strong> jobs" in confirm.text
     fields = _hidden_fields(confirm.text, "bulk-confirm")
     r = session.post("/bulk", data=fields)
     assert r.status_code == 200, r.text
-    assert "cancel: 2 jobs done" in r.text
-    assert "1 refused" in r.text
+    assert "restart: 2 jobs done" in r.text
+    assert "1 refused" in r.text  # restart does not apply to a leased job
     assert f'<a href="/jobs/{leased}">{leased}</a>' in r.text
-    assert all(q.job(j) is None for j in mine)
+    assert all(ops_of(q, j)[-1] == "Restart" for j in mine)
     assert state_of(q, leased) == "leased"
+    assert state_of(q, theirs) == "pending"
+
+    # cancel: the pending jobs go at once, the leased one is asked to stop
+    confirm = session.get("/bulk", params={"stream": "default", "action": "cancel"})
+    r = session.post("/bulk", data=_hidden_fields(confirm.text, "bulk-confirm"))
+    assert "cancel: 3 jobs done" in r.text
+    assert all(q.job(j) is None for j in mine)
+    held = q.job(leased)
+    assert held is not None and held.state == "leased" and held.cancel_requested_at is not None
     assert state_of(q, theirs) == "pending"
 
     none = session.get("/bulk", params={"state": "quarantined", "action": "release"})

@@ -89,20 +89,44 @@ def test_bad_settings_are_refused_and_nothing_is_written(q: pgqueue.Queue, dsn: 
     assert _kinds(q)["mail"] == pgqueue.KindConfig("default", "mail", max_concurrency=3)
 
 
-def test_sql_callers_get_the_same_checks(q: pgqueue.Queue, dsn: str) -> None:
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"max_concurrency": 0}, "max_concurrency must be a whole number of at least 1"),
+    ({"max_per_key": -2}, "max_per_key must be a whole number of at least 1"),
+    ({"quarantine_after": 1.5}, "quarantine_after must be a whole number"),
+    ({"max_concurrency": "3"}, r"max_concurrency must be a whole number .*got \"3\""),
+    ({"max_concurrency": 2**31}, "max_concurrency must be a whole number"),
+    ({"rate_count": 5, "rate_ms": 0}, "rate_ms must be a whole number of at least 1"),
+    ({"rate_ms": None}, "rate_count and rate_ms are set together"),  # a count needs its window
+    ({"max_cuncurrency": 1}, "unknown kind setting"),
+])
+def test_sql_callers_get_the_same_checks_naming_the_setting(
+        q: pgqueue.Queue, dsn: str, settings: dict[str, Any], message: str) -> None:
     with connection.connect(dsn) as conn:
         conn.execute("SELECT pgqueue.configure_kind_settings('default', 'mail', %s)",
                      [Jsonb({"max_concurrency": 4, "rate_count": 2, "rate_ms": 1000})])
-        with pytest.raises(psycopg.errors.CheckViolation):
+        before = op_counts(dsn)
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
             conn.execute("SELECT pgqueue.configure_kind_settings('default', 'mail', %s)",
-                         [Jsonb({"max_concurrency": 0})])
-        with pytest.raises(psycopg.errors.CheckViolation):  # a count needs its window
-            conn.execute("SELECT pgqueue.configure_kind_settings('default', 'mail', %s)",
-                         [Jsonb({"rate_ms": None})])
-        with pytest.raises(psycopg.errors.InvalidParameterValue, match="unknown kind setting"):
-            conn.execute("SELECT pgqueue.configure_kind_settings('default', 'mail', %s)",
-                         [Jsonb({"max_cuncurrency": 1})])
+                         [Jsonb(settings)])
+    assert op_counts(dsn) == before
     assert _kinds(q)["mail"] == pgqueue.KindConfig("default", "mail", None, 4, (2, 1.0))
+
+
+def test_a_limited_stream_refuses_a_lease_in_a_snapshot_older_than_its_locks(
+        q: pgqueue.Queue, dsn: str) -> None:
+    """The limits count other leases under a kind's lock: only READ COMMITTED gives each
+    statement a snapshot taken after it, so another isolation level is refused, naming it."""
+    q.configure_kind("mail", max_concurrency=1)
+    q.enqueue_many([pgqueue.NewJob(b"x", kind="mail") for _ in range(3)])
+    before = op_counts(dsn)
+    with connection.connect(dsn, autocommit=False) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with pytest.raises(psycopg.errors.FeatureNotSupported,
+                           match="enforces only at READ COMMITTED, not REPEATABLE READ"):
+            conn.execute("SELECT * FROM pgqueue.lease('default', 5, 30000, 0, 0)")
+        conn.rollback()
+    assert op_counts(dsn) == before
+    assert len(q.lease(limit=5)) == 1  # the library's own connections: read committed
 
 
 def test_a_worker_records_the_limits_its_handlers_name_and_leaves_the_rest(

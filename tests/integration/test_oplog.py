@@ -209,6 +209,13 @@ class Reoffer:
 
 
 @dataclass(frozen=True)
+class CancelLeased:
+    """An operator's cancel of a job a worker holds (asked once, then asked again)."""
+
+    pick: int
+
+
+@dataclass(frozen=True)
 class Operate:
     """An operator's release (of a parked job) or cancel, on any job ever enqueued."""
 
@@ -226,7 +233,7 @@ class Configure:
 
 
 Action = (Enqueue | LeaseJobs | Renew | Ack | Nack | ReturnLease | Reclaim | Advance | Requeue
-          | Reoffer | Operate | Configure)
+          | Reoffer | Operate | CancelLeased | Configure)
 
 step_names = st.sampled_from([None, "fetch", "parse", "write", "ünïcode step"])
 job_specs = st.builds(
@@ -278,6 +285,7 @@ def returns(stale: bool) -> st.SearchStrategy[ReturnLease]:
 advances = st.builds(Advance, seconds=st.sampled_from([0.3, 0.6, 1.5, 5.0, 7200.0]))
 requeues = st.builds(Requeue, pick=picks, dead_only=st.sampled_from([True, True, False]))
 reoffers = st.builds(Reoffer, pick=picks, payload=st.binary(max_size=4))
+cancels = st.builds(CancelLeased, pick=picks)
 operations = st.builds(Operate, pick=picks, what=st.sampled_from(["release", "cancel"]),
                        parked=st.booleans())
 configures = st.builds(Configure, stream=st.integers(0, 1),
@@ -302,6 +310,7 @@ class Workload:
     held: list[pgqueue.Lease] = field(default_factory=list)   # every lease ever handed out
     live: dict[int, dt.datetime] = field(default_factory=dict)  # current lease id -> expiry
     job_ids: list[int] = field(default_factory=list)          # every job id ever returned
+    cancelling: set[int] = field(default_factory=set)         # leases whose cancel was asked
     seen: dict[str, int] = field(default_factory=dict)        # outcomes, for tuning
 
     @classmethod
@@ -459,7 +468,13 @@ class Workload:
             return
         before = self.job(held.job_id)
         assert before is not None
-        dead = settle.nack(self.conn, held, a.error, a.retry_in)
+        if held.lease_id in self.cancelling:  # a cancel was asked: never retried
+            assert settle.nack(self.conn, held, a.error, a.retry_in) == "cancelled"
+            del self.live[held.lease_id]
+            assert self.job(held.job_id) is None
+            self.note("nack of a cancelled job")
+            return
+        dead = settle.nack(self.conn, held, a.error, a.retry_in) == "dead"
         del self.live[held.lease_id]
         assert dead == (held.max_attempts > 0 and held.attempts + 1 >= held.max_attempts)
         info = self.job(held.job_id)
@@ -487,6 +502,10 @@ class Workload:
         assert self.conn.execute(sql, [[held.job_id], [held.lease_id]]).fetchall() != []
         del self.live[held.lease_id]
         info = self.job(held.job_id)
+        if held.lease_id in self.cancelling:  # given back after a cancel was asked: gone
+            assert info is None
+            self.note("return of a cancelled job")
+            return
         assert info is not None and info.state == "pending"
         assert info.attempts == held.attempts, "returning a lease must not cost an attempt"
         self.note("returned")
@@ -564,7 +583,7 @@ class Workload:
         if row is None:
             expected = pgqueue.JobNotFound
         elif a.what == "cancel":
-            expected = pgqueue.InvalidState if row[0] == "leased" else None
+            expected = None  # a leased job is asked to stop; any other goes at once
         elif row[0] not in ("quarantined", "undecodable"):
             expected = pgqueue.InvalidState
         elif row[2] is not None and self.live_holder(row[1], bytes(row[2])) is not None:
@@ -587,9 +606,33 @@ class Workload:
         info = self.job(job_id)
         if a.what == "release":
             assert info is not None and info.state == "pending"
+        elif row is not None and row[0] == "leased":
+            assert info is not None and info.state == "leased" and info.lease_id is not None
+            assert info.cancel_requested_at is not None
+            self.cancelling.add(info.lease_id)
+            self.note("cancel requested")
+            return
         else:
             assert info is None
         self.note(a.what)
+
+    def do_cancelleased(self, a: CancelLeased) -> None:
+        held = self.pick(a.pick, stale=False)
+        if held is None:
+            return
+        if held.lease_id in self.cancelling:  # asked before: nothing more
+            with self.unchanged(held.job_id):
+                assert operate.cancel(self.conn, held.job_id) == "requested"
+            self.note("cancel asked again")
+            return
+        assert operate.cancel(self.conn, held.job_id) == "requested"
+        info = self.job(held.job_id)
+        assert info is not None and info.state == "leased"
+        assert info.cancel_requested_at == self.clock
+        with self.unchanged(held.job_id):  # asked again: nothing more
+            assert operate.cancel(self.conn, held.job_id) == "requested"
+        self.cancelling.add(held.lease_id)
+        self.note("cancel requested")
 
     def do_configure(self, a: Configure) -> None:
         operate.configure_stream(self.conn, STREAMS[a.stream], retry_base=a.retry_base,
@@ -674,6 +717,11 @@ class ReplayMachine(RuleBasedStateMachine):
     @rule(a=st.one_of(renews(stale=True), acks(stale=True), nacks(stale=True),
                       returns(stale=True)))
     def write_with_lost_lease(self, a: Renew | Ack | Nack | ReturnLease) -> None:
+        self.step(a)
+
+    @precondition(has_live)
+    @rule(a=cancels)
+    def cancel_leased(self, a: CancelLeased) -> None:
         self.step(a)
 
     @rule(a=advances)

@@ -47,7 +47,7 @@ FAR = dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
 PASSWORD = "s3cr3t-Pa55word"  # noqa: S105  (trust auth accepts any password)
 EXPECTED_OPS = {"Enqueue", "Lease", "Renew", "Ack", "Nack", "Reclaim", "RequeueDeadLetter",
                 "Promote", "ReturnLease", "UpsertSchedule", "UpdateScheduleNextRun",
-                "ConfigureStream", "Cancel", "Release"}
+                "ConfigureStream", "Cancel", "Release", "RequestCancel", "ConfigureKind"}
 
 
 def assert_identical(leader: str, replica_dsn: str, *, timeout: float = 120.0) -> None:

@@ -1,0 +1,401 @@
+"""Cancelling a running job (pgqueue.cancel on a leased job, and how its lease then ends),
+against a real database: the request and its op, the NOTIFY and the renewal that tell the
+worker, every end of such a lease (handler stop, ack too late, nack, reclaim, give-back,
+parking), and the worker's handlers (plain, step, async) stopping on it in a Worker thread.
+
+The process-level versions (a worker process alive, SIGKILLed, SIGSTOPped) are in
+tests/acceptance/test_cancel.py; replication of the ops is in the random workloads of
+test_oplog.py (replay) and test_replica.py (both replica paths).
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+import time
+from typing import Any
+
+import pytest
+from psycopg.types.json import Jsonb
+
+import pgqueue
+from pgqueue import connection, lease, queries, settle
+from pgqueue.held import HeldLeases
+from pgqueue.renewer import Renewer
+from pgqueue.running import Held
+from tests.dbhelp import force_reclaim, op_counts, state_snapshot, wait_for
+from tests.integration.test_worker import gone, op_names, ops, running
+
+
+def leased(q: pgqueue.Queue, **enqueue: Any) -> pgqueue.Lease:
+    job_id = q.enqueue(b"x", **enqueue)
+    (got,) = q.lease(visibility_timeout=30)
+    assert got.job_id == job_id
+    return got
+
+
+def last_op(q: pgqueue.Queue, job_id: int) -> pgqueue.Op:
+    return ops(q, job_id)[-1]
+
+
+# -- the request ---------------------------------------------------------------------------------
+
+
+def test_cancel_of_a_leased_job_is_requested_once_and_notified(q: pgqueue.Queue,
+                                                               dsn: str) -> None:
+    held = leased(q)
+    with connection.connect(dsn) as listener:
+        listener.execute("LISTEN pgqueue_cancel")
+        assert q.cancel(held.job_id) == "requested"
+        notes = list(listener.notifies(timeout=5.0, stop_after=1))
+        assert [(n.channel, n.payload) for n in notes] == [("pgqueue_cancel", str(held.lease_id))]
+        info = q.job(held.job_id)
+        assert info is not None and info.state == "leased" and info.lease_id == held.lease_id
+        assert info.cancel_requested_at is not None
+        op = last_op(q, held.job_id)
+        assert (op.op, op.lease_id) == ("RequestCancel", held.lease_id)
+        assert op.body["job_id"] == held.job_id and op.body["lease_id"] == held.lease_id
+        # asked again: nothing changes, no op, no second notification
+        before = state_snapshot(dsn), op_counts(dsn)
+        assert q.cancel(held.job_id) == "requested"
+        assert (state_snapshot(dsn), op_counts(dsn)) == before
+        assert list(listener.notifies(timeout=0.3)) == []
+    history = q.history(held.job_id)
+    assert history is not None and history.cancel == "requested"
+    assert history.cancel_requested_at == info.cancel_requested_at
+
+
+def test_cancel_of_a_job_not_leased_removes_it_at_once(q: pgqueue.Queue) -> None:
+    job_id = q.enqueue(b"x")
+    assert q.cancel(job_id) == "cancelled"
+    assert q.job(job_id) is None
+    history = q.history(job_id)
+    assert history is not None and history.state == "cancelled" and history.cancel is None
+
+
+@pytest.mark.parametrize(("job_id", "error"), [
+    (0, ValueError), (-3, ValueError), ("7", TypeError), (True, TypeError),
+    (987654321, pgqueue.JobNotFound)])
+def test_cancel_refuses_bad_ids_writing_nothing(q: pgqueue.Queue, dsn: str, job_id: Any,
+                                                error: type[Exception]) -> None:
+    leased(q)
+    before = state_snapshot(dsn), op_counts(dsn)
+    with pytest.raises(error, match=r"job_id|987654321"):
+        q.cancel(job_id)
+    assert (state_snapshot(dsn), op_counts(dsn)) == before
+
+
+def test_a_renewal_says_the_cancel_was_requested(q: pgqueue.Queue) -> None:
+    held = leased(q)
+    with q.connection() as conn:
+        (before,) = lease.renew_leases(conn, [(held, None, None)]).values()
+        assert before.cancel_requested is False
+        q.cancel(held.job_id)
+        (after,) = lease.renew_leases(conn, [(held, None, None)]).values()
+        assert after.cancel_requested is True
+    # the public renew is unchanged: the lease is still current
+    assert q.renew(held) > before.expires_at - dt.timedelta(seconds=1)
+
+
+# -- how such a lease ends -----------------------------------------------------------------------
+
+
+def test_an_ack_after_the_request_is_too_late(q: pgqueue.Queue) -> None:
+    held = leased(q)
+    q.cancel(held.job_id)
+    q.ack(held)
+    assert q.job(held.job_id) is None
+    history = q.history(held.job_id)
+    assert history is not None
+    assert (history.state, history.cancel) == ("acked", "too late")
+    assert [o.op for o in history.ops] == ["Enqueue", "Lease", "RequestCancel", "Ack"]
+
+
+def test_a_nack_after_the_request_ends_it_cancelled_never_retried(q: pgqueue.Queue) -> None:
+    held = leased(q, max_attempts=1)  # a plain failure would make it dead
+    q.cancel(held.job_id)
+    assert q.nack(held, error="boom", retry_in=0) is False
+    assert q.job(held.job_id) is None and q.dead_letters() == []
+    op = last_op(q, held.job_id)
+    assert op.op == "Cancel" and op.lease_id == held.lease_id
+    assert (op.body["was"], op.body["by"], op.body["error"]) == ("leased", "nack", "boom")
+    history = q.history(held.job_id)
+    assert history is not None and (history.state, history.cancel) == ("cancelled", "cancelled")
+    assert q.lease(visibility_timeout=30) == []
+
+
+def test_a_reclaimed_lease_of_a_cancelled_job_ends_it_cancelled_charging_nothing(
+        q: pgqueue.Queue, dsn: str) -> None:
+    held = leased(q)
+    q.cancel(held.job_id)
+    assert force_reclaim(dsn) == 1
+    assert q.job(held.job_id) is None
+    op = last_op(q, held.job_id)
+    assert (op.op, op.body["by"], op.lease_id) == ("Cancel", "reclaim", held.lease_id)
+    assert "expired" in op.body["error"]
+    assert q.lease(visibility_timeout=30) == []
+
+
+def test_a_lease_given_back_after_the_request_ends_it_cancelled(q: pgqueue.Queue) -> None:
+    held = leased(q)
+    q.cancel(held.job_id)
+    q.return_lease(held)
+    assert q.job(held.job_id) is None
+    assert last_op(q, held.job_id).body["by"] == "return"
+
+
+def test_parking_a_cancelled_job_ends_it_cancelled(q: pgqueue.Queue) -> None:
+    held = leased(q, kind="unknown")
+    q.cancel(held.job_id)
+    with q.connection() as conn:
+        assert queries.scalar(conn, "mark_undecodable", {
+            "job_id": held.job_id, "lease_id": held.lease_id, "reason": "unknown_kind",
+            "detail": Jsonb({})}) is True
+    assert q.job(held.job_id) is None
+    assert (last_op(q, held.job_id).op, last_op(q, held.job_id).body["by"]) == ("Cancel", "undecodable")
+
+
+def test_ending_a_job_as_cancelled_is_fenced_by_its_lease(q: pgqueue.Queue, dsn: str) -> None:
+    held = leased(q)
+    assert force_reclaim(dsn) == 1  # the lease expired: its job is pending again
+    before = state_snapshot(dsn), op_counts(dsn)
+    with q.connection() as conn:
+        assert settle.end_cancelled(conn, held) is False
+    assert (state_snapshot(dsn), op_counts(dsn)) == before
+    (again,) = q.lease(visibility_timeout=30)
+    with q.connection() as conn:
+        assert settle.end_cancelled(conn, again) is True  # a handler raising Cancelled itself
+    assert q.job(held.job_id) is None
+    assert last_op(q, held.job_id).body["by"] == "handler"
+
+
+def test_a_replay_reproduces_a_requested_cancel_and_its_end(q: pgqueue.Queue, dsn: str,
+                                                            bed: Any) -> None:
+    running_job = leased(q)
+    q.cancel(running_job.job_id)  # still held: the copy must say so
+    ended = leased(q)
+    q.cancel(ended.job_id)
+    q.nack(ended, error="x")
+    target = bed.new_database()
+    try:
+        pgqueue.replay(dsn, target)
+        assert state_snapshot(target) == state_snapshot(dsn)
+        with pgqueue.Queue(target) as copy:
+            info = copy.job(running_job.job_id)
+            assert info is not None and info.cancel_requested_at is not None
+            assert copy.job(ended.job_id) is None
+    finally:
+        bed.drop(target)
+
+
+# -- the worker's side ---------------------------------------------------------------------------
+
+
+def test_the_renewer_marks_a_held_job_cancelled(q: pgqueue.Queue, dsn: str) -> None:
+    """The fallback when a NOTIFY is missed: the renewal round that already runs says so."""
+    held = Held(leased(q), 30.0)
+    table = HeldLeases(concurrency=1, prefetch=0, lease_loops=1,
+                       db=lambda fn: q_call(q, fn), retry_db=lambda fn, what, **kw: q_call(q, fn),
+                       freed=lambda: None, worker_id=lambda: 1)
+    table.admit(table.reserve(), [held], lambda h: None)
+    stopped = threading.Event()
+    held.on_cancel = stopped.set
+    renewer = Renewer(table, lambda fn: q_call(q, fn), lambda: 1)
+    renewer.round()
+    assert not held.cancelled.is_set()
+    q.cancel(held.lease.job_id)
+    renewer.round()
+    assert held.cancelled.is_set() and stopped.is_set()
+    with pytest.raises(pgqueue.Cancelled):
+        held.check_cancelled()
+
+
+def q_call(q: pgqueue.Queue, fn: Any) -> Any:
+    with q.connection() as conn:
+        return fn(conn)
+
+
+def test_a_plain_handler_sees_cancelled_and_stops(dsn: str, q: pgqueue.Queue) -> None:
+    app = pgqueue.App()
+    started = threading.Event()
+    saw: list[bool] = []
+
+    @app.job("poll")
+    def poll(ctx: pgqueue.JobContext) -> None:
+        started.set()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if ctx.cancelled:
+                saw.append(True)
+                ctx.check_cancelled()
+            time.sleep(0.01)
+
+    job_id = q.enqueue(b"x", kind="poll")
+    # a long renewal interval: the worker learns it by NOTIFY
+    with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        assert started.wait(10)
+        asked = time.monotonic()
+        assert q.cancel(job_id) == "requested"
+        wait_for(lambda: gone(q, job_id), 10, "the job to end")
+        assert time.monotonic() - asked < 5.0, "not told at once"
+    assert saw == [True]
+    assert op_names(q, job_id) == ["Enqueue", "Lease", "RequestCancel", "Cancel"]
+    assert last_op(q, job_id).body["by"] == "handler"
+    history = q.history(job_id)
+    assert history is not None and history.cancel == "cancelled"
+
+
+def test_a_step_job_stops_at_advance_and_runs_no_further_step(dsn: str,
+                                                               q: pgqueue.Queue) -> None:
+    app = pgqueue.App()
+    started = threading.Event()
+    ran: list[str] = []
+    swallowed: list[str] = []
+
+    job = app.step_job("crawl")
+
+    @job.step("crawl")
+    def crawl(ctx: pgqueue.StepContext) -> None:
+        ran.append("crawl")
+        started.set()
+        for i in range(2000):
+            try:
+                ctx.advance(i)
+            except Exception as exc:  # a broad except does not swallow the cancel
+                swallowed.append(type(exc).__name__)
+            time.sleep(0.01)
+
+    @job.step("store")
+    def store(ctx: pgqueue.StepContext) -> None:
+        ran.append("store")
+
+    job_id = q.enqueue(b"x", kind="crawl")
+    with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        assert started.wait(10)
+        q.cancel(job_id)
+        wait_for(lambda: gone(q, job_id), 10, "the job to end")
+    assert ran == ["crawl"] and swallowed == []
+    assert last_op(q, job_id).op == "Cancel"
+
+
+def test_a_step_that_returns_after_the_request_stops_at_the_boundary(dsn: str,
+                                                                      q: pgqueue.Queue) -> None:
+    app = pgqueue.App()
+    ran: list[str] = []
+
+    job = app.step_job("two")
+
+    @job.step("first")
+    def first(ctx: pgqueue.StepContext) -> None:
+        ran.append("first")
+        wait_for(lambda: ctx.cancelled, 10, "the cancel to reach the step")  # then returns
+
+    @job.step("second")
+    def second(ctx: pgqueue.StepContext) -> None:
+        ran.append("second")
+
+    job_id = q.enqueue(b"x", kind="two")
+    with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: ran == ["first"], 10, "the first step")
+        q.cancel(job_id)
+        wait_for(lambda: gone(q, job_id), 10, "the job to end")
+    assert ran == ["first"]
+    assert (last_op(q, job_id).op, last_op(q, job_id).body["by"]) == ("Cancel", "handler")
+
+
+def test_a_handler_that_finishes_before_it_notices_is_acked(dsn: str, q: pgqueue.Queue) -> None:
+    app = pgqueue.App()
+    release = threading.Event()
+
+    @app.job("deaf")
+    def deaf(ctx: pgqueue.JobContext) -> None:
+        assert release.wait(20)
+
+    job_id = q.enqueue(b"x", kind="deaf")
+    with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: (j := q.job(job_id)) is not None and j.state == "leased", 10, "the lease")
+        q.cancel(job_id)
+        release.set()
+        wait_for(lambda: gone(q, job_id), 10, "the ack")
+    history = q.history(job_id)
+    assert history is not None and (history.state, history.cancel) == ("acked", "too late")
+
+
+def test_a_failure_after_the_request_ends_it_cancelled(dsn: str, q: pgqueue.Queue) -> None:
+    app = pgqueue.App()
+    go = threading.Event()
+
+    @app.job("fails")
+    def fails(ctx: pgqueue.JobContext) -> None:
+        assert go.wait(20)
+        raise RuntimeError("gave up")
+
+    job_id = q.enqueue(b"x", kind="fails", max_attempts=5)
+    with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: (j := q.job(job_id)) is not None and j.state == "leased", 10, "the lease")
+        q.cancel(job_id)
+        go.set()
+        wait_for(lambda: gone(q, job_id), 10, "the end")
+    op = last_op(q, job_id)
+    assert (op.op, op.body["by"]) == ("Cancel", "nack") and "gave up" in op.body["error"]
+
+
+def test_an_async_handler_is_cancelled_at_once(dsn: str, q: pgqueue.Queue) -> None:
+    app = pgqueue.App()
+    started = threading.Event()
+    seen: list[str] = []
+
+    @app.job("waits")
+    async def waits(ctx: pgqueue.JobContext) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    @app.job("after")
+    async def after(ctx: pgqueue.JobContext) -> None:
+        await asyncio.sleep(0)
+        seen.append("after")
+
+    job_id = q.enqueue(b"x", kind="waits")
+    with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0,
+                 async_concurrency=1):
+        assert started.wait(10)
+        asked = time.monotonic()
+        q.cancel(job_id)
+        wait_for(lambda: gone(q, job_id), 10, "the job to end")
+        assert time.monotonic() - asked < 5.0
+        # the runner goes on with the next job (its task was cancelled, not ended)
+        next_id = q.enqueue(b"y", kind="after")
+        wait_for(lambda: gone(q, next_id), 10, "the next job")
+    assert seen == ["cancelled", "after"]
+    assert (last_op(q, job_id).op, last_op(q, job_id).body["by"]) == ("Cancel", "handler")
+    assert op_names(q, next_id)[-1] == "Ack"
+
+
+def test_an_async_step_job_stops_at_advance(dsn: str, q: pgqueue.Queue) -> None:
+    app = pgqueue.App()
+    ran: list[str] = []
+
+    job = app.step_job("aloop")
+
+    @job.step("loop")
+    async def loop(ctx: pgqueue.AsyncStepContext) -> None:
+        ran.append("loop")
+        for i in range(2000):
+            ctx.advance(i)
+            await asyncio.sleep(0.01)
+
+    @job.step("tail")
+    async def tail(ctx: pgqueue.AsyncStepContext) -> None:
+        ran.append("tail")
+
+    job_id = q.enqueue(b"x", kind="aloop")
+    with running(app, dsn, renew_interval=0.2, visibility_timeout=30.0):
+        wait_for(lambda: ran == ["loop"], 10, "the step to start")
+        q.cancel(job_id)
+        wait_for(lambda: gone(q, job_id), 10, "the job to end")
+    assert ran == ["loop"]
+    assert last_op(q, job_id).op == "Cancel"
