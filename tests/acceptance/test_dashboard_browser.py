@@ -4,7 +4,8 @@
 It loads the overview, opens a dead job, requeues it with the admin token and sees it leave
 the dead list; fails to act without the token (and on a read-only dashboard); sees a job
 enqueued meanwhile appear without a reload; pauses its live refresh while the tab is hidden;
-and no page logs a JavaScript error (a CSP violation is one). Skips, saying why, where
+cancels a job a real worker process runs and sees it end as cancelled; and no page logs a
+JavaScript error (a CSP violation is one). Skips, saying why, where
 Chromium is missing, except under CI (.ci/run installs it).
 """
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 import pytest
 
 import pgqueue
+from tests.acceptance.test_worker import Ledger, Workers
+from tests.dbhelp import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "browser-test-admin-token-0123456789"  # noqa: S105  (a test's token)
@@ -253,3 +256,27 @@ def test_every_page_loads_without_a_javascript_error(admin: Dashboard, tab: Tab,
         assert page.evaluate("window.pwned === undefined")  # job data never runs as script
     assert "<script>window.pwned = 1</script>" in page.evaluate(
         "async (id) => (await (await fetch(`/api/jobs/${id}`)).json()).job.payload", job_id)
+
+
+def test_cancel_a_running_job_from_its_page(admin: Dashboard, tab: Tab, q: pgqueue.Queue,
+                                            workers: Workers, ledger: Ledger) -> None:
+    """A job a real worker process runs: the operator cancels it on its page, reads that the
+    cancel was requested, and then (the worker heard it and stopped the handler) that it
+    finished as cancelled."""
+    job_id = q.enqueue({"sleep": 120}, kind="patient")
+    workers.start(visibility_timeout=30.0, renew_interval=10.0)
+    wait_for(lambda: ledger.count(job_id, "patient:start") == 1, 30, "the handler to start")
+    page = tab.page
+    _login(tab, admin)
+    page.goto(f"{admin.url}/jobs/{job_id}")
+    assert page.inner_text("#job-state") == "leased"
+    page.click("#actions button[value=cancel]")
+    page.wait_for_url(re.compile(rf"/jobs/{job_id}\?done=cancel"))
+    assert "cancel" in page.inner_text("#done")  # requested (or, if the worker was quick, done)
+    wait_for(lambda: q.job(job_id) is None, 20, "the worker to stop the job")
+    assert ledger.count(job_id, "patient:stopped") == 1
+    page.goto(f"{admin.url}/jobs/{job_id}")
+    assert page.inner_text("#job-state") == "cancelled"
+    ops_shown = page.locator("#history tr[data-op]").evaluate_all(
+        "rows => rows.map(r => r.dataset.op)")
+    assert ops_shown[-2:] == ["RequestCancel", "Cancel"]
