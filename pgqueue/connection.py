@@ -64,6 +64,12 @@ def check_schema(conn: Conn) -> None:
             )
 
 
+def _read_committed(conn: Conn) -> None:
+    """A new pooled connection runs at READ COMMITTED, whatever the server's default (the
+    kinds' limits need it: pgqueue.lease); once per connection, not per call."""
+    run.fetch(conn, "session_read_committed")
+
+
 def open_pool(dsn: str, *, max_size: int = 4,
               name: str = "pgqueue") -> ConnectionPool[Any]:
     """A checked pool of autocommit connections: reachability and schema are verified first,
@@ -75,6 +81,7 @@ def open_pool(dsn: str, *, max_size: int = 4,
         min_size=1,
         max_size=max(1, max_size),
         kwargs={"autocommit": True},
+        configure=_read_committed,
         name=name,
         open=False,
         # No check on checkout: it would cost a round trip per call. A connection broken by a

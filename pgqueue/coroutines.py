@@ -37,7 +37,7 @@ from pgqueue import compat, tracing
 from pgqueue.aio import steps as aio_steps
 from pgqueue.app import App, JobHandler, StepJob
 from pgqueue.errors import Cancelled, LeaseLost
-from pgqueue.handlers import cancelled, discarded, failed
+from pgqueue.handlers import cancelled, discarded, failed, rated_start
 from pgqueue.held import HeldLeases, label
 from pgqueue.running import Held
 from pgqueue.settler import JobSettler
@@ -203,7 +203,8 @@ class AsyncHandlers:
     def _stop(self, task: asyncio.Task[None], held: Held) -> None:
         """On the loop: an operator cancelled `held`; cancel the task if it still runs its
         handler (not once it has returned: its ack or failure is being written)."""
-        if self._handling.get(task) is held and held.lease.lease_id not in self._stopped:
+        if (self._handling.get(task) is held and not held.finishing.is_set()
+                and held.lease.lease_id not in self._stopped):
             self._stopped.add(held.lease.lease_id)
             task.cancel(f"job {held.lease.job_id} was cancelled by an operator")
 
@@ -234,6 +235,9 @@ class AsyncHandlers:
         let go of it unless the acker has it."""
         if not self._leases.begin(held):
             return  # the drain returned it first: not ours to start
+        if held.lease.rate_at_start and not await self._blocking(
+                rated_start, self._settler, self._leases, self._worker_id(), held):
+            return
         began = time.monotonic()
         try:
             if tracing.active():  # checked first: a context manager per job costs ~1.5 us

@@ -126,6 +126,9 @@ class HandlerThreads:
         have given it back meanwhile), and let go of it unless the acker has it."""
         if not self._leases.begin(held):
             return  # the drain returned it first: not ours to start
+        if held.lease.rate_at_start and not rated_start(self._settler, self._leases,
+                                                         self._worker_id(), held):
+            return
         began = time.monotonic()
         try:
             if tracing.active():  # checked first: a context manager per job costs ~1.5 us
@@ -170,6 +173,26 @@ def discarded(worker_id: int, held: Held, exc: LeaseLost) -> None:
     log.warning("worker %s: %s: %s; result discarded", worker_id, label(held), exc,
                 extra=fields(held, event="lost", outcome="lost",
                              lease_id=held.lease.lease_id))
+
+
+def rated_start(settler: JobSettler, leases: HeldLeases, worker_id: int, held: Held) -> bool:
+    """A job of a rate-limited kind leased ahead is about to start: True when the database
+    counted it in its window; else it was deferred (back until the window has room), ended as
+    cancelled, or its lease was lost, and it is let go of here. A database round trip: on the
+    event loop, run it on a thread."""
+    try:
+        got = settler.start_rated(held)
+    except LeaseLost:
+        got = None
+    if got == "started":
+        return True
+    held.outcome = got if got in ("deferred", "cancelled") else "lost"
+    log.debug("worker %s: %s not started: %s", worker_id, label(held),
+              "its kind's rate window is full, it waits in the queue" if got == "deferred"
+              else "cancelled" if got == "cancelled" else "its lease was lost",
+              extra=fields(held, event="not_started", outcome=held.outcome))
+    leases.release(held)
+    return False
 
 
 def cancelled(settler: JobSettler, worker_id: int, held: Held) -> None:

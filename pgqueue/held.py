@@ -228,7 +228,8 @@ class HeldLeases:
         claim (the drain may have given it back first), and the job counts as started."""
         if not held.claim():
             return False
-        held.started.set()  # the renewer's next round says so, if the lease did not
+        if not held.lease.rate_at_start:  # else once pgqueue.start_rated counted it
+            held.started.set()  # the renewer's next round says so, if the lease did not
         return True
 
     def end(self, held: Held, seconds: float) -> None:
@@ -419,10 +420,12 @@ class HeldLeases:
                      len(returned or []), extra={"pgqueue": {
                          "event": "returned", "count": len(returned or [])}})
             if self._metrics is not None and returned:
-                given = {int(r["id"]) for r in returned}
+                given = {int(r["id"]): str(r["state"]) for r in returned}
                 for h in held:
-                    if h.lease.job_id in given:
-                        self._metrics.job_finished(h.lease, "returned")
+                    if h.lease.job_id in given:  # pending: returned; or cancelled
+                        self._metrics.job_finished(
+                            h.lease, "cancelled" if given[h.lease.job_id] == "cancelled"
+                            else "returned")
         finally:
             for h in held:
                 h.write_lock.release()

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("pgqueue.metrics")
 
 #: What a finished job's outcome can be in pgqueue_jobs_finished_total.
-OUTCOMES = ("acked", "retried", "dead", "lost", "undecodable", "returned", "cancelled")
+OUTCOMES = ("acked", "retried", "dead", "lost", "undecodable", "returned", "cancelled",
+            "deferred")
 #: Handler times and waits from a millisecond to an hour.
 SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                    60.0, 300.0, 900.0, 3600.0)

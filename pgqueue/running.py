@@ -41,9 +41,9 @@ class Held:
     writes about this job, so a renewal carrying an older checkpoint can never land after a
     step-boundary write. The order they are taken in, and who takes them: pgqueue/held.py."""
 
-    __slots__ = ("_claim", "acking", "cancelled", "checkpoint", "flushed_version", "lease", "lost",
-                 "on_cancel", "outcome", "payload", "start_said", "started", "state_lock",
-                 "version", "visibility_timeout", "write_lock")
+    __slots__ = ("_claim", "acking", "cancelled", "checkpoint", "finishing", "flushed_version",
+                 "lease", "lost", "on_cancel", "outcome", "payload", "start_said", "started",
+                 "state_lock", "version", "visibility_timeout", "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
         self.lease = lease
@@ -58,6 +58,9 @@ class Held:
         #: called (on the thread that learnt it) when the cancel is requested: an async job's
         #: runner sets it to cancel its task
         self.on_cancel: Callable[[], None] | None = None
+        #: its handler code has returned (what follows is its last write and the ack): a cancel
+        #: now comes too late, and an async job's task is no longer cancelled for one
+        self.finishing = Flag()
         self.acking = Flag()      # handed to the worker's acker, which alone releases it
         self._claim = [True]      # popped by whoever owns the start: see claim()
         self.started = Flag()     # its handler thread has started it

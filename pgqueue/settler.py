@@ -104,18 +104,22 @@ class JobSettler:
         self._leases.ack(held)
 
     def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:
-        log.warning("worker %s: %s is undecodable (%s), parked without using an attempt: %s",
-                    self._worker_id(), label(held), reason, detail.get("message", ""),
-                    extra={"pgqueue": {
-                        "event": "undecodable", "stream": held.lease.stream,
-                        "kind": held.lease.kind, "job_id": held.lease.job_id,
-                        "attempt": held.lease.attempts + 1, "outcome": "undecodable",
-                        "reason": reason}})
         marked = self.write(held, "mark undecodable", lambda c: queries.scalar(
             c, "mark_undecodable", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id,
                                     "reason": reason, "detail": Jsonb(detail)}))
-        if marked:
+        if marked == "undecodable":
             held.outcome = "undecodable"
+            log.warning("worker %s: %s is undecodable (%s), parked without using an attempt: %s",
+                        self._worker_id(), label(held), reason, detail.get("message", ""),
+                        extra={"pgqueue": {
+                            "event": "undecodable", "stream": held.lease.stream,
+                            "kind": held.lease.kind, "job_id": held.lease.job_id,
+                            "attempt": held.lease.attempts + 1, "outcome": "undecodable",
+                            "reason": reason}})
+        elif marked == "cancelled":  # an operator had asked to cancel it: no need to park it
+            held.outcome = "cancelled"
+            log.info("worker %s: %s cancelled by an operator (it was undecodable: %s)",
+                     self._worker_id(), label(held), reason)
         else:
             held.lost.set()
             log.warning("worker %s: %s could not be parked: its lease %s was lost (or the "
@@ -151,11 +155,29 @@ class JobSettler:
         return Nacked(state, int(row["max_attempts"]),
                       None if state == "dead" else row["not_before"])
 
+    def start_rated(self, held: Held) -> str | None:
+        """Before the handler starts a job of a rate-limited kind leased ahead: count it in
+        the kind's window ("started"), or the database gave it back until the window has room
+        ("deferred"), or ended it because it was cancelled ("cancelled"); None: its lease was
+        lost (or the database stayed unreachable)."""
+        got = self.write(held, "rate-limited start", lambda c: queries.scalar(
+            c, "start_rated", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id}))
+        if got == "started":
+            held.start_said = True
+            held.started.set()
+        return None if got is None else str(got)
+
     def end_cancelled(self, held: Held) -> bool:
         """The handler stopped on its job's cancel (or raised Cancelled): the job ends as
         cancelled. False: its lease was lost first (whoever took it ends it cancelled)."""
-        return bool(self.write(held, "end as cancelled",
-                               lambda c: settle.end_cancelled(c, held.lease)))
+        def end(conn: queries.Conn) -> bool:
+            if settle.end_cancelled(conn, held.lease):
+                return True
+            # a re-sent call whose first attempt committed before its reply was lost
+            return bool(queries.scalar(conn, "cancelled_before", {
+                "job_id": held.lease.job_id, "lease_id": held.lease.lease_id}))
+
+        return bool(self.write(held, "end as cancelled", end))
 
     def _read_back(self, held: Held) -> dict[str, Any] | None:
         """The job's row (any set, payload left out); None when it cannot be read at once."""

@@ -84,6 +84,7 @@ def run(handler: JobHandler | StepJob, held: Held, settler: Settler) -> None:
         settler.mark_undecodable(held, refused.reason, refused.detail)
         return
     refuse_awaitable(handler.fn(JobContext(held)), f"the handler of {handler.kind!r}")
+    held.finishing.set()
     held.check()
     settler.ack(held)
 
@@ -139,6 +140,7 @@ def _run_steps(handler: StepJob, held: Held, settler: Settler) -> None:
             base, last_completed_step=names[i - 1] if i > 0 else None,
             cursor_step=names[i], cursor=cursor))
         settler.write_checkpoint(held)  # entering step i (and finishing i-1) is exact
+        held.check_cancelled()  # that write may have brought the cancel
         try:
             refuse_awaitable(handler.steps[i].fn(StepContext(held, names[i], settler)),
                              f"step {names[i]!r} of {handler.kind!r}")
@@ -150,6 +152,7 @@ def _run_steps(handler: StepJob, held: Held, settler: Settler) -> None:
             raise
         held.check()
         cursor = None
+    held.finishing.set()  # every step ran: a cancel from here on comes too late
     if start < len(names):
         held.set_checkpoint(dataclasses.replace(
             base, last_completed_step=names[-1], cursor_step=None, cursor=None))

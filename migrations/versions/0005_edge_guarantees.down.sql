@@ -1,7 +1,23 @@
+-- 15 cancelling a running job: the older code knows no request to cancel a leased job (its
+-- nack would retry it) and cannot apply a RequestCancel op; refuse while one waits for its
+-- worker, and take the ops of those that ended out of the log (each job's Cancel op stays).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgqueue.job WHERE cancel_requested_at IS NOT NULL) THEN
+        RAISE EXCEPTION 'cannot downgrade below 0005: jobs % have a cancel requested that their workers have not ended yet; wait for them',
+            (SELECT string_agg(id::text, ', ' ORDER BY id) FROM
+                (SELECT id FROM pgqueue.job WHERE cancel_requested_at IS NOT NULL ORDER BY id LIMIT 10) j)
+            USING ERRCODE = '55000';
+    END IF;
+END
+$$;
+DELETE FROM pgqueue.op_log WHERE op = 'RequestCancel';
 DROP VIEW pgqueue.jobs;  -- it reads concurrency_key and cancel_requested_at; the older code makes it again
--- 15 cancelling a running job: the older code makes cancel and nack with their older results
+-- the older code makes these with their older results
 DROP FUNCTION pgqueue.cancel(bigint);
 DROP FUNCTION pgqueue.nack(bigint, bigint, text, bigint, int);
+DROP FUNCTION pgqueue.mark_undecodable(bigint, bigint, text, jsonb);
+DROP FUNCTION pgqueue.return_leases(bigint[], bigint[]);
 ALTER TABLE pgqueue.job DROP COLUMN cancel_requested_at;
 -- 15 limits: the kinds set by limits alone go (the older schema has no row without a
 -- threshold)

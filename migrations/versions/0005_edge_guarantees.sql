@@ -92,8 +92,10 @@ CREATE INDEX job_leased_idx ON pgqueue.job (stream, kind, concurrency_key, id)
     WHERE state = 'leased';
 
 -- 15 cancelling a running job: when an operator asked to cancel a job a worker holds. The
--- cancel and nack transitions now return what they did: a function's result type cannot be
+-- cancel, nack, mark_undecodable and return_leases transitions now return what they did: a function's result type cannot be
 -- replaced, so the older ones go here and the code loaded after this delta makes the new.
 ALTER TABLE pgqueue.job ADD COLUMN cancel_requested_at timestamptz;
 DROP FUNCTION pgqueue.cancel(bigint);
 DROP FUNCTION pgqueue.nack(bigint, bigint, text, bigint, int);
+DROP FUNCTION pgqueue.mark_undecodable(bigint, bigint, text, jsonb);
+DROP FUNCTION pgqueue.return_leases(bigint[], bigint[]);

@@ -63,6 +63,12 @@ async def check_schema(conn: AsyncConn) -> None:
             )
 
 
+async def _read_committed(conn: AsyncConn) -> None:
+    """A new pooled connection runs at READ COMMITTED, whatever the server's default (the
+    kinds' limits need it: pgqueue.lease); once per connection, not per call."""
+    await run.fetch(conn, "session_read_committed")
+
+
 async def open_pool(dsn: str, *, max_size: int = 4,
                     name: str = "pgqueue") -> AsyncConnectionPool[Any]:
     """A checked pool of autocommit connections: reachability and schema are verified first,
@@ -74,6 +80,7 @@ async def open_pool(dsn: str, *, max_size: int = 4,
         min_size=1,
         max_size=max(1, max_size),
         kwargs={"autocommit": True},
+        configure=_read_committed,
         name=name,
         open=False,
         # No check on checkout: it would cost a round trip per call. A connection broken by a

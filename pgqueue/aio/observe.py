@@ -68,6 +68,7 @@ async def stats(conn: run.AsyncConn) -> list[StreamStats]:
 #: The most ops of one job a history holds (a job renewed every few seconds for days has more:
 #: the newest are kept).
 MAX_HISTORY_OPS = 100_000
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 #: The op that ends a job's life without leaving it in any set, and the state it ends in.
 _FINAL_OPS = {"Ack": "acked", "Cancel": "cancelled"}
 
@@ -101,7 +102,8 @@ async def history(conn: run.AsyncConn, job_id: int, *,
     pruned = not ops or ops[0].op != "Enqueue"
     # a cancel asked while a worker held the job: its lease then ended the job, one way or the
     # other, so the last request is the one that counts
-    requested = next((o.at for o in reversed(ops) if o.op == "RequestCancel"), None)
+    requested = next((_EPOCH + dt.timedelta(milliseconds=int(o.body["at_ms"]))
+                      for o in reversed(ops) if o.op == "RequestCancel"), None)
     if row is not None:
         info = JobInfo.from_row(row)
         return JobHistory(job_id, info.state, info.died_at if info.state == "dead" else None,

@@ -63,7 +63,9 @@ $$;
 -- are leased ahead (prefetch), not started: their Lease ops say started false, the caller's
 -- renewals say when each starts, and reclaim charges nothing to a lease that never started. A
 -- job once reclaimed unstarted counts as started at every later lease (unstarted_reclaims).
--- NULL (Queue.lease, an older worker): every job counts as started.
+-- NULL (Queue.lease, an older worker): every job counts as started. A job of a rate-limited
+-- kind leased ahead comes back with rate_at_start: its handler must first pass
+-- pgqueue.start_rated, which counts it in the kind's window then (or defers it).
 -- It returns its own column list, not SETOF pgqueue.job: a caller's prepared statement then
 -- never depends on the job table's row type, so a revision may add a column to job while the
 -- previous release's workers keep leasing (a rolling upgrade; with SETOF job their cached
@@ -76,7 +78,7 @@ CREATE OR REPLACE FUNCTION pgqueue.lease(
     attempts int, max_attempts int, enqueued_at timestamptz, lease_expires_at timestamptz,
     lease_started boolean, last_completed_step text, cursor_step text, cursor bytea,
     checkpoint_updated_at timestamptz, schema_version int, step_set_hash text,
-    crashes_by_step jsonb, not_before timestamptz, trace_context jsonb
+    crashes_by_step jsonb, not_before timestamptz, trace_context jsonb, rate_at_start boolean
 )
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -92,6 +94,7 @@ DECLARE
                                        'expires_at_ms', pgqueue.to_ms(v_exp));
     v_body_ahead jsonb := v_body || '{"started": false}'::jsonb;
     v_ids bigint[];
+    v_rated bigint[] := '{}';  -- of rate-limited kinds (pgqueue.pick_within_limits)
     v_kinds text[];
     v_max int[];
     v_rate int[];
@@ -114,7 +117,10 @@ BEGIN
                    j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
                    j.last_completed_step,
                    j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
-                   j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context
+                   j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context,
+                   NOT j.lease_started AND EXISTS (
+                       SELECT 1 FROM pgqueue.kind_config k
+                       WHERE k.stream = j.stream AND k.kind = j.kind AND k.rate_count IS NOT NULL)
             FROM pgqueue.job j
             JOIN pgqueue.op_log o ON o.job_id = j.id AND o.lease_id = j.lease_id
             WHERE o.seq >= v_seen.seq AND o.xid = v_seen.xid AND o.op = 'Lease'
@@ -147,8 +153,9 @@ BEGIN
                 USING ERRCODE = '0A000',
                       HINT = 'lease outside the transaction, or SET TRANSACTION ISOLATION LEVEL READ COMMITTED';
         END IF;
-        v_ids := pgqueue.pick_within_limits(p_stream, p_limit, v_kinds, v_max, v_rate,
-                                            v_rate_ms, v_per_key, p_start);
+        SELECT p.ids, p.rated INTO v_ids, v_rated
+        FROM pgqueue.pick_within_limits(p_stream, p_limit, v_kinds, v_max, v_rate, v_rate_ms,
+                                        v_per_key, p_start) p;
     END IF;
     RETURN QUERY
     WITH ranked AS (
@@ -164,7 +171,8 @@ BEGIN
                   j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
                   j.last_completed_step,
                   j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
-                  j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context, r.n
+                  j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context,
+                  NOT j.lease_started AND j.id = ANY(v_rated) AS rate_at_start
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
         SELECT l.stream, 'Lease', l.id, l.lease_id,
@@ -172,12 +180,7 @@ BEGIN
                CASE WHEN l.id = (SELECT min(id) FROM leased) THEN p_request END
         FROM leased l ORDER BY l.id
     )
-    -- in the order chosen: the first p_start are the ones said started
-    SELECT l.id, l.lease_id, l.stream, l.kind, l.payload, l.priority, l.attempts,
-           l.max_attempts, l.enqueued_at, l.lease_expires_at, l.lease_started,
-           l.last_completed_step, l.cursor_step, l.cursor, l.checkpoint_updated_at,
-           l.schema_version, l.step_set_hash, l.crashes_by_step, l.not_before, l.trace_context
-    FROM leased l ORDER BY l.n;
+    SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
 
@@ -195,15 +198,16 @@ AS $$ SELECT greatest(1, p_window_ms / 20) $$;
 -- lease is counting is left to that lease, and nobody else takes its jobs meanwhile): its
 -- room is its max_concurrency less its leased jobs and its rate_count less its leases in the
 -- window, by the clock when the lock was taken; with max_per_key a key holding that many is
--- passed over. The leases it grants are written to the kind's rate bucket at once.
--- A rate counts leases granted, so it holds for handler starts only if those jobs start at
--- once: with p_start given (a worker's lease; see pgqueue.lease) rate-limited kinds get at most
--- p_start jobs in all, returned first, so each is one the caller starts at once (never leased
--- ahead to start later, bunched with the next window's); the rest follow by priority, id.
+-- passed over. A lease of a rate-limited kind counts in its window from its start: one said
+-- started at the lease (p_start NULL: every one; else the first p_start in lease order, and any
+-- once reclaimed unstarted) is written to the kind's rate bucket here; one leased ahead is
+-- counted by pgqueue.start_rated when its handler is about to start it (deferred when its
+-- window is full), so the handlers' starts keep to the rate, not only the grants. Returns the
+-- ids in lease order, and which of them are of rate-limited kinds.
 CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
     p_stream text, p_limit int, p_kinds text[], p_max int[], p_rate int[], p_rate_ms bigint[],
-    p_per_key int[], p_start int DEFAULT NULL
-) RETURNS bigint[]
+    p_per_key int[], p_start int, OUT ids bigint[], OUT rated bigint[]
+)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -228,7 +232,6 @@ DECLARE
     v_bpri smallint;                -- the p_limit-th candidate of the kinds without a limit
     v_bid bigint;
     v_cap int := p_limit * 4 + 200;  -- jobs read in lease order before taking kinds apart
-    v_rated int := 0;               -- candidates of rate-limited kinds so far (p_start caps)
     i int;
 BEGIN
     LOOP
@@ -315,8 +318,7 @@ BEGIN
                 WHERE k.stream = p_stream AND k.kind = p_kinds[i] AND k.until <= v_at - p_rate_ms[i];
                 v_room := least(v_room, p_rate[i] - (
                     SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
-                    WHERE k.stream = p_stream AND k.kind = p_kinds[i]),
-                    p_start - v_rated);  -- NULL (no p_start) leaves the rest
+                    WHERE k.stream = p_stream AND k.kind = p_kinds[i]));
             END IF;
             CONTINUE WHEN v_room <= 0;
             v_before := cardinality(v_lim_ids);
@@ -353,9 +355,6 @@ BEGIN
                 END LOOP;
             END IF;
             v_lim_kinds := v_lim_kinds || array_fill(i, ARRAY[cardinality(v_lim_ids) - v_before]);
-            IF p_rate[i] IS NOT NULL THEN
-                v_rated := v_rated + cardinality(v_lim_ids) - v_before;
-            END IF;
         END LOOP;
         END IF;
         v_chosen := ARRAY(SELECT t.id FROM (
@@ -374,25 +373,81 @@ BEGIN
         EXIT WHEN cardinality(v_got) >= p_limit OR cardinality(v_locked) = cardinality(v_chosen)
                   OR v_round >= 3;
     END LOOP;
-    -- the leases granted to rate-limited kinds, into the bucket of the clock of their lock
+    ids := ARRAY(SELECT j.id FROM pgqueue.job j WHERE j.id = ANY(v_got)
+                 ORDER BY j.priority DESC, j.id);
+    rated := ARRAY(SELECT t.id FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
+                   WHERE t.id = ANY(v_got) AND p_rate[t.ki] IS NOT NULL);
+    -- the leases of rate-limited kinds said started now, into the bucket of the clock of their
+    -- kind's lock (the same rule as pgqueue.lease's lease_started)
     INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
     SELECT p_stream, p_kinds[t.ki], v_ats[t.ki] / s.size * s.size,
            v_ats[t.ki] / s.size * s.size + s.size, count(*)
     FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
+    JOIN unnest(ids) WITH ORDINALITY AS o(id, n) ON o.id = t.id
+    JOIN pgqueue.job j ON j.id = t.id
     CROSS JOIN LATERAL (SELECT pgqueue.rate_bucket_ms(p_rate_ms[t.ki]) AS size) s
-    WHERE t.id = ANY(v_got) AND p_rate[t.ki] IS NOT NULL
+    WHERE p_rate[t.ki] IS NOT NULL
+      AND (p_start IS NULL OR o.n <= p_start OR j.unstarted_reclaims > 0)
     GROUP BY t.ki, s.size, v_ats[t.ki]
     ON CONFLICT (stream, kind, bucket) DO UPDATE
     SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
-    -- rate-limited kinds' jobs first (see above), then by priority, id
-    IF v_rated > 0 THEN
-        v_chosen := ARRAY(SELECT t.id FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
-                          WHERE p_rate[t.ki] IS NOT NULL);
-    ELSE
-        v_chosen := '{}';
+END
+$$;
+
+-- Worker: the handler is about to start a job of a rate-limited kind that was leased ahead
+-- (pgqueue.lease said rate_at_start): count it in the kind's window now, under the kind's
+-- lock, and say it started (op Renew, started true), so the kind's handler starts keep to its
+-- rate. When the window is full the job goes back, costing nothing, until the window has room
+-- (op ReturnLease; scheduled at that time), and a job whose cancel was requested ends as
+-- cancelled. Returns 'started', 'deferred' or 'cancelled'; NULL when the lease is not current.
+CREATE OR REPLACE FUNCTION pgqueue.start_rated(p_job_id bigint, p_lease_id bigint) RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+    c pgqueue.kind_config;
+    v_at bigint;
+    v_size bigint;
+    v_free bigint;
+BEGIN
+    IF j.id IS NULL THEN
+        RETURN NULL;
     END IF;
-    RETURN ARRAY(SELECT j.id FROM pgqueue.job j WHERE j.id = ANY(v_got)
-                 ORDER BY j.id = ANY(v_chosen) DESC, j.priority DESC, j.id);
+    IF j.cancel_requested_at IS NOT NULL THEN
+        PERFORM pgqueue.finish_cancel(j, 'return');
+        RETURN 'cancelled';
+    END IF;
+    SELECT * INTO c FROM pgqueue.kind_config k WHERE k.stream = j.stream AND k.kind = j.kind;
+    IF c.rate_count IS NOT NULL THEN
+        -- the lock a lease takes to count the kind (waited for here: held for a statement)
+        PERFORM pg_advisory_xact_lock(hashtext('pgqueue.kind'), hashtext(j.stream || '/' || j.kind));
+        v_at := pgqueue.to_ms(coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz,
+                                       clock_timestamp()));
+        DELETE FROM pgqueue.kind_lease k
+        WHERE k.stream = j.stream AND k.kind = j.kind AND k.until <= v_at - c.rate_ms;
+        IF (SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
+            WHERE k.stream = j.stream AND k.kind = j.kind) >= c.rate_count THEN
+            -- full: back until the oldest bucket leaves the window
+            SELECT min(k.until) + c.rate_ms INTO v_free FROM pgqueue.kind_lease k
+            WHERE k.stream = j.stream AND k.kind = j.kind;
+            j.state := 'scheduled';
+            j.not_before := pgqueue.from_ms(v_free);
+            PERFORM pgqueue.save_job(j, 'ReturnLease', p_lease_id,
+                                     jsonb_build_object('deferred', 'rate_limit'));
+            RETURN 'deferred';
+        END IF;
+        v_size := pgqueue.rate_bucket_ms(c.rate_ms);
+        INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
+        VALUES (j.stream, j.kind, v_at / v_size * v_size, v_at / v_size * v_size + v_size, 1)
+        ON CONFLICT (stream, kind, bucket) DO UPDATE
+        SET n = k.n + 1, until = greatest(k.until, excluded.until);
+    END IF;
+    UPDATE pgqueue.job SET lease_started = true WHERE id = j.id;
+    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+    VALUES (j.stream, 'Renew', j.id, p_lease_id, jsonb_build_object(
+        'job_id', j.id, 'lease_id', p_lease_id, 'expires_at_ms', pgqueue.to_ms(j.lease_expires_at),
+        'checkpoint', pgqueue.checkpoint_json(j), 'started', true));
+    RETURN 'started';
 END
 $$;
 
@@ -463,7 +518,8 @@ SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, en
        checkpoint_updated_at, schema_version, step_set_hash,
        nullif(crashes_by_step, '{}'::jsonb) AS crashes_by_step,  -- nothing to decode when none
        not_before,  -- when it became due (the worker's wait histogram)
-       trace_context  -- the producer's, for the consumer span (pgqueue/tracing.py)
+       trace_context,  -- the producer's, for the consumer span (pgqueue/tracing.py)
+       rate_at_start  -- leased ahead, of a rate-limited kind: pgqueue.start_rated first
 FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
                    %(worker_instance)s::int, %(request)s::uuid, %(resent)s::boolean,
                    %(start)s::int)
@@ -474,3 +530,8 @@ FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(work
 SELECT job_id, lease_id, expires_at, cancel_requested
 FROM pgqueue.renew(%(job_ids)b::bigint[], %(lease_ids)b::bigint[], %(visibility_ms)b::bigint[],
                    %(checkpoints)b::jsonb[], %(started)b::boolean[])
+
+-- name: start_rated
+-- Count a leased-ahead job of a rate-limited kind in its window as its handler starts:
+-- 'started', 'deferred' (window full: back to the queue), 'cancelled'; NULL: lease lost.
+SELECT pgqueue.start_rated(%(job_id)s::bigint, %(lease_id)s::bigint)

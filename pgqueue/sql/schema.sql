@@ -26,6 +26,11 @@ SELECT version_num AS revision FROM pgqueue.alembic_version LIMIT 1
 -- name: database_exists
 SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = %(name)s) AS exists
 
+-- name: session_read_committed
+-- A pooled connection's transactions run at READ COMMITTED whatever the server's default:
+-- the kinds' limits need a snapshot per statement (pgqueue.lease).
+SELECT set_config('default_transaction_isolation', 'read committed', false)
+
 -- name: server_version
 SELECT current_setting('server_version') AS version
 

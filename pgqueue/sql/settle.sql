@@ -87,10 +87,13 @@ END
 $$;
 
 -- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
--- A job whose cancel was requested ends as cancelled instead. Returns the ids let go of.
-CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
+-- A job whose cancel was requested ends as cancelled instead. Returns each job let go of, and
+-- the state it went to (pending, or cancelled).
+CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[])
+RETURNS TABLE (id bigint, state text)
 LANGUAGE plpgsql VOLATILE
 AS $$
+#variable_conflict use_column
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
     j pgqueue.job;
@@ -102,22 +105,24 @@ BEGIN
         CONTINUE WHEN j.id IS NULL;
         IF j.cancel_requested_at IS NOT NULL THEN
             PERFORM pgqueue.finish_cancel(j, 'return');
-            RETURN NEXT j.id;
+            id := j.id; state := 'cancelled';
+            RETURN NEXT;
             CONTINUE;
         END IF;
         j.state := 'pending';
         j.not_before := least(j.not_before, v_now);
         PERFORM pgqueue.save_job(j, 'ReturnLease', p_lease_ids[i]);
-        RETURN NEXT j.id;
+        id := j.id; state := 'pending';
+        RETURN NEXT;
     END LOOP;
 END
 $$;
 
 -- Worker: this code cannot run the job (unknown_kind, payload_version, step_set_changed).
 -- Costs no attempt; a job whose cancel was requested ends as cancelled instead of parked.
--- Returns false when the lease is not current.
+-- Returns the state it went to (undecodable, or cancelled); NULL when the lease is not current.
 CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id bigint, p_reason text,
-                                         p_detail jsonb) RETURNS boolean
+                                         p_detail jsonb) RETURNS text
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -125,17 +130,17 @@ DECLARE
 BEGIN
     PERFORM pgqueue.require_leader();
     IF j.id IS NULL THEN
-        RETURN false;
+        RETURN NULL;
     END IF;
     IF j.cancel_requested_at IS NOT NULL THEN
         PERFORM pgqueue.finish_cancel(j, 'undecodable', p_reason);
-        RETURN true;
+        RETURN 'cancelled';
     END IF;
     j.state := 'undecodable';
     j.state_reason := p_reason;
     j.state_detail := p_detail;
     PERFORM pgqueue.save_job(j, 'MarkUndecodable', p_lease_id);
-    RETURN true;
+    RETURN 'undecodable';
 END
 $$;
 
@@ -208,3 +213,9 @@ WHERE o.job_id = %(job_id)s AND o.lease_id = %(lease_id)s
 -- name: end_cancelled
 -- The handler stopped on a cancel: the job ends as cancelled. False: the lease was lost.
 SELECT pgqueue.end_cancelled(%(job_id)s::bigint, %(lease_id)s::bigint)
+
+-- name: cancelled_before
+-- Whether this lease's job already ended as cancelled (a re-sent end_cancelled whose first
+-- attempt committed before its reply was lost).
+SELECT EXISTS (SELECT 1 FROM pgqueue.op_log o
+               WHERE o.job_id = %(job_id)s AND o.lease_id = %(lease_id)s AND o.op = 'Cancel')

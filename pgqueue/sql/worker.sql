@@ -55,10 +55,13 @@ WHERE %(stream)s::text IS NULL OR stream = %(stream)s::text
 ORDER BY stream, kind
 
 -- name: return_leases
--- Give leases back without costing an attempt (graceful shutdown); returns the ids returned.
-SELECT id FROM pgqueue.return_leases(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(id)
+-- Give leases back without costing an attempt (graceful shutdown); returns the jobs let go of
+-- and the state each went to (pending; cancelled when a cancel was requested).
+SELECT id, state FROM pgqueue.return_leases(%(job_ids)b::bigint[], %(lease_ids)b::bigint[])
 
 -- name: mark_undecodable
+-- Park the job as undecodable: 'undecodable', 'cancelled' (a cancel was requested); NULL:
+-- the lease was lost.
 SELECT pgqueue.mark_undecodable(%(job_id)s::bigint, %(lease_id)s::bigint, %(reason)s::text,
                                 %(detail)s::jsonb) AS marked
 

@@ -112,17 +112,25 @@ def test_rewind_restart_and_skip_step(q: pgqueue.Queue, dsn: str) -> None:
         "SkipStep", "Rewind", "Rewind", "Restart"]
 
 
-def test_operator_commands_refuse_a_leased_job_and_change_nothing(
+def test_operator_commands_refuse_a_leased_job_and_cancel_asks_its_worker(
         q: pgqueue.Queue, dsn: str) -> None:
     job_id = q.enqueue(b"x")
     (lease,) = q.lease(1)
     before = ops(q, job_id)
-    for args in (["release", str(job_id)], ["restart", str(job_id)], ["cancel", str(job_id)],
+    for args in (["release", str(job_id)], ["restart", str(job_id)],
                  ["skip-step", str(job_id)], ["rewind", str(job_id), "--to-step", "a"],
                  ["accept-step-set", str(job_id)]):
         refused(dsn, "jobs", *args, needle="leased")
     assert ops(q, job_id) == before
-    q.ack(lease)
+    # cancel is the one verb a leased job takes: its worker is asked to stop it
+    out = ok(dsn, "jobs", "cancel", str(job_id)).stdout
+    assert f"cancel of job {job_id} requested" in out
+    assert json.loads(ok(dsn, "jobs", "cancel", str(job_id), "--json").stdout) == {
+        "job_id": job_id, "cancelled": False, "outcome": "requested"}
+    assert ops(q, job_id) == [*before, "RequestCancel"]
+    q.ack(lease)  # its handler finished first: too late
+    history = q.history(job_id)
+    assert history is not None and history.cancel == "too late"
 
 
 def test_cancel_removes_pending_and_dead_jobs_for_good(q: pgqueue.Queue, dsn: str) -> None:

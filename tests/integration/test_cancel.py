@@ -142,6 +142,22 @@ def test_a_lease_given_back_after_the_request_ends_it_cancelled(q: pgqueue.Queue
     q.return_lease(held)
     assert q.job(held.job_id) is None
     assert last_op(q, held.job_id).body["by"] == "return"
+    other = leased(q)
+    with q.connection() as conn:  # the worker's drain learns which state each went to
+        q.cancel(other.job_id)
+        assert queries.fetch(conn, "return_leases", {
+            "job_ids": [other.job_id], "lease_ids": [other.lease_id]}) == [
+            {"id": other.job_id, "state": "cancelled"}]
+
+
+def test_a_re_sent_end_after_a_lost_reply_says_it_was_done(q: pgqueue.Queue) -> None:
+    held = leased(q)
+    q.cancel(held.job_id)
+    with q.connection() as conn:
+        assert settle.end_cancelled(conn, held) is True
+        assert settle.end_cancelled(conn, held) is False  # the second call changes nothing
+        assert queries.scalar(conn, "cancelled_before", {
+            "job_id": held.job_id, "lease_id": held.lease_id}) is True
 
 
 def test_parking_a_cancelled_job_ends_it_cancelled(q: pgqueue.Queue) -> None:
@@ -150,7 +166,7 @@ def test_parking_a_cancelled_job_ends_it_cancelled(q: pgqueue.Queue) -> None:
     with q.connection() as conn:
         assert queries.scalar(conn, "mark_undecodable", {
             "job_id": held.job_id, "lease_id": held.lease_id, "reason": "unknown_kind",
-            "detail": Jsonb({})}) is True
+            "detail": Jsonb({})}) == "cancelled"
     assert q.job(held.job_id) is None
     assert (last_op(q, held.job_id).op, last_op(q, held.job_id).body["by"]) == ("Cancel", "undecodable")
 
@@ -399,3 +415,127 @@ def test_an_async_step_job_stops_at_advance(dsn: str, q: pgqueue.Queue) -> None:
         wait_for(lambda: gone(q, job_id), 10, "the job to end")
     assert ran == ["loop"]
     assert last_op(q, job_id).op == "Cancel"
+
+
+def _cancel_before_write(monkeypatch: pytest.MonkeyPatch, q: pgqueue.Queue, job: list[int],
+                         when: Any) -> None:
+    """Cancel the job (a real cancel, through the queue) just before the worker's checkpoint
+    write whose checkpoint matches `when`: that write is the one to bring the news."""
+    from pgqueue import settler as settler_module
+
+    write = settler_module.JobSettler.write_checkpoint
+    done: list[bool] = []
+
+    def cancel_then_write(self: Any, held: Held) -> None:
+        if not done and when(held.checkpoint):
+            done.append(True)
+            q.cancel(job[0])
+        write(self, held)
+
+    monkeypatch.setattr(settler_module.JobSettler, "write_checkpoint", cancel_then_write)
+
+
+def test_a_boundary_write_that_brings_the_cancel_runs_no_further_step(
+        dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = pgqueue.App()
+    ran: list[str] = []
+    job = app.step_job("pair")
+
+    @job.step("a")
+    def a(ctx: pgqueue.StepContext) -> None:
+        ran.append("a")
+
+    @job.step("b")
+    def b(ctx: pgqueue.StepContext) -> None:
+        ran.append("b")
+
+    box: list[int] = []
+    _cancel_before_write(monkeypatch, q, box, lambda cp: cp.cursor_step == "b")
+    box.append(q.enqueue(b"x", kind="pair"))
+    with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: gone(q, box[0]), 10, "the job to end")
+    assert ran == ["a"]
+    history = q.history(box[0])
+    assert history is not None and history.cancel == "cancelled"
+
+
+def test_an_async_step_job_whose_steps_all_ran_is_acked_however_late_the_cancel(
+        dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = pgqueue.App()
+    ran: list[str] = []
+    job = app.step_job("apair")
+
+    @job.step("a")
+    async def a(ctx: pgqueue.AsyncStepContext) -> None:
+        ran.append("a")
+
+    @job.step("b")
+    async def b(ctx: pgqueue.AsyncStepContext) -> None:
+        ran.append("b")
+
+    box: list[int] = []  # cancelled as the last write (every step done) is about to go out
+    _cancel_before_write(monkeypatch, q, box,
+                         lambda cp: cp.last_completed_step == "b" and cp.cursor_step is None)
+    box.append(q.enqueue(b"x", kind="apair"))
+    with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: gone(q, box[0]), 10, "the job to end")
+    assert ran == ["a", "b"]
+    history = q.history(box[0])
+    assert history is not None and (history.state, history.cancel) == ("acked", "too late")
+
+
+# -- a rate-limited kind's jobs leased ahead count when they start -------------------------------
+
+
+def test_a_rate_limited_job_leased_ahead_counts_when_it_starts(q: pgqueue.Queue) -> None:
+    q.configure_kind("api", rate_limit=(3, 60))
+    q.enqueue_many([pgqueue.NewJob(b"x", kind="api") for _ in range(6)])
+    with q.connection() as conn:
+        def start(held: pgqueue.Lease) -> Any:
+            return queries.scalar(conn, "start_rated", {"job_id": held.job_id,
+                                                         "lease_id": held.lease_id})
+
+        got = lease.lease(conn, "default", 2, 30.0, 0, 0, start=1)
+        # the first starts at once (counted now), the second is leased ahead (counted later)
+        assert [(g.started, g.rate_at_start) for g in got] == [(True, False), (False, True)]
+        assert start(got[1]) == "started"
+        assert q.job(got[1].job_id) is not None
+        assert last_op(q, got[1].job_id).body["started"] is True
+        (ahead,) = lease.lease(conn, "default", 1, 30.0, 0, 0, start=0)  # room for one more
+        assert ahead.rate_at_start
+        (now,) = lease.lease(conn, "default", 1, 30.0, 0, 0, start=1)  # ...taken at once
+        assert not now.rate_at_start
+        assert lease.lease(conn, "default", 4, 30.0, 0, 0, start=1) == []  # the window is full
+        assert start(ahead) == "deferred"  # so the one leased ahead waits, charged nothing
+    info = q.job(ahead.job_id)
+    assert info is not None and (info.state, info.attempts) == ("scheduled", 0)
+    assert info.not_before is not None and info.enqueued_at is not None
+    assert info.not_before > info.enqueued_at
+    assert last_op(q, ahead.job_id).op == "ReturnLease"
+
+
+def test_a_rate_limited_kind_is_not_held_back_by_a_workers_prefetched_backlog(
+        dsn: str, q: pgqueue.Queue) -> None:
+    """A worker whose handlers are busy with jobs leased ahead still takes a high-priority job
+    of a rate-limited kind at its next lease (leased ahead too, counted when it starts)."""
+    q.configure_kind("rated", rate_limit=(1000, 1.0))
+    app = pgqueue.App()
+
+    @app.job("fast")
+    def fast(ctx: pgqueue.JobContext) -> None:
+        time.sleep(0.005)
+
+    @app.job("rated")
+    def rated(ctx: pgqueue.JobContext) -> None:
+        pass
+
+    backlog = 1500
+    q.enqueue_many([pgqueue.NewJob(b"f", kind="fast") for _ in range(backlog)])
+    with running(app, dsn, concurrency=2, prefetch=20, renew_interval=5.0,
+                 visibility_timeout=30.0) as worker:
+        wait_for(lambda: worker.held_count >= 20, 10, "the worker to lease ahead")
+        job_id = q.enqueue(b"r", kind="rated", priority=200)
+        wait_for(lambda: gone(q, job_id), 30, "the rate-limited job to run")
+        left = q.stats()
+    fast_left = sum(s.count for s in left if s.state in ("pending", "leased"))
+    assert fast_left > backlog // 2, f"it waited for the backlog: {fast_left} left"

@@ -58,7 +58,7 @@ def race(held: Held, threads: int) -> list[bool]:
 
 def test_exactly_one_of_many_racing_threads_wins_a_claim() -> None:
     now = dt.datetime.now(dt.timezone.utc)
-    row = (1, 2, "default", "noop", b"{}", 0, 0, 25, now, now, True, *[None] * 7, now, None)
+    row = (1, 2, "default", "noop", b"{}", 0, 0, 25, now, now, True, *[None] * 7, now, None, False)
     for _ in range(200):
         held = Held(Lease.from_lease_row(row, 30.0), 30.0)
         assert sorted(race(held, 8)) == [False] * 7 + [True]
