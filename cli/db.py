@@ -1,4 +1,5 @@
-"""`pgqueue db`: the schema (upgrade, downgrade, current) and its install SQL.
+"""`pgqueue db`: the schema (upgrade, downgrade, current), its install SQL, and granting the
+pgqueue roles to login roles (`db grant`).
 
 `db sql` prints the current schema's plain SQL without connecting, so a DBA can read exactly
 what `db upgrade` installs into an empty database.
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from pgqueue import connection, queries, schema
+from pgqueue import access, connection, queries, schema
 
 from .common import EXIT_USAGE, dsn, fail, print_json, say, say_lines
 
@@ -132,3 +133,30 @@ def sql_(stage: str | None, down: bool) -> None:
     sections = [(name, text) for name, text in (("tables", part.tables),
                                                 ("functions", part.functions)) if text.strip()]
     say_lines("".join(f"-- {stage}.sql: {name}\n{text}" for name, text in sections).rstrip("\n"))
+
+
+@db.command()
+@click.argument("role", metavar="ROLE")
+@click.option("--to", "login", required=True, metavar="LOGIN",
+              help="The login role (user) to grant it to.")
+@click.option("--print", "print_only", is_flag=True,
+              help="Print the SQL instead of running it (no database needed).")
+def grant(role: str, login: str, print_only: bool) -> None:
+    """Grant the pgqueue role ROLE to the login role LOGIN.
+
+    ROLE is pgqueue_reader, pgqueue_producer, pgqueue_worker or pgqueue_operator (or reader,
+    producer, worker, operator); each includes the ones before it. Run by a role that may
+    grant them: the role that ran `pgqueue db upgrade` first (it created them), a superuser,
+    or one holding them WITH ADMIN OPTION.
+    """
+    try:
+        statement = access.grant_sql(role, login)
+    except (TypeError, ValueError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    if print_only:
+        say(statement)
+        return
+    target = dsn()
+    access.grant(target, role, login)
+    say(f"{statement.rstrip(';')} in {connection.describe(target)}: done (roles are the "
+        f"server's: it holds in every database of it with the pgqueue schema)")

@@ -62,6 +62,17 @@ class NotLeader(PgQueueError):
     """The database is a replica and refuses queue writes."""
 
 
+class PermissionDenied(PgQueueError):
+    """The connected role may not make this call: `role` is the pgqueue role it needs
+    (pgqueue_reader, pgqueue_producer, pgqueue_worker or pgqueue_operator; None when no pgqueue
+    role may, as for a direct write to a table). An administrator grants it with `pgqueue db
+    grant ROLE --to LOGIN`."""
+
+    def __init__(self, message: str, role: str | None = None) -> None:
+        super().__init__(message)
+        self.role = role
+
+
 class InvalidState(PgQueueError):
     """The job is in a state where the operation makes no sense (e.g. releasing a pending job)."""
 

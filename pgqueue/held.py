@@ -45,10 +45,10 @@ lease batch and the acker once per ack batch.
 Flags shared between threads are ``running.Flag``: one-way (never cleared), so any thread may
 set or read one without a lock. ``Held.lost`` is set by whoever learns the lease is gone
 (renewer, acker, settler, drain) and read by the handler thread. ``Held.cancelled`` is set
-(``Held.request_cancel``, which takes no lock) by whoever learns an operator cancelled the job:
-the listener thread (NOTIFY), the renewer (after releasing its write locks) or a checkpoint
-write; the handler reads it at its next advance or step boundary, and an async job's hook
-cancels its task on the loop. ``Held.acking`` is set once
+(``Held.request_cancel``, which takes no lock) by whoever reads from the job's row that an
+operator cancelled it: the renewer (after releasing its write locks; a NOTIFY only makes it
+renew at once) or a checkpoint write; the handler reads it at its next advance or step
+boundary, and an async job's hook cancels its task on the loop. ``Held.acking`` is set once
 by the handler thread when it hands the job to the acker; from then only the acker releases
 the job, and the renewer goes on renewing it until it is released (an ack in flight keeps its
 lease: a slow or stuck acker must not let a finished job expire and be charged a crash). A
@@ -313,13 +313,11 @@ class HeldLeases:
             counts[h.lease.stream] = counts.get(h.lease.stream, 0) + 1
         return counts
 
-    def cancel_requested(self, lease_id: int) -> None:
-        """An operator asked to cancel the job held under `lease_id` (NOTIFY pgqueue_cancel;
-        any worker hears it, only the holder has the lease)."""
+    def holds(self, lease_id: int) -> bool:
+        """Whether this worker holds the lease `lease_id` (a NOTIFY of a cancel names the
+        lease; every worker hears it, only its holder renews at once)."""
         with self._lock:
-            held = self._held.get(lease_id)
-        if held is not None:
-            held.request_cancel()
+            return lease_id in self._held
 
     def ack(self, held: Held) -> None:
         """Hand a finished job to the acker; it stays held (and renewed) until then."""

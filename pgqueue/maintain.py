@@ -64,7 +64,7 @@ def run_pass(conn: queries.Conn) -> PassResult:
             # demoted between the role check and a write: the next pass sees the new role
             log.info("maintenance: this database became a replica; leader tasks skipped")
             leader = False
-    pruned = len(queries.fetch(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
+    pruned = int(queries.scalar(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
     queries.fetch(conn, "fold_job_counts")  # the job counts' deltas, added up (observe.sql)
     if reclaimed:
         _log_reclaimed(reclaimed)
@@ -108,13 +108,26 @@ def _leader_pass(conn: queries.Conn) -> tuple[list[reclaim.Reclaimed], int, int]
     return reclaimed, ticks.fired, ops
 
 
+#: Roles this process found may not VACUUM the job table (said once each, at WARNING).
+_CANNOT_VACUUM: set[str] = set()
+
+
 def vacuum_if_needed(conn: queries.Conn) -> bool:
-    """VACUUM the job table when dead row versions piled up; True when it did."""
+    """VACUUM the job table when dead row versions piled up; True when it did. A role that
+    may not (not the owner, before Postgres 17) leaves it to autovacuum, and says so once."""
     row = queries.fetch_one(conn, "job_dead_tuples")
     if row is None or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         return False
     dead, live = int(row["dead"] or 0), int(row["live"] or 0)
     if dead < max(VACUUM_DEAD_ROWS, live // 5):
+        return False
+    if not queries.scalar(conn, "may_vacuum_job"):
+        if conn.info.user not in _CANNOT_VACUUM:
+            _CANNOT_VACUUM.add(conn.info.user)
+            log.warning("maintenance: the role %s may not VACUUM pgqueue.job (its owner may; "
+                        "on Postgres 17 and later pgqueue_worker may): %d dead row versions "
+                        "are left to autovacuum, or to `pgqueue maintain` run as the owner",
+                        conn.info.user, dead)
         return False
     queries.vacuum(conn, "job")
     log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)

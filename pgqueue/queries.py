@@ -38,6 +38,7 @@ from pgqueue.errors import (
     InvalidState,
     JobNotFound,
     NotLeader,
+    PermissionDenied,
     PgQueueError,
     SchemaMissing,
 )
@@ -49,7 +50,8 @@ _PER_CALL = re.compile(r"^--\s*planned per call\b", re.MULTILINE)
 #: The order a fresh database installs the stages in: every stage's tables first, then every
 #: stage's functions (SQL-language bodies are checked at creation, so helpers come first).
 SCHEMA_STAGES = ("core", "observe", "schema", "oplog", "replica", "steps", "schedule", "worker",
-                 "enqueue", "lease", "settle", "reclaim", "deadletter", "operate", "maintain")
+                 "enqueue", "lease", "settle", "reclaim", "deadletter", "operate", "maintain",
+                 "access")  # last: its grants name the functions the others define
 _HOLDER = re.compile(r"holder=(\d+)")
 #: SQLSTATEs meaning the server went away (shutdown, crash, terminated backend).
 _CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})
@@ -229,10 +231,78 @@ def vacuum(conn: Conn, table: str) -> None:
     _ddl(conn, pg_sql.SQL("VACUUM (ANALYZE) {}").format(pg_sql.Identifier("pgqueue", table)))
 
 
-def translate(exc: psycopg.Error) -> Exception:
-    """Map a driver error to pgqueue's error classes (SQLSTATEs raised by our functions)."""
+def grant_role(conn: Conn, role: str, login: str) -> None:
+    """GRANT role TO login (both through psycopg.sql.Identifier; the caller checks `role`)."""
+    _ddl(conn, grant_role_sql(role, login))
+
+
+def grant_role_sql(role: str, login: str) -> pg_sql.Composed:
+    """The statement `grant_role` runs."""
+    return pg_sql.SQL("GRANT {} TO {}").format(pg_sql.Identifier(role), pg_sql.Identifier(login))
+
+
+#: The pgqueue roles, each including the ones before it (pgqueue/sql/access.sql).
+ROLES = ("pgqueue_reader", "pgqueue_producer", "pgqueue_worker", "pgqueue_operator")
+_GRANT = re.compile(r"^GRANT (EXECUTE ON FUNCTION|SELECT ON ALL TABLES IN SCHEMA|USAGE ON SCHEMA)"
+                    r"\s+(.*?)\s+TO (pgqueue_[a-z]+);", re.MULTILINE | re.DOTALL)
+_DENIED = re.compile(r"permission denied for (function|table|view|schema|sequence) (\S+)")
+
+
+@cache
+def granted() -> dict[tuple[str, str], str]:
+    """The lowest pgqueue role that may use each object, read from access.sql's grants:
+    {("function", name): role, ("table", "*"): role, ("schema", "pgqueue"): role}."""
+    found: dict[tuple[str, str], str] = {}
+    for what, objects, role in _GRANT.findall(_stage_text("access")):
+        if what == "EXECUTE ON FUNCTION":
+            for name in objects.split(","):
+                found.setdefault(("function", name.strip().removeprefix("pgqueue.")), role)
+        elif what.startswith("SELECT"):
+            found.setdefault(("table", "*"), role)
+        else:
+            found.setdefault(("schema", objects.strip()), role)
+    return found
+
+
+def _denied(message: str, user: str | None) -> PermissionDenied:
+    """A refused call (42501), saying which pgqueue role it needs and how to grant it, with
+    Postgres's own words last."""
+    found = _DENIED.search(message)
+    if found is None:  # one of ours (a pinned clock, the roles missing): its message says why
+        return PermissionDenied(message)
+    kind, name = found.groups()
+    role = granted().get(("function", name)) if kind == "function" else \
+        granted().get(("table", "*")) if kind in ("table", "view") else \
+        granted().get(("schema", name)) if kind == "schema" else None
+    who = f"the role {user}" if user else "the connected role"
+    what = {"function": f"call pgqueue.{name}", "table": f"use the table pgqueue.{name}",
+            "view": f"read the view pgqueue.{name}", "schema": f"use the schema {name}",
+            "sequence": f"use the sequence pgqueue.{name}"}[kind]
+    if role is None:
+        why = ("only the schema owner may" if kind in ("function", "sequence", "schema") else
+               "no pgqueue role writes a table: state changes through the transition "
+               "functions (pgqueue.enqueue, pgqueue.cancel, ...)")
+        return PermissionDenied(f"{who} may not {what}: {why} ({message})", None)
+    wider = ROLES[ROLES.index(role) + 1:]
+    includes = "" if not wider else (
+        f" ({wider[0]} includes it)" if len(wider) == 1 else
+        f" ({', '.join(wider[:-1])} and {wider[-1]} include it)")
+    return PermissionDenied(
+        f"{who} may not {what}: that needs the pgqueue role {role}{includes}; an "
+        f"administrator grants it: pgqueue db grant {role} --to {user or 'LOGIN'}"
+        + ("" if kind != "table" else
+           "; no pgqueue role writes a table: state changes through the transition functions")
+        + f" ({message})",
+        role)
+
+
+def translate(exc: psycopg.Error, user: str | None = None) -> Exception:
+    """Map a driver error to pgqueue's error classes (SQLSTATEs raised by our functions);
+    `user`: the connected role, named when a call is refused."""
     state = getattr(exc.diag, "sqlstate", None) if isinstance(exc, psycopg.Error) else None
     message = (exc.diag.message_primary if exc.diag else None) or str(exc)
+    if state == "42501":
+        return _denied(message, user)
     if state == "PQ404":
         return JobNotFound(message)
     if state == "PQ409":

@@ -2,7 +2,8 @@
 
 Each dirty checkpoint rides the same UPDATE (the write a step's `advance` waits for), and so
 does the news that a job leased ahead has started (held.py); back comes, per lease, whether an
-operator asked to cancel its job, which the handler then sees (`ctx.cancelled`). A lease the
+operator asked to cancel its job, which the handler then sees (`ctx.cancelled`); a NOTIFY of
+such a cancel pokes the renewer to run a round at once. A lease the
 database no longer has is marked lost, and its handler learns it at its next `advance` or
 write. The worker's
 registry heartbeat rides along every HEARTBEAT_SECONDS. Write locks are taken in ascending
@@ -23,6 +24,11 @@ from pgqueue.running import Held
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
 
+#: Rounds follow each other at least this far apart, however often the renewer is poked.
+POKE_GAP = 0.05
+#: How often a renewer with nothing to do looks whether the worker finished.
+FINISH_CHECK = 0.5
+
 
 class Renewer:
     """The renewer thread's work, over one worker's held leases."""
@@ -34,13 +40,31 @@ class Renewer:
         self._leases = leases
         self._db = db
         self._worker_id = worker_id
+        self._poked = threading.Event()
+
+    def poke(self) -> None:
+        """Renew now, not at the next interval: the listener heard that an operator asked to
+        cancel a job this worker holds (NOTIFY pgqueue_cancel). Only the renewal, which reads
+        the job's row, tells the handler: a notification anyone may send cannot stop a job."""
+        self._poked.set()
 
     def loop(self, interval: float, finished: threading.Event,
              heartbeat: Callable[[], None]) -> None:
-        """The renewer thread: a renewal round every `interval` until `finished`; the
-        worker's registry heartbeat rides along every HEARTBEAT_SECONDS."""
+        """The renewer thread: a renewal round every `interval` until `finished`, and one as
+        soon as it is poked (at most every POKE_GAP seconds); the worker's registry heartbeat
+        rides along every HEARTBEAT_SECONDS."""
         last_beat = time.monotonic()
-        while not finished.wait(interval):
+        due = time.monotonic() + interval
+        while True:
+            # woken by a poke, or every FINISH_CHECK seconds to see whether the worker finished
+            self._poked.wait(min(max(due - time.monotonic(), 0.0), FINISH_CHECK))
+            if finished.is_set():
+                return
+            if self._poked.is_set():
+                self._poked.clear()
+            elif time.monotonic() < due:
+                continue
+            due = time.monotonic() + interval
             try:
                 self.round()
                 if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
@@ -53,6 +77,8 @@ class Renewer:
                 # the next round (one interval on) is the retry
                 log.exception("worker %s: renewal round failed unexpectedly; retrying in %.1fs",
                               self._worker_id(), interval)
+            # a flood of notifications costs at most one round per POKE_GAP
+            finished.wait(POKE_GAP)
 
     def round(self) -> None:
         """Renew every held lease in one statement, acks in flight included, carrying each

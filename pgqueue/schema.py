@@ -107,6 +107,8 @@ def install(dsn: str) -> None:
         command.stamp(cfg, "head")
         queries.fetch(conn, "schema_history_put",
                       {"revision": head(), "since": compatible_from(head())})
+        # every role reads the revision (the stamp made the table after the install's grants)
+        queries.fetch(conn, "grant_version_table")
 
 
 def upgrade(dsn: str, revision: str = "head", *, location: Path | None = None) -> None:

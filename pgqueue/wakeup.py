@@ -4,8 +4,9 @@ Two things wake the lease loops: a job enqueued on one of the worker's streams (
 LISTEN/NOTIFY, received by the listener thread here) and capacity freed by a finished job
 (held.py). Both set one `Wakeup`, which several lease loops wait on at once. Polling stays
 the fallback, so a lost notification only costs latency. The listener also hears an
-operator's cancel of a leased job (pgqueue_cancel), so a held job's handler learns it at
-once; the next renewal tells it otherwise.
+operator's cancel of a leased job (pgqueue_cancel, the lease id): the worker holding it renews
+at once, and that renewal (which reads the job's row: anyone may send a notification) tells
+the handler; the regular renewal does when the notification is lost.
 
 The listener reconnects quietly (DEBUG) when its connection fails, and logs anything else with
 its traceback; either way it goes on after a backoff.

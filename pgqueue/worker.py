@@ -316,13 +316,18 @@ class Worker:
             self._leasers.append(self._thread(f"leaser-{i}",
                                               functools.partial(self._leasing.forever, i)))
         self._acker = self._thread("acker", self._leases.ack_loop)
+        renewer = Renewer(self._leases, self._db, self._id)
+
+        def cancel_heard(lease_id: int) -> None:  # renew at once: the row says whether it is so
+            if self._leases.holds(lease_id):
+                renewer.poke()
+
         self._threads += [
             self._thread("renewer", functools.partial(
-                Renewer(self._leases, self._db, self._id).loop, self.renew_interval,
-                self._finished, self._heartbeat)),
+                renewer.loop, self.renew_interval, self._finished, self._heartbeat)),
             self._thread("listener", functools.partial(
                 listen_loop, self._wake, self.streams, dsn=self._leader, finished=self._finished,
-                worker_id=self._id, on_cancel=self._leases.cancel_requested)),
+                worker_id=self._id, on_cancel=cancel_heard)),
             self._acker]
         self._handlers.start(self._thread_slots)
         if self.maintenance:  # a plain bool: written once, before any thread starts

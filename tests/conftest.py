@@ -6,6 +6,7 @@ from collections.abc import Iterator
 import pytest
 
 import pgqueue
+from tests.logins import Logins, session_logins
 from tests.pgbed import Bed, session_bed
 
 
@@ -36,3 +37,9 @@ def q(dsn: str) -> Iterator[pgqueue.Queue]:
     """A Queue on stream "default" of a fresh database."""
     with pgqueue.Queue(dsn, stream="default") as queue:
         yield queue
+
+
+@pytest.fixture(scope="session")
+def logins(bed: Bed) -> Iterator[Logins]:
+    """Login roles holding each pgqueue role (and one holding none), for the access tests."""
+    yield from session_logins(bed)

@@ -75,3 +75,13 @@ def register_etl_step_sets(dsn: str, old: str, new: str) -> None:
         conn.execute("SELECT pgqueue.register_step_set(%s, 'etl', %s)",
                      [new, Jsonb([{"name": "a", "version": 1}, {"name": "x", "version": 1},
                                   {"name": "b", "version": 1}])])
+
+
+def listening(dsn: str, channel: str) -> bool:
+    """Whether a session of this database has run LISTEN on `channel` (a worker's listener
+    runs it last: pgqueue_cancel after pgqueue_jobs), so a test's NOTIFY cannot beat it."""
+    with connection.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query ILIKE %s", [f"LISTEN %{channel}%"]).fetchone()
+    return bool(row and row[0])

@@ -187,13 +187,33 @@ CREATE OR REPLACE FUNCTION pgqueue.from_ms(ms bigint) RETURNS timestamptz
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT 'epoch'::timestamptz + ms * interval '1 millisecond' $$;
 
--- The transaction's time, truncated to ms. Tests may pin it with SET pgqueue.now = '...';
--- nothing in production sets it.
+-- The time pinned with SET pgqueue.now = '...' (tests, and a pass run for a given time), or
+-- NULL. Only the schema owner's sessions (or a superuser's) may pin it: the transitions run
+-- with the owner's rights, and a role that moved their clock could reclaim others' leases
+-- early or step past a rate window.
+CREATE OR REPLACE FUNCTION pgqueue.pinned_now() RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_pinned text := nullif(current_setting('pgqueue.now', true), '');
+BEGIN
+    IF v_pinned IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF NOT pg_has_role(session_user, (SELECT n.nspowner FROM pg_namespace n
+                                      WHERE n.nspname = 'pgqueue'), 'USAGE') THEN
+        RAISE EXCEPTION 'pgqueue.now is set to %: only the pgqueue schema''s owner may pin the clock',
+            quote_literal(left(v_pinned, 40)) USING ERRCODE = '42501';
+    END IF;
+    RETURN v_pinned::timestamptz;
+END
+$$;
+
+-- The transaction's time (or the pinned one), truncated to ms.
 CREATE OR REPLACE FUNCTION pgqueue.now_ms() RETURNS timestamptz
 LANGUAGE sql STABLE
 AS $$
-    SELECT date_trunc('milliseconds',
-                      coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz, now()))
+    SELECT date_trunc('milliseconds', coalesce(pgqueue.pinned_now(), now()))
 $$;
 
 CREATE OR REPLACE FUNCTION pgqueue.b64(b bytea) RETURNS text
@@ -331,7 +351,7 @@ $$;
 -- The apply side of save_job: set every field the body carries.
 CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 BEGIN
     UPDATE pgqueue.job

@@ -6,6 +6,8 @@
 -- Raises PQ404 when the id is not a dead letter, PQ409 when a live job holds its dedup key.
 CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_now  timestamptz := pgqueue.now_ms();

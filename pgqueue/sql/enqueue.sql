@@ -77,6 +77,8 @@ CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_concurrency_keys text[] DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_seen     record;
@@ -293,6 +295,8 @@ CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
     p_concurrency_key text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_seen record;

@@ -81,6 +81,8 @@ CREATE OR REPLACE FUNCTION pgqueue.lease(
     crashes_by_step jsonb, not_before timestamptz, trace_context jsonb, rate_at_start boolean
 )
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -304,7 +306,7 @@ BEGIN
             CONTINUE WHEN NOT pg_try_advisory_xact_lock(
                 hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kinds[i]));
             -- the rate's clock: when the lock was taken (the transaction began earlier)
-            v_at := pgqueue.to_ms(coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz,
+            v_at := pgqueue.to_ms(coalesce(pgqueue.pinned_now(),
                                            clock_timestamp()));
             v_ats[i] := v_at;
             v_room := p_limit;
@@ -402,6 +404,8 @@ $$;
 -- cancelled. Returns 'started', 'deferred' or 'cancelled'; NULL when the lease is not current.
 CREATE OR REPLACE FUNCTION pgqueue.start_rated(p_job_id bigint, p_lease_id bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
@@ -421,7 +425,7 @@ BEGIN
     IF c.rate_count IS NOT NULL THEN
         -- the lock a lease takes to count the kind (waited for here: held for a statement)
         PERFORM pg_advisory_xact_lock(hashtext('pgqueue.kind'), hashtext(j.stream || '/' || j.kind));
-        v_at := pgqueue.to_ms(coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz,
+        v_at := pgqueue.to_ms(coalesce(pgqueue.pinned_now(),
                                        clock_timestamp()));
         DELETE FROM pgqueue.kind_lease k
         WHERE k.stream = j.stream AND k.kind = j.kind AND k.until <= v_at - c.rate_ms;
@@ -463,6 +467,8 @@ CREATE OR REPLACE FUNCTION pgqueue.renew(
 ) RETURNS TABLE (job_id bigint, lease_id bigint, expires_at timestamptz,
               cancel_requested boolean)
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();

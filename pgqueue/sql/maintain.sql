@@ -19,6 +19,8 @@ CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval,
                                                 p_wait interval DEFAULT interval '1 second')
 RETURNS int
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_cutoff timestamptz := now() - p_keep;
@@ -69,7 +71,16 @@ SELECT pg_try_advisory_lock(hashtext('pgqueue.maintenance')) AS elected
 
 -- name: prune_workers
 -- Forget workers that stopped heartbeating long ago.
-DELETE FROM pgqueue.worker WHERE heartbeat_at < now() - %(older_than)s * interval '1 second'
+SELECT pgqueue.prune_workers(%(older_than)s::float8) AS pruned
+
+-- name: may_vacuum_job
+-- Whether this session may VACUUM the job table: its owner (or a member, or a superuser), or
+-- on Postgres 17 and later a role granted MAINTAIN on it (pgqueue_worker is: access.sql).
+SELECT pg_has_role(c.relowner, 'USAGE')
+       OR (current_setting('server_version_num')::int >= 170000
+           AND has_table_privilege(c.oid, CASE WHEN current_setting('server_version_num')::int >= 170000
+                                               THEN 'MAINTAIN' ELSE 'SELECT' END)) AS may
+FROM pg_class c WHERE c.oid = 'pgqueue.job'::regclass
 
 -- name: job_dead_tuples
 -- Dead row versions in the hot job table (from the statistics collector; about a second old).

@@ -85,6 +85,8 @@ ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_delete;
 -- Returns how many delta rows it folded.
 CREATE OR REPLACE FUNCTION pgqueue.fold_job_counts() RETURNS bigint
 LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
     WITH d AS (DELETE FROM pgqueue.job_count_delta RETURNING stream, state, delta),
     folded AS (

@@ -6,6 +6,8 @@
 CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false)
 RETURNS pgqueue.job
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', ARRAY['quarantined', 'undecodable']);
@@ -21,6 +23,8 @@ $$;
 -- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
 CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETURNS pgqueue.job
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'rewind',
@@ -48,6 +52,8 @@ $$;
 -- Operator: drop the checkpoint and run the job from step one (only when asked).
 CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'restart',
@@ -66,6 +72,8 @@ $$;
 -- Operator: count the step in progress as completed without running it, and go on.
 CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.job
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'skip a step of',
@@ -95,6 +103,8 @@ $$;
 -- its last completed step, matched by name in the new list.
 CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint) RETURNS pgqueue.job
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'accept the step set of', ARRAY['undecodable']);
@@ -134,6 +144,8 @@ $$;
 -- handler that finishes first is acked: the cancel came too late, as its history shows.
 CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
@@ -175,6 +187,8 @@ CREATE OR REPLACE FUNCTION pgqueue.configure_stream(
     p_quarantine_after int DEFAULT NULL, p_max_payload_bytes bigint DEFAULT NULL
 ) RETURNS pgqueue.stream_config
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     c pgqueue.stream_config;
@@ -209,6 +223,8 @@ CREATE OR REPLACE FUNCTION pgqueue.configure_kind_settings(p_stream text, p_kind
                                                            p_settings jsonb)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_old pgqueue.kind_config;
@@ -292,6 +308,8 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after int)
 RETURNS boolean
 LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
     SELECT pgqueue.configure_kind_settings(p_stream, p_kind,
                                   jsonb_build_object('quarantine_after', p_quarantine_after))
@@ -311,6 +329,8 @@ CREATE OR REPLACE FUNCTION pgqueue.apply_to_jobs(p_verb text, p_job_ids bigint[]
                                                  p_kind text DEFAULT NULL)
 RETURNS TABLE (job_id bigint, refused text)
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_id bigint;

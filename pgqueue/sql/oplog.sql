@@ -82,7 +82,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 BEGIN
     CASE p_op
@@ -211,7 +211,7 @@ $$;
 -- job that is seq order, because a transition holds the job's row lock when it appends its op.
 CREATE OR REPLACE FUNCTION pgqueue.ingest_op(o pgqueue.op_log) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 BEGIN
     INSERT INTO pgqueue.op_log SELECT o.*
@@ -230,7 +230,7 @@ $$;
 -- Returns how many were new.
 CREATE OR REPLACE FUNCTION pgqueue.ingest_ops(p_ops jsonb) RETURNS int
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     o pgqueue.op_log;

@@ -15,6 +15,8 @@
 CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000)
 RETURNS TABLE (job_id bigint, stream text, kind text, state text, step text, crashes int)
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -97,6 +99,8 @@ $$;
 -- The count only (what the previous releases' maintenance calls).
 CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RETURNS int
 LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ SELECT count(*)::int FROM pgqueue.reclaim_expired_jobs(p_limit) $$;
 
 -- queries -----------------------------------------------------------------------------------

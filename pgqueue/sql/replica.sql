@@ -76,14 +76,14 @@ $$;
 -- True when the op of transaction p_xid is already in a seeded replica's copied state.
 CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8) RETURNS boolean
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pgqueue
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ SELECT coalesce(pg_visible_in_snapshot(p_xid, n.seed_snapshot), false) FROM pgqueue.node n $$;
 
 -- Seed a replica's table from rows of the leader's (jsonb, as to_jsonb gives them). Only the
 -- queue-state tables and the op log; rows already present are an error (seed an empty replica).
 CREATE OR REPLACE FUNCTION pgqueue.seed_rows(p_table text, p_rows jsonb) RETURNS int
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_n int;
@@ -107,7 +107,8 @@ $$;
 -- apply worker runs with an empty one.
 CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger() RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pgqueue
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 BEGIN
     IF current_setting('session_replication_role') <> 'replica' THEN
@@ -155,6 +156,8 @@ CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT
 RETURNS TABLE (name text, method text, applied_seq bigint, lag_ops bigint, lag_seconds float8,
                active boolean, seen_at timestamptz, stale boolean)
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 -- A logical replica's slot confirms WAL positions, not ops, and may confirm a position inside a
 -- transaction that is still to be sent (a keepalive while the walsender waits for WAL), so an
@@ -240,6 +243,8 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.touch_replicas(p_every interval DEFAULT interval '10 seconds')
 RETURNS int
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();

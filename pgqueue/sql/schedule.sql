@@ -52,6 +52,8 @@ CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(
     p_paused boolean, p_next_run_at timestamptz
 ) RETURNS pgqueue.schedule
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     c pgqueue.schedule;
@@ -91,6 +93,8 @@ CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, 
                                          p_last_fired_at timestamptz, p_fired jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     c pgqueue.schedule;
@@ -143,8 +147,36 @@ BEGIN
 END
 $$;
 
+-- A schedule row under lock (NULL row when none), so a change and a concurrent tick serialise;
+-- the lock is the caller's transaction's.
+CREATE OR REPLACE FUNCTION pgqueue.lock_schedule(p_stream text, p_name text)
+RETURNS SETOF pgqueue.schedule
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+    SELECT * FROM pgqueue.schedule WHERE stream = p_stream AND name = p_name FOR UPDATE
+$$;
+
+-- Due schedules of every stream, claimed with SKIP LOCKED for the caller's transaction: a
+-- concurrent scheduler skips them, and once it commits their next_run_at is in the future.
+CREATE OR REPLACE FUNCTION pgqueue.claim_due_schedules(p_now timestamptz, p_limit int)
+RETURNS SETOF pgqueue.schedule
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+    SELECT * FROM pgqueue.schedule
+    WHERE NOT paused AND next_run_at <= p_now
+    ORDER BY next_run_at
+    LIMIT p_limit
+    FOR UPDATE SKIP LOCKED
+$$;
+
 CREATE OR REPLACE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text) RETURNS void
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 BEGIN
     PERFORM pgqueue.require_leader();
@@ -170,7 +202,7 @@ SELECT * FROM pgqueue.schedule WHERE stream = %(stream)s AND name = %(name)s
 
 -- name: schedule_lock
 -- The schedule row under lock, so a change and a concurrent tick serialise.
-SELECT * FROM pgqueue.schedule WHERE stream = %(stream)s AND name = %(name)s FOR UPDATE
+SELECT * FROM pgqueue.lock_schedule(%(stream)s::text, %(name)s::text)
 
 -- name: schedules_list
 -- One stream's schedules (every stream's when %(stream)s is NULL), by stream and name.
@@ -180,11 +212,7 @@ ORDER BY stream, name
 -- name: schedules_claim_due
 -- Due schedules of every stream, claimed with SKIP LOCKED: a concurrent scheduler skips
 -- them, and once this transaction commits their next_run_at is in the future.
-SELECT * FROM pgqueue.schedule
-WHERE NOT paused AND next_run_at <= %(now)s
-ORDER BY next_run_at
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED
+SELECT * FROM pgqueue.claim_due_schedules(%(now)s::timestamptz, %(limit)s::int)
 
 -- name: schedule_advance
 SELECT pgqueue.advance_schedule(%(stream)s::text, %(name)s::text, %(next_run_at)s::timestamptz,

@@ -100,7 +100,9 @@ $$
 -- name: schema_catalog
 -- Every object of the pgqueue schema as (object, definition) rows: what the catalog test
 -- compares between a database built by the revisions and one installed from the stage files.
--- alembic's version table and the rows of schema_history are bookkeeping, not schema. A
+-- alembic's version table and the rows of schema_history are bookkeeping, not schema. An
+-- access list is shown as its items in order, and not at all when it is the default (so the
+-- order grants ran in, and a grant undone, leave no trace). A
 -- column's position is its place among live columns (a dropped and re-added column leaves a
 -- hole in attnum that SELECT * does not see).
 WITH rel AS (
@@ -109,14 +111,22 @@ WITH rel AS (
       AND c.relname NOT LIKE 'alembic_version%%'
 )
 SELECT 'schema pgqueue' AS object,
-       concat_ws(' ', 'acl ' || n.nspacl::text,
+       concat_ws(' ', 'acl ' || (SELECT CASE WHEN n.nspacl IS NULL OR a.items = d.items THEN NULL ELSE a.items END
+        FROM (SELECT string_agg(x::text, ',' ORDER BY x::text) AS items FROM unnest(n.nspacl) x) a,
+             (SELECT string_agg(x::text, ',' ORDER BY x::text) AS items
+              FROM unnest(acldefault('n', n.nspowner)) x) d),
                  'comment ' || obj_description(n.oid, 'pg_namespace')) AS definition
 FROM pg_namespace n WHERE n.nspname = 'pgqueue'
 UNION ALL
 SELECT 'table ' || r.relname,
        concat_ws(' ', 'kind ' || r.relkind::text, 'options ' || c.reloptions::text,
                  'persistence ' || c.relpersistence::text, 'rls ' || c.relrowsecurity::text,
-                 'acl ' || c.relacl::text, 'comment ' || obj_description(c.oid, 'pg_class'))
+                 'acl ' || (SELECT CASE WHEN c.relacl IS NULL OR a.items = d.items THEN NULL ELSE a.items END
+        FROM (SELECT string_agg(x::text, ',' ORDER BY x::text) AS items FROM unnest(c.relacl) x) a,
+             (SELECT string_agg(x::text, ',' ORDER BY x::text) AS items
+              FROM unnest(acldefault(CASE WHEN c.relkind = 'S' THEN 's'::"char" ELSE 'r'::"char" END,
+                                   c.relowner)) x) d),
+                 'comment ' || obj_description(c.oid, 'pg_class'))
 FROM rel r JOIN pg_class c ON c.oid = r.oid WHERE r.relkind IN ('r', 'p', 'v', 'S')
 UNION ALL
 SELECT 'column ' || r.relname || '.' || a.attname,
@@ -125,7 +135,8 @@ SELECT 'column ' || r.relname || '.' || a.attname,
                  'default ' || pg_get_expr(d.adbin, d.adrelid),
                  CASE WHEN a.attidentity <> '' THEN 'identity ' || a.attidentity::text END,
                  CASE WHEN a.attgenerated <> '' THEN 'generated ' || a.attgenerated::text END,
-                 'acl ' || a.attacl::text, 'comment ' || col_description(r.oid, a.attnum))
+                 'acl ' || (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM unnest(a.attacl) x),
+                 'comment ' || col_description(r.oid, a.attnum))
 FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
 LEFT JOIN pg_attrdef d ON d.adrelid = r.oid AND d.adnum = a.attnum
 WHERE r.relkind IN ('r', 'p', 'v')
@@ -151,7 +162,10 @@ SELECT 'view ' || r.relname, pg_get_viewdef(r.oid)
 FROM rel r WHERE r.relkind = 'v'
 UNION ALL
 SELECT 'function ' || p.oid::regprocedure::text,
-       concat_ws(E'\n', pg_get_functiondef(p.oid), 'acl ' || p.proacl::text,
+       concat_ws(E'\n', pg_get_functiondef(p.oid), 'acl ' || (SELECT CASE WHEN p.proacl IS NULL OR a.items = d.items THEN NULL ELSE a.items END
+        FROM (SELECT string_agg(x::text, ',' ORDER BY x::text) AS items FROM unnest(p.proacl) x) a,
+             (SELECT string_agg(x::text, ',' ORDER BY x::text) AS items
+              FROM unnest(acldefault('f', p.proowner)) x) d),
                  'comment ' || obj_description(p.oid, 'pg_proc'))
 FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace
 UNION ALL

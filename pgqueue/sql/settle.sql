@@ -5,6 +5,8 @@
 -- Ack: the job is done and deleted; its history stays in op_log. Returns the ids acked.
 CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 BEGIN
     PERFORM pgqueue.require_leader();
@@ -39,6 +41,8 @@ CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_er
                              p_max_attempts int DEFAULT NULL)
 RETURNS TABLE (dead boolean, state text)
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -92,6 +96,8 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[])
 RETURNS TABLE (id bigint, state text)
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -124,6 +130,8 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id bigint, p_reason text,
                                          p_detail jsonb) RETURNS text
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
@@ -149,6 +157,8 @@ $$;
 -- Returns false when the lease is not current.
 CREATE OR REPLACE FUNCTION pgqueue.end_cancelled(p_job_id bigint, p_lease_id bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
@@ -165,6 +175,8 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
                                p_schema_version int) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);

@@ -24,6 +24,8 @@ $$;
 -- Record a step set (once per hash).
 CREATE OR REPLACE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p_steps jsonb) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();

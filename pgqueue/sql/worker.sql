@@ -13,19 +13,63 @@ CREATE TABLE pgqueue.worker (
     heartbeat_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- schema: functions -------------------------------------------------------------------------
+-- The registry's writes, so a worker's role reaches the table only through them (the registry
+-- is liveness, not queue state: no op).
+
+-- A worker process announces itself; its id is the worker_instance of its leases.
+CREATE OR REPLACE FUNCTION pgqueue.register_worker(p_node int, p_host text, p_pid int,
+                                                   p_streams text[], p_concurrency int)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+    INSERT INTO pgqueue.worker (node, host, pid, streams, concurrency)
+    VALUES (p_node, p_host, p_pid, p_streams, p_concurrency)
+    RETURNING id
+$$;
+
+-- A heartbeat; NULL when the worker is no longer registered (pruned after a long silence).
+CREATE OR REPLACE FUNCTION pgqueue.heartbeat_worker(p_id bigint) RETURNS bigint
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+    UPDATE pgqueue.worker SET heartbeat_at = now() WHERE id = p_id RETURNING id
+$$;
+
+CREATE OR REPLACE FUNCTION pgqueue.deregister_worker(p_id bigint) RETURNS void
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+    DELETE FROM pgqueue.worker WHERE id = p_id
+$$;
+
+-- Forget workers that stopped heartbeating more than p_older_than seconds ago.
+CREATE OR REPLACE FUNCTION pgqueue.prune_workers(p_older_than float8) RETURNS int
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+    WITH gone AS (DELETE FROM pgqueue.worker
+                  WHERE heartbeat_at < now() - p_older_than * interval '1 second' RETURNING 1)
+    SELECT count(*)::int FROM gone
+$$;
+
 -- queries -----------------------------------------------------------------------------------
 
 -- name: register_worker
 -- A worker process announces itself; its id is the worker_instance of its leases.
-INSERT INTO pgqueue.worker (node, host, pid, streams, concurrency)
-VALUES (%(node)s, %(host)s, %(pid)s, %(streams)s, %(concurrency)s)
-RETURNING id
+SELECT pgqueue.register_worker(%(node)s::int, %(host)s::text, %(pid)s::int,
+                               %(streams)s::text[], %(concurrency)s::int) AS id
 
 -- name: heartbeat_worker
-UPDATE pgqueue.worker SET heartbeat_at = now() WHERE id = %(id)s RETURNING id
+SELECT id FROM pgqueue.heartbeat_worker(%(id)s::bigint) AS t(id) WHERE id IS NOT NULL
 
 -- name: deregister_worker
-DELETE FROM pgqueue.worker WHERE id = %(id)s
+SELECT pgqueue.deregister_worker(%(id)s::bigint)
 
 -- name: list_workers
 -- Registered workers with the number of leases each holds right now, and how long ago each

@@ -17,15 +17,18 @@ import pytest
 import pgqueue
 from tests.acceptance.clihelp import as_json, ok
 from tests.acceptance.test_worker import APP, ASYNC_APP, Ledger, Workers, op_names, ops
-from tests.dbhelp import wait_for
+from tests.dbhelp import listening, wait_for
 
 #: Long renewals: a worker that stops a job within TOLD seconds learnt it by NOTIFY.
 TOLD = 4.0
 
 
 def slow_renewals(workers: Workers, app: str = APP) -> subprocess.Popen[bytes]:
-    """A worker that renews every 10 s (a 30 s visibility timeout)."""
-    return workers.start(app=app, visibility_timeout=30.0, renew_interval=10.0)
+    """A worker that renews every 10 s (a 30 s visibility timeout), once it listens for
+    cancels (so a test's cancel cannot come before it can hear it)."""
+    proc = workers.start(app=app, visibility_timeout=30.0, renew_interval=10.0)
+    wait_for(lambda: listening(workers.dsn, "pgqueue_cancel"), 30, "the worker to listen")
+    return proc
 
 
 def gone(q: pgqueue.Queue, job_id: int) -> bool:

@@ -25,7 +25,7 @@ import pytest
 
 import pgqueue
 from tests.acceptance.test_worker import Ledger, Workers
-from tests.dbhelp import wait_for
+from tests.dbhelp import listening, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "browser-test-admin-token-0123456789"  # noqa: S105  (a test's token)
@@ -265,6 +265,7 @@ def test_cancel_a_running_job_from_its_page(admin: Dashboard, tab: Tab, q: pgque
     finished as cancelled."""
     job_id = q.enqueue({"sleep": 120}, kind="patient")
     workers.start(visibility_timeout=30.0, renew_interval=10.0)
+    wait_for(lambda: listening(workers.dsn, "pgqueue_cancel"), 30, "the worker to listen")
     wait_for(lambda: ledger.count(job_id, "patient:start") == 1, 30, "the handler to start")
     page = tab.page
     _login(tab, admin)

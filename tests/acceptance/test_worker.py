@@ -61,8 +61,13 @@ def launch_worker(dsn: str, flags: Sequence[str], *, env: Mapping[str, str],
 class Workers:
     """The worker processes of one test; all are killed at teardown and their logs printed."""
 
-    def __init__(self, dsn: str, log_dir: Path) -> None:
+    def __init__(self, dsn: str, log_dir: Path, *, ledger_dsn: str | None = None) -> None:
+        """
+        :param ledger_dsn: where the handlers write their ledger (default: `dsn`; a worker
+            connecting as a pgqueue role may not write the test's own table).
+        """
         self.dsn = dsn
+        self.ledger_dsn = ledger_dsn or dsn
         self.log_dir = log_dir
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
 
@@ -79,7 +84,7 @@ class Workers:
         path = self.log_dir / f"worker-{len(self.procs)}.log"
         with open(path, "wb") as log:
             proc = launch_worker(self.dsn, flags, log=log, app=app, env={
-                worker_app.LEDGER_DSN_ENV: self.dsn, worker_app.STEPS_ENV: steps})
+                worker_app.LEDGER_DSN_ENV: self.ledger_dsn, worker_app.STEPS_ENV: steps})
         self.procs.append((proc, path))
         return proc
 

@@ -23,7 +23,7 @@ from pgqueue import connection, lease, queries, settle
 from pgqueue.held import HeldLeases
 from pgqueue.renewer import Renewer
 from pgqueue.running import Held
-from tests.dbhelp import force_reclaim, op_counts, state_snapshot, wait_for
+from tests.dbhelp import force_reclaim, listening, op_counts, state_snapshot, wait_for
 from tests.integration.test_worker import gone, op_names, ops, running
 
 
@@ -249,16 +249,48 @@ def test_a_plain_handler_sees_cancelled_and_stops(dsn: str, q: pgqueue.Queue) ->
     job_id = q.enqueue(b"x", kind="poll")
     # a long renewal interval: the worker learns it by NOTIFY
     with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: listening(dsn, "pgqueue_cancel"), 10, "the listener")
         assert started.wait(10)
         asked = time.monotonic()
         assert q.cancel(job_id) == "requested"
         wait_for(lambda: gone(q, job_id), 10, "the job to end")
         assert time.monotonic() - asked < 5.0, "not told at once"
     assert saw == [True]
-    assert op_names(q, job_id) == ["Enqueue", "Lease", "RequestCancel", "Cancel"]
+    # the notification made the worker renew at once: that renewal told the handler
+    assert op_names(q, job_id) == ["Enqueue", "Lease", "RequestCancel", "Renew", "Cancel"]
     assert last_op(q, job_id).body["by"] == "handler"
     history = q.history(job_id)
     assert history is not None and history.cancel == "cancelled"
+
+
+def test_a_notification_alone_stops_nothing(dsn: str, q: pgqueue.Queue) -> None:
+    """Anyone may NOTIFY pgqueue_cancel: the worker renews at once and reads the job's row,
+    which says no cancel was asked, so its handler runs on."""
+    app = pgqueue.App()
+    release = threading.Event()
+    saw: list[bool] = []
+
+    @app.job("work")
+    def work(ctx: pgqueue.JobContext) -> None:
+        assert release.wait(20)
+        saw.append(ctx.cancelled)
+
+    job_id = q.enqueue(b"x", kind="work")
+    with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: listening(dsn, "pgqueue_cancel"), 10, "the listener")
+        def leased_info() -> pgqueue.JobInfo | None:
+            j = q.job(job_id)
+            return j if j is not None and j.state == "leased" else None
+
+        info = wait_for(leased_info, 10, "the lease")
+        assert info.lease_id is not None
+        with connection.connect(dsn) as conn:
+            conn.execute("SELECT pg_notify('pgqueue_cancel', %s)", [str(info.lease_id)])
+        wait_for(lambda: "Renew" in op_names(q, job_id), 10, "the renewal it caused")
+        release.set()
+        wait_for(lambda: gone(q, job_id), 10, "the ack")
+    assert saw == [False]
+    assert op_names(q, job_id)[-1] == "Ack"
 
 
 def test_a_step_job_stops_at_advance_and_runs_no_further_step(dsn: str,
@@ -287,6 +319,7 @@ def test_a_step_job_stops_at_advance_and_runs_no_further_step(dsn: str,
 
     job_id = q.enqueue(b"x", kind="crawl")
     with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: listening(dsn, "pgqueue_cancel"), 10, "the listener")
         assert started.wait(10)
         q.cancel(job_id)
         wait_for(lambda: gone(q, job_id), 10, "the job to end")
@@ -312,6 +345,7 @@ def test_a_step_that_returns_after_the_request_stops_at_the_boundary(dsn: str,
 
     job_id = q.enqueue(b"x", kind="two")
     with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: listening(dsn, "pgqueue_cancel"), 10, "the listener")
         wait_for(lambda: ran == ["first"], 10, "the first step")
         q.cancel(job_id)
         wait_for(lambda: gone(q, job_id), 10, "the job to end")
@@ -329,6 +363,7 @@ def test_a_handler_that_finishes_before_it_notices_is_acked(dsn: str, q: pgqueue
 
     job_id = q.enqueue(b"x", kind="deaf")
     with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: listening(dsn, "pgqueue_cancel"), 10, "the listener")
         wait_for(lambda: (j := q.job(job_id)) is not None and j.state == "leased", 10, "the lease")
         q.cancel(job_id)
         release.set()
@@ -348,6 +383,7 @@ def test_a_failure_after_the_request_ends_it_cancelled(dsn: str, q: pgqueue.Queu
 
     job_id = q.enqueue(b"x", kind="fails", max_attempts=5)
     with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: listening(dsn, "pgqueue_cancel"), 10, "the listener")
         wait_for(lambda: (j := q.job(job_id)) is not None and j.state == "leased", 10, "the lease")
         q.cancel(job_id)
         go.set()
@@ -378,6 +414,7 @@ def test_an_async_handler_is_cancelled_at_once(dsn: str, q: pgqueue.Queue) -> No
     job_id = q.enqueue(b"x", kind="waits")
     with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0,
                  async_concurrency=1):
+        wait_for(lambda: listening(dsn, "pgqueue_cancel"), 10, "the listener")
         assert started.wait(10)
         asked = time.monotonic()
         q.cancel(job_id)
@@ -453,6 +490,7 @@ def test_a_boundary_write_that_brings_the_cancel_runs_no_further_step(
     _cancel_before_write(monkeypatch, q, box, lambda cp: cp.cursor_step == "b")
     box.append(q.enqueue(b"x", kind="pair"))
     with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: listening(dsn, "pgqueue_cancel"), 10, "the listener")
         wait_for(lambda: gone(q, box[0]), 10, "the job to end")
     assert ran == ["a"]
     history = q.history(box[0])
@@ -478,6 +516,7 @@ def test_an_async_step_job_whose_steps_all_ran_is_acked_however_late_the_cancel(
                          lambda cp: cp.last_completed_step == "b" and cp.cursor_step is None)
     box.append(q.enqueue(b"x", kind="apair"))
     with running(app, dsn, renew_interval=30.0, visibility_timeout=90.0):
+        wait_for(lambda: listening(dsn, "pgqueue_cancel"), 10, "the listener")
         wait_for(lambda: gone(q, box[0]), 10, "the job to end")
     assert ran == ["a", "b"]
     history = q.history(box[0])

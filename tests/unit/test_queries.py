@@ -74,3 +74,32 @@ def test_revisions_never_define_a_function() -> None:
     assert files
     for path in files:
         assert not _CODE.search(path.read_text()), f"{path.name} defines code"
+
+
+def test_every_granted_function_is_defined_and_every_role_is_known() -> None:
+    """access.sql's grants name functions the stage files define, and only the four roles;
+    a refused call names the lowest of them that may make it."""
+    defined = {name.removeprefix("pgqueue.") for part in queries.schema_parts()
+               for name in re.findall(r"^CREATE OR REPLACE FUNCTION (pgqueue\.\w+)\(",
+                                      part.functions, re.MULTILINE)}
+    granted = queries.granted()
+    functions = {name for kind, name in granted if kind == "function"}
+    assert functions and functions <= defined, functions - defined
+    assert set(granted.values()) <= set(queries.ROLES)
+    assert granted[("function", "enqueue")] == "pgqueue_producer"
+    assert granted[("function", "lease")] == "pgqueue_worker"
+    assert granted[("function", "cancel")] == "pgqueue_operator"
+    assert granted[("table", "*")] == granted[("schema", "pgqueue")] == "pgqueue_reader"
+
+
+def test_a_refused_call_names_the_role_it_needs() -> None:
+    denied = queries._denied("permission denied for function lease", "web")
+    assert denied.role == "pgqueue_worker"
+    assert str(denied) == (
+        "the role web may not call pgqueue.lease: that needs the pgqueue role pgqueue_worker "
+        "(pgqueue_operator includes it); an administrator grants it: pgqueue db grant "
+        "pgqueue_worker --to web (permission denied for function lease)")
+    helper = queries._denied("permission denied for function apply_op", "web")
+    assert helper.role is None and "only the schema owner may" in str(helper)
+    ours = queries._denied("pgqueue.now is set to '2100-01-01': only the owner ...", None)
+    assert ours.role is None and str(ours).startswith("pgqueue.now is set")

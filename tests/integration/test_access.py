@@ -1,0 +1,300 @@
+"""Least privilege (pgqueue/sql/access.sql): each pgqueue role can make every call it is meant
+to and no other, no role writes a table or the op log except through the transitions, a
+refused call names the role it needs, and a transition's arguments or the caller's session
+cannot steer it into another schema or another clock.
+
+Login roles holding each pgqueue role (tests/logins.py) connect to a fresh database; the state
+each call needs is prepared by the owner first.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql as pg_sql
+
+import pgqueue
+from pgqueue import connection, maintain, queries, registry
+from tests.dbhelp import op_counts, state_snapshot
+from tests.logins import LEVELS, Logins
+
+Call = Callable[[pgqueue.Queue, dict[str, Any]], object]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A public call, the lowest pgqueue role that may make it, and the state it needs."""
+
+    name: str
+    needs: str
+    call: Call
+
+
+def _prepare(q: pgqueue.Queue) -> dict[str, Any]:
+    """What the calls act on, made by the owner: a pending job, a leased one, a dead one, a
+    quarantined one (released by an operator), a schedule."""
+    ctx: dict[str, Any] = {"pending": q.enqueue(b"p", kind="k")}
+    dead = q.enqueue(b"d", kind="k", max_attempts=1, priority=200)
+    (lease,) = q.lease(1, visibility_timeout=60)
+    assert lease.job_id == dead
+    q.nack(lease, error="boom")
+    ctx["dead"] = dead
+    ctx["leased_job"] = q.enqueue(b"l", kind="k", priority=100)
+    (held,) = q.lease(1, visibility_timeout=60)
+    ctx["lease"] = held
+    q.upsert_schedule("nightly", "0 3 * * *", payload=b"n")
+    return ctx
+
+
+CASES = [
+    # reader: the state, stats, history, metrics
+    Case("job", "reader", lambda q, c: q.job(c["pending"])),
+    Case("jobs", "reader", lambda q, c: q.jobs(all_streams=True)),
+    Case("stats", "reader", lambda q, c: q.stats()),
+    Case("history", "reader", lambda q, c: q.history(c["pending"])),
+    Case("op_log", "reader", lambda q, c: q.op_log(limit=5)),
+    Case("dead_letters", "reader", lambda q, c: q.dead_letters()),
+    Case("kinds", "reader", lambda q, c: q.kinds()),
+    Case("schedules", "reader", lambda q, c: q.schedules()),
+    Case("gauges", "reader", lambda q, c: q.gauges()),
+    Case("workers", "reader", lambda q, c: q.workers()),
+    Case("replicas", "reader", lambda q, c: q.replicas()),
+    Case("throughput", "reader", lambda q, c: q.throughput()),
+    Case("count_jobs", "reader", lambda q, c: q.count_jobs(state="pending")),
+    # producer
+    Case("enqueue", "producer", lambda q, c: q.enqueue(b"x", kind="k")),
+    Case("enqueue_many", "producer", lambda q, c: q.enqueue_many([pgqueue.NewJob(b"y")])),
+    # worker
+    Case("lease", "worker", lambda q, c: q.lease(1)),
+    Case("renew", "worker", lambda q, c: q.renew(c["lease"])),
+    Case("ack", "worker", lambda q, c: q.ack(c["lease"])),
+    Case("nack", "worker", lambda q, c: q.nack(c["lease"], error="x")),
+    Case("return_lease", "worker", lambda q, c: q.return_lease(c["lease"])),
+    Case("reclaim_expired", "worker", lambda q, c: q.reclaim_expired()),
+    Case("tick_schedules", "worker", lambda q, c: q.tick_schedules()),
+    Case("configure_kind", "worker", lambda q, c: q.configure_kind("k", max_concurrency=3)),
+    Case("register", "worker", lambda q, c: _with_conn(q, lambda conn: registry.register(
+        conn, node=1, streams=["default"], concurrency=1))),
+    Case("maintenance pass", "worker", lambda q, c: _with_conn(q, maintain.run_pass)),
+    # operator
+    Case("cancel", "operator", lambda q, c: q.cancel(c["pending"])),
+    Case("cancel running", "operator", lambda q, c: q.cancel(c["leased_job"])),
+    Case("requeue_dead_letter", "operator", lambda q, c: q.requeue_dead_letter(c["dead"])),
+    Case("restart", "operator", lambda q, c: q.restart(c["pending"])),
+    Case("act", "operator", lambda q, c: q.act(c["pending"], "restart")),
+    Case("act_on_jobs", "operator", lambda q, c: q.act_on_jobs("restart", state="pending")),
+    Case("configure_stream", "operator", lambda q, c: q.configure_stream(retry_base=2.0)),
+    Case("upsert_schedule", "operator", lambda q, c: q.upsert_schedule("hourly", "0 * * * *")),
+    Case("pause_schedule", "operator", lambda q, c: q.pause_schedule("nightly")),
+    Case("remove_schedule", "operator", lambda q, c: q.remove_schedule("nightly")),
+]
+
+
+def _with_conn(q: pgqueue.Queue, fn: Callable[[queries.Conn], object]) -> object:
+    with q.connection() as conn:
+        return fn(conn)
+
+
+@pytest.mark.parametrize("who", LEVELS[1:])
+def test_each_role_makes_its_calls_and_is_refused_the_others_naming_the_role(
+        q: pgqueue.Queue, dsn: str, logins: Logins, who: str) -> None:
+    for i, case in enumerate(CASES):
+        stream = f"case{i}"  # each case its own stream: what one did is no other's concern
+        ctx = _prepare(q.for_stream(stream))
+        before = state_snapshot(dsn), op_counts(dsn)
+        with pgqueue.Queue(logins.dsn(dsn, who), stream=stream) as mine:
+            if logins.allowed(who, case.needs):
+                case.call(mine, ctx)  # runs as it does for the owner
+                continue
+            with pytest.raises(pgqueue.PermissionDenied) as refused:
+                case.call(mine, ctx)
+        needed = f"pgqueue_{case.needs}"
+        assert refused.value.role == needed, (case.name, str(refused.value))
+        assert f"that needs the pgqueue role {needed}" in str(refused.value), case.name
+        assert f"pgqueue db grant {needed} --to {logins.names[who]}" in str(refused.value)
+        assert (state_snapshot(dsn), op_counts(dsn)) == before, f"{case.name} changed state"
+
+
+def test_a_login_holding_no_pgqueue_role_cannot_even_open_a_queue(
+        dsn: str, logins: Logins) -> None:
+    with pytest.raises(pgqueue.PermissionDenied) as refused:
+        pgqueue.Queue(logins.dsn(dsn, "none")).stats()
+    assert refused.value.role == "pgqueue_reader"
+    assert f"pgqueue db grant pgqueue_reader --to {logins.names['none']}" in str(refused.value)
+
+
+TABLES = ("job", "op_log", "dead_letter", "schedule")
+WRITES = {
+    "INSERT": "INSERT INTO pgqueue.{} SELECT * FROM pgqueue.{} LIMIT 1",
+    "UPDATE": "UPDATE pgqueue.{} SET stream = stream",
+    "DELETE": "DELETE FROM pgqueue.{}",
+}
+
+
+@pytest.mark.parametrize("who", LEVELS[1:])
+def test_no_role_writes_a_table_directly(q: pgqueue.Queue, dsn: str, logins: Logins,
+                                         who: str) -> None:
+    _prepare(q)
+    before = state_snapshot(dsn), op_counts(dsn)
+    with connection.connect(logins.dsn(dsn, who)) as conn:
+        for table in TABLES:
+            assert conn.execute(pg_sql.SQL("SELECT count(*) FROM pgqueue.{}").format(
+                pg_sql.Identifier(table))).fetchone() is not None  # reading is fine
+            for what, template in WRITES.items():
+                stmt = pg_sql.SQL(template.replace("{}", "{t}")).format(t=pg_sql.Identifier(table))
+                with pytest.raises(psycopg.errors.InsufficientPrivilege,
+                                   match=f"permission denied for table {table}"):
+                    conn.execute(stmt)
+                assert what  # each of the three refused
+    assert (state_snapshot(dsn), op_counts(dsn)) == before
+
+
+@pytest.mark.parametrize("helper", [
+    "SELECT pgqueue.apply_op('Ack', %(job)s, NULL, '{}')",
+    "SELECT pgqueue.bury(%(job)s, 1, 'x', now(), '{}')",
+    "SELECT pgqueue.finish_cancel(j, 'handler') FROM pgqueue.job j WHERE j.id = %(job)s",
+    "SELECT pgqueue.save_kind_config(NULL::pgqueue.kind_config)",
+    "SELECT pgqueue.set_role('replica')",
+    "SELECT pgqueue.ingest_ops('[]')",
+])
+def test_internal_helpers_are_the_owners_alone(q: pgqueue.Queue, dsn: str, logins: Logins,
+                                               helper: str) -> None:
+    job_id = q.enqueue(b"x")
+    before = state_snapshot(dsn), op_counts(dsn)
+    with connection.connect(logins.dsn(dsn, "operator")) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege,
+                           match="permission denied for function"):
+            conn.execute(helper, {"job": job_id})
+    assert (state_snapshot(dsn), op_counts(dsn)) == before
+
+
+def test_a_reader_cannot_call_a_transition_from_sql(q: pgqueue.Queue, dsn: str,
+                                                    logins: Logins) -> None:
+    job_id = q.enqueue(b"x")
+    with connection.connect(logins.dsn(dsn, "reader")) as conn:
+        for stmt in ("SELECT pgqueue.cancel(%s)", "SELECT * FROM pgqueue.release(%s)",
+                     "SELECT * FROM pgqueue.lease('default', 1, 1000, 0, 0)"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(stmt, [job_id] if "%s" in stmt else None)
+    assert q.job(job_id) is not None
+
+
+def test_every_function_a_role_may_call_runs_as_the_owner_with_a_pinned_path(dsn: str) -> None:
+    """The catalog: a function granted to a pgqueue role that reaches a table is SECURITY
+    DEFINER with search_path pinned; no function is PUBLIC's; the rest are the owner's."""
+    with connection.connect(dsn) as conn:
+        rows = conn.execute("""
+            SELECT p.proname, p.prosecdef, p.proconfig,
+                   array(SELECT r FROM unnest(ARRAY['pgqueue_reader', 'pgqueue_producer',
+                                                    'pgqueue_worker', 'pgqueue_operator']) r
+                         WHERE has_function_privilege(r, p.oid, 'EXECUTE')) AS roles,
+                   EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                           WHERE a.grantee = 0) AS public
+            FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace""").fetchall()
+    helpers = {"to_ms", "from_ms", "now_ms", "pinned_now", "b64", "unb64", "op_body"}
+    assert rows
+    for name, definer, config, roles, public in rows:
+        assert not public, f"{name} is executable by PUBLIC"
+        if roles and name not in helpers:
+            assert definer, f"{name} is granted to {roles} but runs as its caller"
+            assert config == ["search_path=pg_catalog, pgqueue, pg_temp"], (name, config)
+        if name in helpers:
+            assert not definer, f"{name} needs no owner's rights"
+    granted = {name for name, _d, _c, roles, _p in rows if roles}
+    assert {"enqueue", "lease", "ack", "cancel", "prune_op_log"} <= granted
+    assert not {"apply_op", "save_job", "bury", "finish_cancel", "seed_rows", "set_role",
+                "ingest_ops"} & granted
+
+
+# -- the arguments and the session cannot steer a transition --------------------------------------
+
+
+def test_names_with_quotes_stay_data(q: pgqueue.Queue, dsn: str, logins: Logins) -> None:
+    stream = "x'); DROP TABLE pgqueue.job; --\"pgqueue\".\"op_log\""
+    with pgqueue.Queue(logins.dsn(dsn, "producer"), stream=stream) as producer:
+        job_id = producer.enqueue(b"payload'; DELETE FROM pgqueue.op_log; --", kind="k'\"")
+    info = q.job(job_id)
+    assert info is not None and info.stream == stream and info.kind == "k'\""
+    assert op_counts(dsn)["Enqueue"] == 1
+
+
+def test_a_callers_search_path_cannot_reach_into_a_transition(
+        q: pgqueue.Queue, dsn: str, bed: Any, logins: Logins) -> None:
+    """A role with a schema of its own shadows what a transition calls (now, hashtext, =
+    on bigint, a table named job) and puts that schema first on its search_path: the
+    transitions, which run with the owner's rights, use none of it."""
+    login = logins.names["operator"]
+    with connection.connect(dsn) as owner:  # the test database's owner gives it a schema
+        owner.execute(pg_sql.SQL("CREATE SCHEMA evil AUTHORIZATION {}").format(
+            pg_sql.Identifier(login)))
+    with connection.connect(logins.dsn(dsn, "operator")) as conn:
+        conn.execute("""
+            CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql
+                AS $$ BEGIN RAISE EXCEPTION 'hijacked: now'; END $$;
+            CREATE FUNCTION evil.hashtext(text) RETURNS int LANGUAGE plpgsql
+                AS $$ BEGIN RAISE EXCEPTION 'hijacked: hashtext'; END $$;
+            CREATE FUNCTION evil.eq(bigint, bigint) RETURNS boolean LANGUAGE plpgsql
+                AS $$ BEGIN RAISE EXCEPTION 'hijacked: ='; END $$;
+            CREATE OPERATOR evil.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.eq);
+            CREATE TABLE evil.job (id bigint);
+            CREATE TEMP TABLE job (id bigint);
+            SET search_path = evil, pg_temp, pg_catalog, pgqueue, public;
+        """)
+        # the shadows are real: a helper that runs as its caller (now_ms) is caught by them
+        with pytest.raises(psycopg.errors.RaiseException, match="hijacked: now"):
+            conn.execute("SELECT pgqueue.now_ms()")
+        job_id = conn.execute(
+            "SELECT pgqueue.enqueue_one('default', 'x'::bytea, 'k', 0, NULL, NULL, NULL, NULL, NULL)"
+        ).fetchone()
+        leased = conn.execute("SELECT id, lease_id FROM pgqueue.lease('default', 1, 60000, 0, 0)"
+                              ).fetchall()
+        assert len(leased) == 1
+        conn.execute("SELECT pgqueue.cancel(%s)", [leased[0][0]])
+        conn.execute("SELECT * FROM pgqueue.nack(%s, %s, 'x', 0)", leased[0])
+    assert job_id is not None
+    assert op_counts(dsn) == {"Enqueue": 1, "Lease": 1, "RequestCancel": 1, "Cancel": 1}
+    assert q.job(leased[0][0]) is None  # the nack of a job asked to stop ended it
+    with connection.connect(dsn) as owner:
+        owner.execute("DROP SCHEMA evil CASCADE")
+
+
+def test_only_the_owner_may_pin_the_transitions_clock(q: pgqueue.Queue, dsn: str,
+                                                      logins: Logins) -> None:
+    job_id = q.enqueue(b"x")
+    (lease,) = q.lease(1, visibility_timeout=60)
+    far = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=365)).isoformat()
+    with connection.connect(logins.dsn(dsn, "operator")) as conn:
+        conn.execute("SELECT set_config('pgqueue.now', %s, false)", [far])
+        with pytest.raises(psycopg.errors.InsufficientPrivilege,
+                           match="only the pgqueue schema's owner may pin the clock"):
+            conn.execute("SELECT * FROM pgqueue.reclaim_expired_jobs()")
+    info = q.job(job_id)
+    assert info is not None and info.state == "leased" and info.lease_id == lease.lease_id
+
+
+def test_db_grant_gives_a_login_its_role(dsn: str, bed: Any, logins: Logins) -> None:
+    from pgqueue import access
+
+    name = logins.names["none"] + "_g"
+    with connection.connect(bed.server_dsn) as conn:
+        conn.execute(pg_sql.SQL("DROP ROLE IF EXISTS {}").format(pg_sql.Identifier(name)))
+        conn.execute(pg_sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+            pg_sql.Identifier(name), pg_sql.Literal(logins.password)))
+    try:
+        assert access.grant(dsn, "producer", name) == f'GRANT "pgqueue_producer" TO "{name}";'
+        from psycopg.conninfo import make_conninfo
+        with pgqueue.Queue(make_conninfo(dsn, user=name, password=logins.password)) as mine:
+            assert mine.enqueue(b"granted") > 0
+            with pytest.raises(pgqueue.PermissionDenied):
+                mine.lease(1)
+    finally:
+        with connection.connect(bed.server_dsn) as conn:
+            conn.execute(pg_sql.SQL("DROP ROLE {}").format(pg_sql.Identifier(name)))
+    with pytest.raises(ValueError, match="role must be one of"):
+        access.grant(dsn, "superuser", name)
+    with pytest.raises(ValueError, match="login must be a role name"):
+        access.grant(dsn, "reader", "")
