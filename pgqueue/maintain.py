@@ -25,10 +25,6 @@ log = logging.getLogger("pgqueue.maintain")
 
 #: Workers silent for this long are dropped from the registry.
 WORKER_TTL_SECONDS = 600.0
-#: Ops younger than this are kept (they are the jobs' history); older ones are pruned once
-#: every attached replica has confirmed them.
-OPLOG_KEEP_SECONDS = 7 * 86400.0
-REPLICA_STALE_SECONDS = 86400.0
 #: Ops pruned per statement, and statements per maintenance pass at most (200,000 ops a pass).
 OPLOG_PRUNE_BATCH = 10_000
 OPLOG_PRUNE_BATCHES = 20
@@ -103,8 +99,10 @@ def _leader_pass(conn: queries.Conn) -> tuple[list[reclaim.Reclaimed], int, int]
     # no waiting for a logical replica's slot here: ops are kept a week anyway, and a wait
     # would hold this pass (and its snapshot) back; a busy queue writes ops faster than one
     # batch a second would remove them, hence several batches
-    ops = replica.prune_batches(conn, keep=OPLOG_KEEP_SECONDS, stale_after=REPLICA_STALE_SECONDS,
-                                batch=OPLOG_PRUNE_BATCH, wait=0, max_batches=OPLOG_PRUNE_BATCHES)
+    # ops a week old, once every replica seen within a day applied them (pgqueue.prune_old_ops:
+    # the bounds are the database's, so a worker's role prunes nothing younger)
+    ops = replica.prune_batches(conn, keep=None, stale_after=0, batch=OPLOG_PRUNE_BATCH, wait=0,
+                                max_batches=OPLOG_PRUNE_BATCHES)
     return reclaimed, ticks.fired, ops
 
 
@@ -124,9 +122,9 @@ def vacuum_if_needed(conn: queries.Conn) -> bool:
     if not queries.scalar(conn, "may_vacuum_job"):
         if conn.info.user not in _CANNOT_VACUUM:
             _CANNOT_VACUUM.add(conn.info.user)
-            log.warning("maintenance: the role %s may not VACUUM pgqueue.job (its owner may; "
-                        "on Postgres 17 and later pgqueue_worker may): %d dead row versions "
-                        "are left to autovacuum, or to `pgqueue maintain` run as the owner",
+            log.warning("maintenance: the role %s may not VACUUM pgqueue.job (its owner may): "
+                        "%d dead row versions are left to `pgqueue maintain` run as the owner "
+                        "(it vacuums whoever runs the passes), or to autovacuum",
                         conn.info.user, dead)
         return False
     queries.vacuum(conn, "job")
@@ -158,6 +156,7 @@ class Maintainer:
         self.passes = 0
         self._stop = threading.Event()
         self._conn: queries.Conn | None = None
+        self._vacuums: bool | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -169,6 +168,7 @@ class Maintainer:
             except Exception:
                 log.debug("closing maintenance connection failed", exc_info=True)
         self._conn = None
+        self._vacuums = None
         self.elected = False
 
     def tick(self) -> PassResult | None:
@@ -181,12 +181,23 @@ class Maintainer:
         if self.elect and not self.elected:
             self.elected = bool(queries.scalar(self._conn, "try_maintenance_lock"))
             if not self.elected:
+                # the elected runner may be a worker whose role may not VACUUM the job table:
+                # a runner that may (the owner's `pgqueue maintain`) keeps it small regardless
+                if self._may_vacuum():
+                    vacuum_if_needed(self._conn)
                 return None
         result = run_pass(self._conn)
         self.passes += 1
         if self.on_pass is not None:
             self.on_pass(result)
         return result
+
+    def _may_vacuum(self) -> bool:
+        """Whether this runner's role may VACUUM the job table (asked once per connection)."""
+        if self._vacuums is None:
+            assert self._conn is not None
+            self._vacuums = bool(queries.scalar(self._conn, "may_vacuum_job"))
+        return self._vacuums
 
     def run(self) -> None:
         """Loop until stop(); survives lost connections (the lock is re-contested)."""

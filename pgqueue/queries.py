@@ -47,6 +47,9 @@ _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _TABLES = re.compile(r"^-- schema: tables\b.*$", re.MULTILINE)
 _FUNCTIONS = re.compile(r"^-- schema: functions\b.*$", re.MULTILINE)
 _PER_CALL = re.compile(r"^--\s*planned per call\b", re.MULTILINE)
+_COMMENT = re.compile(r"--[^\n]*")
+_CALLS = re.compile(r"\bpgqueue\.([a-z_][a-z0-9_]*)\s*\(")
+_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|TRUNCATE|LOCK|setval|FOR (UPDATE|SHARE))\b")
 #: The order a fresh database installs the stages in: every stage's tables first, then every
 #: stage's functions (SQL-language bodies are checked at creation, so helpers come first).
 SCHEMA_STAGES = ("core", "observe", "schema", "oplog", "replica", "steps", "schedule", "worker",
@@ -71,6 +74,17 @@ class Query:
     stage: str
     sql: str
     prepare: bool = True
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        """The pgqueue functions the statement calls (what a refused call needs the rights to)."""
+        return tuple(dict.fromkeys(_CALLS.findall(_COMMENT.sub("", self.sql))))
+
+    @property
+    def writes(self) -> bool:
+        """Whether the statement writes or locks a table itself (not through a function):
+        only the schema owner's statements do (migrations, replica tasks)."""
+        return _WRITES.search(_COMMENT.sub("", self.sql)) is not None
 
 
 @cache
@@ -245,7 +259,7 @@ def grant_role_sql(role: str, login: str) -> pg_sql.Composed:
 ROLES = ("pgqueue_reader", "pgqueue_producer", "pgqueue_worker", "pgqueue_operator")
 _GRANT = re.compile(r"^GRANT (EXECUTE ON FUNCTION|SELECT ON ALL TABLES IN SCHEMA|USAGE ON SCHEMA)"
                     r"\s+(.*?)\s+TO (pgqueue_[a-z]+);", re.MULTILINE | re.DOTALL)
-_DENIED = re.compile(r"permission denied for (function|table|view|schema|sequence) (\S+)")
+_DENIED = re.compile(r"permission denied for (function|table|view|schema|sequence|database) (\S+)")
 
 
 @cache
@@ -264,24 +278,40 @@ def granted() -> dict[tuple[str, str], str]:
     return found
 
 
-def _denied(message: str, user: str | None) -> PermissionDenied:
+def _denied(message: str, user: str | None, query: Query | None = None,
+            hint: str | None = None) -> PermissionDenied:
     """A refused call (42501), saying which pgqueue role it needs and how to grant it, with
-    Postgres's own words last."""
+    Postgres's own words last. `query`: the named statement refused (a login without the
+    schema's use is told the role that statement needs, not only a reader's)."""
     found = _DENIED.search(message)
-    if found is None:  # one of ours (a pinned clock, the roles missing): its message says why
-        return PermissionDenied(message)
+    if found is None:  # one of ours (a pinned clock, the roles missing): its words say why
+        return PermissionDenied(f"{message} ({hint})" if hint else message)
     kind, name = found.groups()
-    role = granted().get(("function", name)) if kind == "function" else \
-        granted().get(("table", "*")) if kind in ("table", "view") else \
-        granted().get(("schema", name)) if kind == "schema" else None
     who = f"the role {user}" if user else "the connected role"
+    if kind == "database":
+        return PermissionDenied(
+            f"{who} may not create objects in the database {name}: only the pgqueue schema's "
+            f"owner (the role that ran `pgqueue db upgrade` first) migrates it ({message})")
+    needs = [granted().get(("function", f)) for f in (query.functions if query else ())]
+    if kind == "function":
+        role = granted().get(("function", name))
+    elif query is not None and query.writes:
+        role = None  # a statement of the owner's own (a replica task, a migration)
+    elif kind in ("table", "view", "schema"):
+        # a reader's right; more when the statement calls a function a higher role has
+        roles: list[str | None] = [r for r in needs if r is not None] or [
+            granted().get(("table", "*"))]
+        role = max((r for r in roles if r is not None), key=ROLES.index, default=None)
+    else:
+        role = None
     what = {"function": f"call pgqueue.{name}", "table": f"use the table pgqueue.{name}",
             "view": f"read the view pgqueue.{name}", "schema": f"use the schema {name}",
             "sequence": f"use the sequence pgqueue.{name}"}[kind]
     if role is None:
-        why = ("only the schema owner may" if kind in ("function", "sequence", "schema") else
-               "no pgqueue role writes a table: state changes through the transition "
-               "functions (pgqueue.enqueue, pgqueue.cancel, ...)")
+        why = ("no pgqueue role writes a table: state changes through the transition functions "
+               "(pgqueue.enqueue, pgqueue.cancel, ...), and the replica tasks and migrations "
+               "are the schema owner's" if kind in ("table", "view") else
+               "only the schema owner may")
         return PermissionDenied(f"{who} may not {what}: {why} ({message})", None)
     wider = ROLES[ROLES.index(role) + 1:]
     includes = "" if not wider else (
@@ -289,20 +319,18 @@ def _denied(message: str, user: str | None) -> PermissionDenied:
         f" ({', '.join(wider[:-1])} and {wider[-1]} include it)")
     return PermissionDenied(
         f"{who} may not {what}: that needs the pgqueue role {role}{includes}; an "
-        f"administrator grants it: pgqueue db grant {role} --to {user or 'LOGIN'}"
-        + ("" if kind != "table" else
-           "; no pgqueue role writes a table: state changes through the transition functions")
-        + f" ({message})",
+        f"administrator grants it: pgqueue db grant {role} --to {user or 'LOGIN'} ({message})",
         role)
 
 
-def translate(exc: psycopg.Error, user: str | None = None) -> Exception:
+def translate(exc: psycopg.Error, user: str | None = None, query: Query | None = None
+              ) -> Exception:
     """Map a driver error to pgqueue's error classes (SQLSTATEs raised by our functions);
-    `user`: the connected role, named when a call is refused."""
+    `user`: the connected role, and `query` the statement, named when a call is refused."""
     state = getattr(exc.diag, "sqlstate", None) if isinstance(exc, psycopg.Error) else None
     message = (exc.diag.message_primary if exc.diag else None) or str(exc)
     if state == "42501":
-        return _denied(message, user)
+        return _denied(message, user, query, exc.diag.message_hint if exc.diag else None)
     if state == "PQ404":
         return JobNotFound(message)
     if state == "PQ409":

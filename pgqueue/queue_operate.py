@@ -318,7 +318,9 @@ class QueueOperations:
 
     @follow_leader(idempotent=True)
     def tick_schedules(self, *, now: dt.datetime | None = None) -> TickResult:
-        """Run one tick pass over every stream's due schedules (maintenance does this)."""
+        """Run one tick pass over every stream's due schedules (maintenance does this). `now`
+        runs it for another time than the database's: the schema owner's alone (it pins the
+        clock of the transitions it calls; PermissionDenied for any other role)."""
         with self.connection() as conn:
             return schedule.tick(conn, now=now)
 

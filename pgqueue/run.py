@@ -26,7 +26,7 @@ def _run(conn: Conn, name: str, params: queries.Params,
             cur.execute(sql, params, prepare=None if query.prepare else False)
             return cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:
-        raise queries.translate(exc, conn.info.user) from exc
+        raise queries.translate(exc, conn.info.user, query) from exc
 
 
 def fetch(conn: Conn, name: str, params: queries.Params = None) -> list[dict[str, Any]]:

@@ -14,12 +14,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import create_engine, pool
+from sqlalchemy.exc import DBAPIError
 
 from pgqueue import connection, queries
 from pgqueue.errors import SchemaError, SchemaTooNew
@@ -51,7 +53,14 @@ def _alembic(dsn: str, location: Path | None = None) -> Iterator[tuple[Config, A
         with engine.connect() as conn:
             cfg = _config(location)
             cfg.attributes["connection"] = conn
-            yield cfg, conn.connection.driver_connection
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            try:
+                yield cfg, driver
+            except DBAPIError as exc:  # a statement of a revision, run through SQLAlchemy
+                if isinstance(exc.orig, psycopg.Error):
+                    raise queries.translate(exc.orig, driver.info.user) from exc
+                raise
             conn.commit()
     finally:
         engine.dispose()

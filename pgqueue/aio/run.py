@@ -25,7 +25,7 @@ async def _run(conn: AsyncConn, name: str, params: queries.Params,
             await cur.execute(sql, params, prepare=None if query.prepare else False)
             return await cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:
-        raise queries.translate(exc, conn.info.user) from exc
+        raise queries.translate(exc, conn.info.user, query) from exc
 
 
 async def fetch(conn: AsyncConn, name: str, params: queries.Params = None) -> list[dict[str, Any]]:

@@ -6,9 +6,14 @@
 --   pgqueue_producer  enqueues (also from SQL); a reader
 --   pgqueue_worker    leases, renews, acks, nacks, returns, parks, upcasts, ends a cancelled
 --                     job, registers itself and its handlers' step lists and kind settings,
---                     runs the maintenance passes (reclaim, cron ticks, prune); a producer
---                     (handlers and cron ticks enqueue)
---   pgqueue_operator  every operator verb, schedules, stream and kind settings; a worker
+--                     runs the maintenance passes (reclaim, cron ticks, the week-old ops'
+--                     prune); a producer (handlers and cron ticks enqueue)
+--   pgqueue_operator  every operator verb, schedules, stream and kind settings, pruning the op
+--                     log to other bounds; a worker
+--
+-- Only the owner may VACUUM the job table (MAINTAIN, on Postgres 17, would also let a role
+-- LOCK or CLUSTER it, stalling the queue): an owner's `pgqueue maintain` vacuums it whoever
+-- holds the maintenance election.
 --
 -- None of them may INSERT, UPDATE or DELETE a table: every change goes through a transition
 -- function, which runs with the schema owner's rights (SECURITY DEFINER, search_path pinned
@@ -83,25 +88,15 @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
     pgqueue.register_step_set, pgqueue.configure_kind_settings, pgqueue.configure_kind,
     pgqueue.register_worker, pgqueue.heartbeat_worker, pgqueue.deregister_worker,
     pgqueue.prune_workers, pgqueue.claim_due_schedules, pgqueue.advance_schedule,
-    pgqueue.prune_op_log, pgqueue.touch_replicas
+    pgqueue.prune_old_ops, pgqueue.touch_replicas
     TO pgqueue_worker;
 
 -- operator
 GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqueue.skip_step,
     pgqueue.accept_step_set, pgqueue.cancel, pgqueue.requeue_dead_letter, pgqueue.apply_to_jobs,
     pgqueue.configure_stream, pgqueue.upsert_schedule, pgqueue.remove_schedule,
-    pgqueue.lock_schedule
+    pgqueue.lock_schedule, pgqueue.prune_op_log
     TO pgqueue_operator;
-
--- VACUUM of the hot job table by a worker's maintenance (Postgres 17 on; before it only the
--- owner may, and autovacuum or the owner's `pgqueue maintain` keeps the table small)
-DO $$
-BEGIN
-    IF current_setting('server_version_num')::int >= 170000 THEN
-        EXECUTE 'GRANT MAINTAIN ON pgqueue.job TO pgqueue_worker';
-    END IF;
-END
-$$;
 
 -- queries -----------------------------------------------------------------------------------
 

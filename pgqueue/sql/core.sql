@@ -243,9 +243,11 @@ DECLARE
     v_role text;
     v_leader text;
 BEGIN
-    -- Shared with every other transition; a demotion takes it exclusively, so it waits for
-    -- transitions that already passed this check, and later ones see the new role.
-    PERFORM pg_advisory_xact_lock_shared(hashtext('pgqueue.role'));
+    -- Reading the node row holds the table's ACCESS SHARE lock to the end of the transaction:
+    -- a demotion (pgqueue.set_role) locks the table ACCESS EXCLUSIVE, so it waits for the
+    -- transitions that already passed this check, and later ones see the new role. (Not an
+    -- advisory lock: any role may take one, and a reader holding it exclusively would stop
+    -- every transition; locking the table that way needs a privilege no pgqueue role has.)
     SELECT role, leader INTO v_role, v_leader FROM pgqueue.node;
     IF v_role IS DISTINCT FROM 'leader' THEN
         RAISE EXCEPTION 'this database is a replica (its leader: %); queue writes go to the leader',

@@ -62,6 +62,18 @@ BEGIN
 END
 $$;
 
+-- The maintenance passes' prune, which is all a worker may prune: ops older than a week,
+-- past what every replica seen in the last day applied, without waiting for a logical
+-- replica's slot. Other bounds (pgqueue.prune_op_log, `pgqueue oplog prune`) are an
+-- operator's choice: a worker must not be able to empty the log or cut a replica off.
+CREATE OR REPLACE FUNCTION pgqueue.prune_old_ops(p_limit int) RETURNS int
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+    SELECT pgqueue.prune_op_log(interval '7 days', interval '1 day', p_limit, interval '0')
+$$;
+
 -- queries -----------------------------------------------------------------------------------
 
 -- name: try_maintenance_lock
@@ -69,13 +81,17 @@ $$;
 -- holder's connection ends (so a dead runner is replaced by the next pass elsewhere).
 SELECT pg_try_advisory_lock(hashtext('pgqueue.maintenance')) AS elected
 
+-- name: oplog_prune_old
+-- One batch of the maintenance passes' prune (pgqueue.prune_old_ops): how many ops it deleted.
+SELECT pgqueue.prune_old_ops(%(limit)s::int) AS pruned
+
 -- name: prune_workers
 -- Forget workers that stopped heartbeating long ago.
 SELECT pgqueue.prune_workers(%(older_than)s::float8) AS pruned
 
 -- name: may_vacuum_job
 -- Whether this session may VACUUM the job table: its owner (or a member, or a superuser), or
--- on Postgres 17 and later a role granted MAINTAIN on it (pgqueue_worker is: access.sql).
+-- on Postgres 17 and later a role an administrator granted MAINTAIN on it.
 SELECT pg_has_role(c.relowner, 'USAGE')
        OR (current_setting('server_version_num')::int >= 170000
            AND has_table_privilege(c.oid, CASE WHEN current_setting('server_version_num')::int >= 170000

@@ -55,9 +55,10 @@ AS $$
 DECLARE
     n pgqueue.node;
 BEGIN
-    -- Wait for every transition in flight (they hold the role lock shared) before the role
-    -- changes, so none commits as a leader's write after a demotion.
-    PERFORM pg_advisory_xact_lock(hashtext('pgqueue.role'));
+    -- Wait for every transition in flight (each read this table in require_leader, and holds
+    -- its ACCESS SHARE lock) before the role changes, so none commits as a leader's write
+    -- after a demotion; the ones that come later wait, then read the new role.
+    LOCK TABLE pgqueue.node IN ACCESS EXCLUSIVE MODE;
     UPDATE pgqueue.node
     SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
         role = p_role, name = coalesce(p_name, name),

@@ -160,6 +160,8 @@ $$;
 
 -- Due schedules of every stream, claimed with SKIP LOCKED for the caller's transaction: a
 -- concurrent scheduler skips them, and once it commits their next_run_at is in the future.
+-- Due by p_now, never later than the database's clock (pgqueue.now_ms): a caller cannot
+-- claim, and so lock, schedules that are not due yet.
 CREATE OR REPLACE FUNCTION pgqueue.claim_due_schedules(p_now timestamptz, p_limit int)
 RETURNS SETOF pgqueue.schedule
 LANGUAGE sql VOLATILE
@@ -167,7 +169,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
     SELECT * FROM pgqueue.schedule
-    WHERE NOT paused AND next_run_at <= p_now
+    WHERE NOT paused AND next_run_at <= least(p_now, pgqueue.now_ms())
     ORDER BY next_run_at
     LIMIT p_limit
     FOR UPDATE SKIP LOCKED

@@ -47,14 +47,16 @@ AS $$
     DELETE FROM pgqueue.worker WHERE id = p_id
 $$;
 
--- Forget workers that stopped heartbeating more than p_older_than seconds ago.
+-- Forget workers that stopped heartbeating more than p_older_than seconds ago (a minute at
+-- least: live workers heartbeat every few seconds, and none is forgotten while it does).
 CREATE OR REPLACE FUNCTION pgqueue.prune_workers(p_older_than float8) RETURNS int
 LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
     WITH gone AS (DELETE FROM pgqueue.worker
-                  WHERE heartbeat_at < now() - p_older_than * interval '1 second' RETURNING 1)
+                  WHERE heartbeat_at < now() - greatest(p_older_than, 60) * interval '1 second'
+                  RETURNING 1)
     SELECT count(*)::int FROM gone
 $$;
 

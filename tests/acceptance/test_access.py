@@ -150,3 +150,29 @@ def test_db_grant_from_the_cli(dsn: str, bed: Any, logins: Logins) -> None:
         with connection.connect(dsn) as conn:
             conn.execute(pg_sql.SQL("REVOKE pgqueue_reader FROM {}").format(
                 pg_sql.Identifier(login)))
+
+
+def test_the_cli_under_the_worker_and_producer_roles(dsn: str, q: pgqueue.Queue,
+                                                     logins: Logins) -> None:
+    producer, worker = logins.dsn(dsn, "producer"), logins.dsn(dsn, "worker")
+    job_id = int(ok(producer, "enqueue", "default", '{"a": 1}', "--kind", "k").stdout)
+    assert q.job(job_id) is not None
+    refused = run(producer, "maintain", "--once")
+    assert refused.exit_code == 1 and "pgqueue_worker" in refused.stderr
+    passed = json.loads(ok(worker, "maintain", "--once", "--json").stdout)
+    assert passed["leader"] is True
+    # the maintenance passes' prune is a worker's; other bounds are an operator's choice
+    refused = run(worker, "oplog", "prune", "--keep", "0")
+    assert refused.exit_code == 1
+    assert "pgqueue_operator" in refused.stderr and "pgqueue db grant" in refused.stderr
+    assert q.op_log(limit=5), "the op log is untouched"
+    pruned = json.loads(ok(logins.dsn(dsn, "operator"), "oplog", "prune", "--keep", "0",
+                           "--json").stdout)
+    assert pruned["pruned"] >= 1
+
+
+def test_only_the_owner_migrates_and_a_role_is_told_so(dsn: str, logins: Logins) -> None:
+    refused = run(logins.dsn(dsn, "operator"), "db", "upgrade")
+    assert refused.exit_code == 1, refused.stderr
+    assert "only the pgqueue schema's owner" in refused.stderr
+    assert "Traceback" not in refused.stderr + refused.stdout

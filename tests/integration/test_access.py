@@ -16,13 +16,15 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql as pg_sql
+from psycopg.types.json import Jsonb
 
 import pgqueue
-from pgqueue import connection, maintain, queries, registry
+from pgqueue import connection, maintain, queries, registry, settle
 from tests.dbhelp import op_counts, state_snapshot
 from tests.logins import LEVELS, Logins
 
 Call = Callable[[pgqueue.Queue, dict[str, Any]], object]
+PASSWORD = "pw-0123456789"  # noqa: S105  (a test server's, trust on loopback)
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,12 @@ def _prepare(q: pgqueue.Queue) -> dict[str, Any]:
     assert lease.job_id == dead
     q.nack(lease, error="boom")
     ctx["dead"] = dead
+    ctx["parked"] = q.enqueue(b"u", kind="k", priority=150)
+    (parked,) = q.lease(1, visibility_timeout=60)
+    with q.connection() as conn:
+        queries.scalar(conn, "mark_undecodable", {"job_id": parked.job_id,
+                                                  "lease_id": parked.lease_id,
+                                                  "reason": "unknown_kind", "detail": Jsonb({})})
     ctx["leased_job"] = q.enqueue(b"l", kind="k", priority=100)
     (held,) = q.lease(1, visibility_timeout=60)
     ctx["lease"] = held
@@ -80,7 +88,24 @@ CASES = [
     Case("register", "worker", lambda q, c: _with_conn(q, lambda conn: registry.register(
         conn, node=1, streams=["default"], concurrency=1))),
     Case("maintenance pass", "worker", lambda q, c: _with_conn(q, maintain.run_pass)),
+    Case("ack_many", "worker", lambda q, c: q.ack_many([c["lease"]])),
+    Case("renew_many", "worker", lambda q, c: q.renew_many([(c["lease"], None, None)])),
+    Case("end as cancelled", "worker", lambda q, c: _with_conn(
+        q, lambda conn: settle.end_cancelled(conn, c["lease"]))),
+    Case("mark undecodable", "worker", lambda q, c: _with_conn(q, lambda conn: queries.scalar(
+        conn, "mark_undecodable", {"job_id": c["lease"].job_id, "lease_id": c["lease"].lease_id,
+                                   "reason": "unknown_kind", "detail": Jsonb({})}))),
+    Case("upcast", "worker", lambda q, c: _with_conn(q, lambda conn: queries.scalar(
+        conn, "upcast_job", {"job_id": c["lease"].job_id, "lease_id": c["lease"].lease_id,
+                             "payload": b"v2", "schema_version": 2}))),
+    Case("heartbeat", "worker", lambda q, c: _with_conn(
+        q, lambda conn: registry.heartbeat(conn, 1))),
+    Case("job_preview", "reader", lambda q, c: q.job_preview(c["pending"], preview_bytes=4)),
+    Case("step_list", "reader", lambda q, c: q.step_list("nohash")),
+    Case("schedule", "reader", lambda q, c: q.schedule("nightly")),
     # operator
+    Case("release", "operator", lambda q, c: q.release(c["parked"])),
+    Case("resume_schedule", "operator", lambda q, c: q.resume_schedule("nightly")),
     Case("cancel", "operator", lambda q, c: q.cancel(c["pending"])),
     Case("cancel running", "operator", lambda q, c: q.cancel(c["leased_job"])),
     Case("requeue_dead_letter", "operator", lambda q, c: q.requeue_dead_letter(c["dead"])),
@@ -298,3 +323,122 @@ def test_db_grant_gives_a_login_its_role(dsn: str, bed: Any, logins: Logins) -> 
         access.grant(dsn, "superuser", name)
     with pytest.raises(ValueError, match="login must be a role name"):
         access.grant(dsn, "reader", "")
+
+
+# -- an owner that is not a superuser, on a server without the roles yet --------------------------
+
+
+def test_a_non_superuser_owner_migrates_once_an_administrator_made_the_roles(
+        tmp_path: Any) -> None:
+    """On a server of its own (its roles are the server's): an owner without CREATEROLE is
+    stopped before anything is written, told the statements to run; once an administrator ran
+    them, it migrates, grants the roles, and its transitions run for a worker login; a second
+    database of the server migrates with the roles already there."""
+    from psycopg.conninfo import make_conninfo
+
+    from pgqueue import schema
+    from pgqueue.embedded import EmbeddedServer
+
+    server = EmbeddedServer(tmp_path / "pg", settings={"fsync": "off"})
+    admin = server.start()
+    try:
+        with connection.connect(admin) as conn:
+            for login, extra in (("owner", "CREATEDB"), ("jobs", "")):
+                conn.execute(pg_sql.SQL("CREATE ROLE {} LOGIN {} PASSWORD {}").format(
+                    pg_sql.Identifier(login), pg_sql.SQL(extra), pg_sql.Literal(PASSWORD)))
+            conn.execute("CREATE DATABASE app OWNER owner")
+            conn.execute("CREATE DATABASE other OWNER owner")
+        owner = make_conninfo(admin, dbname="app", user="owner", password=PASSWORD)
+        with pytest.raises(pgqueue.PermissionDenied) as refused:
+            schema.upgrade(owner)
+        assert "may not create them" in str(refused.value)
+        assert "CREATE ROLE pgqueue_reader NOLOGIN" in str(refused.value)  # the hint
+        assert schema.current(owner) is None  # nothing was written
+        with connection.connect(admin) as conn:  # what the hint says, run by an administrator
+            for role in ("reader", "producer", "worker", "operator"):
+                conn.execute(pg_sql.SQL("CREATE ROLE {} NOLOGIN").format(
+                    pg_sql.Identifier(f"pgqueue_{role}")))
+            conn.execute("GRANT pgqueue_reader TO pgqueue_producer")
+            conn.execute("GRANT pgqueue_producer TO pgqueue_worker")
+            conn.execute("GRANT pgqueue_worker TO pgqueue_operator")
+            for role in ("reader", "producer", "worker", "operator"):
+                conn.execute(pg_sql.SQL("GRANT {} TO owner WITH ADMIN OPTION").format(
+                    pg_sql.Identifier(f"pgqueue_{role}")))
+        schema.upgrade(owner)
+        schema.upgrade(make_conninfo(admin, dbname="other", user="owner", password=PASSWORD))
+        from pgqueue import access
+        access.grant(owner, "worker", "jobs")
+        with pgqueue.Queue(make_conninfo(owner, user="jobs")) as worker:
+            job_id = worker.enqueue(b"x")
+            (lease,) = worker.lease(1)
+            worker.ack(lease)
+            assert worker.history(job_id) is not None
+            with pytest.raises(pgqueue.PermissionDenied, match="pgqueue_operator"):
+                worker.cancel(job_id)
+    finally:
+        server.stop("immediate")
+
+
+# -- more calls, and the async API, under the roles ------------------------------------------------
+
+
+def test_a_login_without_a_pgqueue_role_is_told_what_its_call_needs(
+        q: pgqueue.Queue, dsn: str, logins: Logins) -> None:
+    with pytest.raises(pgqueue.PermissionDenied) as refused:
+        with pgqueue.Queue(logins.dsn(dsn, "none")) as nobody:
+            nobody.enqueue(b"x")
+    assert refused.value.role in ("pgqueue_reader", "pgqueue_producer")  # opening reads first
+
+
+def test_a_producer_may_not_prune_the_op_log_nor_a_worker_choose_its_bounds(
+        q: pgqueue.Queue, dsn: str, logins: Logins) -> None:
+    from pgqueue import replica
+
+    q.enqueue(b"x")
+    before = op_counts(dsn)
+    with connection.connect(logins.dsn(dsn, "worker")) as conn:
+        with pytest.raises(pgqueue.PermissionDenied) as refused:
+            replica.prune_batches(conn, keep=0, stale_after=0, batch=100, wait=0)
+        assert refused.value.role == "pgqueue_operator"
+        # the maintenance passes' own bounds (a week) are a worker's: nothing that young goes
+        assert replica.prune_batches(conn, keep=None, stale_after=0, batch=100, wait=0) == 0
+    assert op_counts(dsn) == before
+    with connection.connect(logins.dsn(dsn, "operator")) as conn:
+        assert replica.prune_batches(conn, keep=0, stale_after=0, batch=100, wait=0) >= 1
+
+
+@pytest.mark.parametrize("who", LEVELS[1:])
+def test_no_role_moves_a_sequence(dsn: str, logins: Logins, who: str) -> None:
+    with connection.connect(logins.dsn(dsn, who)) as conn:
+        for seq in ("job_id_seq", "lease_id_seq", "op_log_seq_seq"):
+            for stmt in ("SELECT nextval({})", "SELECT setval({}, 1)"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(pg_sql.SQL(stmt).format(pg_sql.Literal(f"pgqueue.{seq}")))
+
+
+def test_the_async_api_under_the_roles(dsn: str, logins: Logins) -> None:
+    import asyncio
+
+    async def main() -> None:
+        async with pgqueue.AsyncQueue(logins.dsn(dsn, "producer")) as producer:
+            job_id = await producer.enqueue(b"x")
+            assert (await producer.job(job_id)) is not None
+            with pytest.raises(pgqueue.PermissionDenied) as refused:
+                await producer.lease(1)
+            assert refused.value.role == "pgqueue_worker"
+        async with pgqueue.AsyncQueue(logins.dsn(dsn, "worker")) as worker:
+            (lease,) = await worker.lease(1)
+            await worker.ack(lease)
+            with pytest.raises(pgqueue.PermissionDenied, match="pgqueue_operator"):
+                await worker.configure_stream(retry_base=1.0)
+
+    asyncio.run(main())
+
+
+def test_the_owners_clock_is_the_owners(q: pgqueue.Queue, dsn: str, logins: Logins) -> None:
+    """A cron tick for a given time pins the clock: the owner's (tests, a controlled pass)."""
+    q.upsert_schedule("nightly", "0 3 * * *")
+    with pgqueue.Queue(logins.dsn(dsn, "operator")) as operator:
+        with pytest.raises(pgqueue.PermissionDenied, match="only the pgqueue schema's owner"):
+            operator.tick_schedules(now=dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc))
+        assert operator.tick_schedules().fired == 0  # by the database's clock: not due

@@ -904,8 +904,9 @@ def test_schedule_ops_replay_to_identical_tables(conn: Conn, dsn: str, bed: Bed)
 
 def test_a_maintenance_pass_fires_due_schedules(conn: Conn) -> None:
     real_now = dt.datetime.now(UTC)
-    created = real_now - dt.timedelta(hours=23)
-    # daily at midnight UTC, created 23 h ago: the next midnight is due, within a day's grace
+    # daily at midnight UTC, created an hour before the last midnight: that midnight is due,
+    # within a day's grace (whatever the time of day the test runs at)
+    created = real_now.replace(hour=0, minute=0, second=0, microsecond=0) - dt.timedelta(hours=1)
     schedule.upsert(conn, "default", "midnight", "0 0 * * *", b"m", misfire_grace=86400,
                     now=created)
     due = schedule.next_fire("0 0 * * *", "UTC", created)
