@@ -19,7 +19,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -27,7 +26,7 @@ from rich.console import Console
 from typing_extensions import LiteralString
 
 import pgqueue
-from pgqueue import benchmark, connection, enqueue, lease, newjobs, queries, settle
+from pgqueue import benchmark, connection, enqueue, lease, queries, settle
 from pgqueue.benchmark import fresh_database, print_figures, server
 from pgqueue.embedded import bin_dir
 
@@ -46,13 +45,7 @@ def pgbench(dsn: str, *args: str) -> float:
 def enqueue_script(dsn: str, stream: str, job: pgqueue.NewJob) -> Path:
     """A pgbench script of the very statement Queue.enqueue sends for `job` (rendered with its
     parameters), so pgbench measures the server's side of one-at-a-time enqueue."""
-    cols = newjobs.columns([job])
-    params: dict[str, Any] = {
-        "stream": stream, "payload": cols["payloads"][0], "kind": cols["kinds"][0],
-        "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],
-        "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
-        "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
-        "request": None, "resent": False, "trace": None}  # as Queue.enqueue sends them untraced
+    params = enqueue.one_params(stream, job)  # as Queue.enqueue sends them, untraced
     query: LiteralString = "\n".join(line for line in queries.get("enqueue_job").sql.splitlines()
                       if not line.lstrip().startswith("--"))
     with connection.connect(dsn) as conn:

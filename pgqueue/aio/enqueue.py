@@ -48,20 +48,28 @@ async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob],
     return ids
 
 
-async def enqueue_one(conn: run.AsyncConn, stream: str, job: NewJob, *,
-                      request: uuid.UUID | None = None, resent: bool = False,
-                      trace: dict[str, str] | None = None) -> int:
-    """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
+def one_params(stream: str, job: NewJob, *, request: uuid.UUID | None = None,
+               resent: bool = False, trace: dict[str, str] | None = None) -> dict[str, Any]:
+    """The parameters of the enqueue_job statement for one job (what enqueue_one sends; the
+    benchmark renders the same statement with them)."""
     validate.stream(stream)
     cols = newjobs.columns([job])
-    found = await run.scalar(conn, "enqueue_job", {
+    return {
         "stream": stream, "payload": cols["payloads"][0], "kind": cols["kinds"][0],
         "priority": cols["priorities"][0], "delay_ms": cols["delays_ms"][0],
         "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
         "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
         "request": request, "resent": resent, "trace": None if trace is None else Jsonb(trace),
         "concurrency_key": cols["concurrency_keys"][0],
-    })
+    }
+
+
+async def enqueue_one(conn: run.AsyncConn, stream: str, job: NewJob, *,
+                      request: uuid.UUID | None = None, resent: bool = False,
+                      trace: dict[str, str] | None = None) -> int:
+    """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
+    found = await run.scalar(conn, "enqueue_job", one_params(
+        stream, job, request=request, resent=resent, trace=trace))
     if found is None:
         raise newjobs.lost_holder(request)
     return int(found)

@@ -234,6 +234,7 @@ DECLARE
     v_bpri smallint;                -- the p_limit-th candidate of the kinds without a limit
     v_bid bigint;
     v_cap int := p_limit * 4 + 200;  -- jobs read in lease order before taking kinds apart
+    v_counted bigint[];             -- rate-limited leases counted in their windows now
     i int;
 BEGIN
     LOOP
@@ -381,18 +382,24 @@ BEGIN
                    WHERE t.id = ANY(v_got) AND p_rate[t.ki] IS NOT NULL);
     -- the leases of rate-limited kinds said started now, into the bucket of the clock of their
     -- kind's lock (the same rule as pgqueue.lease's lease_started)
-    INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
-    SELECT p_stream, p_kinds[t.ki], v_ats[t.ki] / s.size * s.size,
-           v_ats[t.ki] / s.size * s.size + s.size, count(*)
-    FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
-    JOIN unnest(ids) WITH ORDINALITY AS o(id, n) ON o.id = t.id
-    JOIN pgqueue.job j ON j.id = t.id
-    CROSS JOIN LATERAL (SELECT pgqueue.rate_bucket_ms(p_rate_ms[t.ki]) AS size) s
-    WHERE p_rate[t.ki] IS NOT NULL
-      AND (p_start IS NULL OR o.n <= p_start OR j.unstarted_reclaims > 0)
-    GROUP BY t.ki, s.size, v_ats[t.ki]
-    ON CONFLICT (stream, kind, bucket) DO UPDATE
-    SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
+    IF cardinality(rated) > 0 THEN
+        v_counted := rated;  -- every one, unless some are leased ahead (counted as they start)
+        IF p_start IS NOT NULL THEN
+            v_counted := ARRAY(SELECT o.id FROM unnest(ids) WITH ORDINALITY AS o(id, n)
+                               JOIN pgqueue.job j ON j.id = o.id
+                               WHERE o.id = ANY(rated)
+                                 AND (o.n <= p_start OR j.unstarted_reclaims > 0));
+        END IF;
+        INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
+        SELECT p_stream, p_kinds[t.ki], v_ats[t.ki] / s.size * s.size,
+               v_ats[t.ki] / s.size * s.size + s.size, count(*)
+        FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
+        CROSS JOIN LATERAL (SELECT pgqueue.rate_bucket_ms(p_rate_ms[t.ki]) AS size) s
+        WHERE t.id = ANY(v_counted)
+        GROUP BY t.ki, s.size, v_ats[t.ki]
+        ON CONFLICT (stream, kind, bucket) DO UPDATE
+        SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
+    END IF;
 END
 $$;
 
