@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -21,10 +19,10 @@ from psycopg import sql as pg_sql
 import pgqueue
 from pgqueue import connection, schedule
 from tests.acceptance.clihelp import ok, run
-from tests.acceptance.test_dashboard_cli import REPO, _dashboard, _post
+from tests.acceptance.test_dashboard_cli import _dashboard, _post
+from tests.acceptance.test_metrics_cli import serve_and_scrape
 from tests.acceptance.test_worker import Ledger, Workers, stop
 from tests.dbhelp import wait_for
-from tests.integration.test_metrics import scrape
 from tests.logins import Logins
 
 TOKEN = "access-test-admin-token-0123456789"  # noqa: S105  (a test's token)
@@ -81,22 +79,9 @@ def test_the_operators_cli_as_pgqueue_operator(dsn: str, q: pgqueue.Queue,
 
 def test_metrics_serve_as_pgqueue_reader(dsn: str, q: pgqueue.Queue, logins: Logins) -> None:
     q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(3)])
-    proc = subprocess.Popen([sys.executable, "-m", "pgqueue", "metrics", "serve", "--port", "0"],
-                            cwd=REPO, env={**os.environ, "PGQUEUE_DSN": logins.dsn(dsn, "reader")},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        found = re.search(r"on (http://127\.0\.0\.1:\d+/metrics)", proc.stdout.readline())
-        assert found
-        samples = scrape(found.group(1))
-        assert samples[("pgqueue_jobs", (("state", "pending"), ("stream", "default")))] == 3
-        assert samples[("pgqueue_database_up", ())] == 1
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    samples = serve_and_scrape(logins.dsn(dsn, "reader"))
+    assert samples[("pgqueue_jobs", (("state", "pending"), ("stream", "default")))] == 3
+    assert samples[("pgqueue_database_up", ())] == 1
 
 
 def _started(proc: subprocess.Popen[str]) -> str:

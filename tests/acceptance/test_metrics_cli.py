@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -19,9 +20,8 @@ from tests.integration.test_metrics import scrape
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_metrics_serve_serves_the_database_until_sigterm(dsn: str, q: pgqueue.Queue) -> None:
-    q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(4)])
-    q.lease()
+def serve_and_scrape(dsn: str) -> dict[Any, float]:
+    """Run `pgqueue metrics serve` on `dsn`, scrape it once, and SIGTERM it (exit 0)."""
     proc = subprocess.Popen([sys.executable, "-m", "pgqueue", "metrics", "serve", "--port", "0"],
                             cwd=REPO, env={**os.environ, "PGQUEUE_DSN": dsn},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -31,15 +31,22 @@ def test_metrics_serve_serves_the_database_until_sigterm(dsn: str, q: pgqueue.Qu
         found = re.search(r"on (http://127\.0\.0\.1:\d+/metrics)", line)
         assert found, line
         samples = scrape(found.group(1))
-        assert samples[("pgqueue_jobs", (("state", "pending"), ("stream", "default")))] == 3
-        assert samples[("pgqueue_jobs", (("state", "leased"), ("stream", "default")))] == 1
-        assert samples[("pgqueue_database_up", ())] == 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
+        return samples
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_metrics_serve_serves_the_database_until_sigterm(dsn: str, q: pgqueue.Queue) -> None:
+    q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(4)])
+    q.lease()
+    samples = serve_and_scrape(dsn)
+    assert samples[("pgqueue_jobs", (("state", "pending"), ("stream", "default")))] == 3
+    assert samples[("pgqueue_jobs", (("state", "leased"), ("stream", "default")))] == 1
+    assert samples[("pgqueue_database_up", ())] == 1
 
 
 def test_metrics_serve_refuses_a_database_without_the_schema(empty_dsn: str) -> None:
