@@ -101,31 +101,38 @@ def _leader_pass(conn: queries.Conn) -> tuple[list[reclaim.Reclaimed], int, int]
     # batch a second would remove them, hence several batches
     # ops a week old, once every replica seen within a day applied them (pgqueue.prune_old_ops:
     # the bounds are the database's, so a worker's role prunes nothing younger)
-    ops = replica.prune_batches(conn, keep=None, stale_after=0, batch=OPLOG_PRUNE_BATCH, wait=0,
-                                max_batches=OPLOG_PRUNE_BATCHES)
+    ops = replica.prune_old_batches(conn, batch=OPLOG_PRUNE_BATCH,
+                                    max_batches=OPLOG_PRUNE_BATCHES)
     return reclaimed, ticks.fired, ops
 
 
-#: Roles this process found may not VACUUM the job table (said once each, at WARNING).
-_CANNOT_VACUUM: set[str] = set()
+#: Whether each role may VACUUM the job table, as found (asked once per role and process).
+_MAY_VACUUM: dict[str, bool] = {}
+
+
+def may_vacuum(conn: queries.Conn) -> bool:
+    """Whether the connected role may VACUUM the job table (its owner may; a pgqueue role may
+    not). Said once, at WARNING, when it may not."""
+    user = conn.info.user
+    if user not in _MAY_VACUUM:
+        _MAY_VACUUM[user] = bool(queries.scalar(conn, "may_vacuum_job"))
+        if not _MAY_VACUUM[user]:
+            log.warning("maintenance: the role %s may not VACUUM pgqueue.job (its owner may): "
+                        "dead row versions are left to `pgqueue maintain` run as the owner (it "
+                        "vacuums whoever runs the passes), or to autovacuum", user)
+    return _MAY_VACUUM[user]
 
 
 def vacuum_if_needed(conn: queries.Conn) -> bool:
-    """VACUUM the job table when dead row versions piled up; True when it did. A role that
-    may not (not the owner, before Postgres 17) leaves it to autovacuum, and says so once."""
+    """VACUUM the job table when dead row versions piled up and the role may; True when it
+    did."""
+    if not may_vacuum(conn):
+        return False
     row = queries.fetch_one(conn, "job_dead_tuples")
     if row is None or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         return False
     dead, live = int(row["dead"] or 0), int(row["live"] or 0)
     if dead < max(VACUUM_DEAD_ROWS, live // 5):
-        return False
-    if not queries.scalar(conn, "may_vacuum_job"):
-        if conn.info.user not in _CANNOT_VACUUM:
-            _CANNOT_VACUUM.add(conn.info.user)
-            log.warning("maintenance: the role %s may not VACUUM pgqueue.job (its owner may): "
-                        "%d dead row versions are left to `pgqueue maintain` run as the owner "
-                        "(it vacuums whoever runs the passes), or to autovacuum",
-                        conn.info.user, dead)
         return False
     queries.vacuum(conn, "job")
     log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)
@@ -156,7 +163,6 @@ class Maintainer:
         self.passes = 0
         self._stop = threading.Event()
         self._conn: queries.Conn | None = None
-        self._vacuums: bool | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -168,7 +174,6 @@ class Maintainer:
             except Exception:
                 log.debug("closing maintenance connection failed", exc_info=True)
         self._conn = None
-        self._vacuums = None
         self.elected = False
 
     def tick(self) -> PassResult | None:
@@ -183,21 +188,13 @@ class Maintainer:
             if not self.elected:
                 # the elected runner may be a worker whose role may not VACUUM the job table:
                 # a runner that may (the owner's `pgqueue maintain`) keeps it small regardless
-                if self._may_vacuum():
-                    vacuum_if_needed(self._conn)
+                vacuum_if_needed(self._conn)
                 return None
         result = run_pass(self._conn)
         self.passes += 1
         if self.on_pass is not None:
             self.on_pass(result)
         return result
-
-    def _may_vacuum(self) -> bool:
-        """Whether this runner's role may VACUUM the job table (asked once per connection)."""
-        if self._vacuums is None:
-            assert self._conn is not None
-            self._vacuums = bool(queries.scalar(self._conn, "may_vacuum_job"))
-        return self._vacuums
 
     def run(self) -> None:
         """Loop until stop(); survives lost connections (the lock is re-contested)."""

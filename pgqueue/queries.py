@@ -292,13 +292,13 @@ def _denied(message: str, user: str | None, query: Query | None = None,
         return PermissionDenied(
             f"{who} may not create objects in the database {name}: only the pgqueue schema's "
             f"owner (the role that ran `pgqueue db upgrade` first) migrates it ({message})")
-    needs = [granted().get(("function", f)) for f in (query.functions if query else ())]
     if kind == "function":
         role = granted().get(("function", name))
     elif query is not None and query.writes:
         role = None  # a statement of the owner's own (a replica task, a migration)
     elif kind in ("table", "view", "schema"):
         # a reader's right; more when the statement calls a function a higher role has
+        needs = [granted().get(("function", f)) for f in (query.functions if query else ())]
         roles: list[str | None] = [r for r in needs if r is not None] or [
             granted().get(("table", "*"))]
         role = max((r for r in roles if r is not None), key=ROLES.index, default=None)

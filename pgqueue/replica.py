@@ -201,19 +201,29 @@ def prune(leader_dsn: str, *, keep: float = 7 * 86400.0, stale_after: float = 86
         return prune_batches(conn, keep=keep, stale_after=stale_after, batch=batch, wait=wait)
 
 
-def prune_batches(conn: queries.Conn, *, keep: float | None, stale_after: float, batch: int,
+def prune_batches(conn: queries.Conn, *, keep: float, stale_after: float, batch: int,
                   wait: float, max_batches: int | None = None) -> int:
     """Prune in batches of `batch` ops (each its own statement) until one comes back short,
-    or after `max_batches`. Each reads only the prefix of the log it deletes. `keep` None:
-    the maintenance passes' fixed bounds (pgqueue.prune_old_ops: a week, replicas stale after a
-    day, no wait; all a worker's role may prune), `stale_after` and `wait` unused."""
+    or after `max_batches`. Each reads only the prefix of the log it deletes."""
+    return _batches(lambda: queries.scalar(conn, "oplog_prune", {
+        "keep": keep, "stale_after": stale_after, "limit": batch, "wait": wait}),
+        batch, max_batches)
+
+
+def prune_old_batches(conn: queries.Conn, *, batch: int, max_batches: int | None = None) -> int:
+    """prune_batches with the maintenance passes' fixed bounds (pgqueue.prune_old_ops: ops a
+    week old, replicas stale after a day, no wait): all a worker's role may prune."""
+    return _batches(lambda: queries.scalar(conn, "oplog_prune_old", {"limit": batch}),
+                    batch, max_batches)
+
+
+def _batches(prune_one: Callable[[], Any], batch: int, max_batches: int | None) -> int:
+    """Run `prune_one` (one batch, returning how many it deleted) until a batch comes back
+    short of `batch`, or `max_batches` times."""
     validate.integer(batch, "batch", low=1)
     total, done = 0, 0
     while max_batches is None or done < max_batches:
-        n = int((queries.scalar(conn, "oplog_prune_old", {"limit": batch}) if keep is None
-                 else queries.scalar(conn, "oplog_prune", {
-                     "keep": keep, "stale_after": stale_after, "limit": batch, "wait": wait}))
-                or 0)
+        n = int(prune_one() or 0)
         total += n
         done += 1
         if n < batch:

@@ -191,6 +191,54 @@ CREATE OR REPLACE FUNCTION pgqueue.rate_bucket_ms(p_window_ms bigint) RETURNS bi
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT greatest(1, p_window_ms / 20) $$;
 
+-- A limited kind's lock, held to the end of the transaction: a lease counts the kind under it
+-- (taken without waiting: a kind another lease is counting is left to that one), and so does
+-- pgqueue.start_rated (waiting: it counts one job, for a statement). Returns whether it is held.
+CREATE OR REPLACE FUNCTION pgqueue.lock_kind(p_stream text, p_kind text, p_wait boolean)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_wait THEN
+        PERFORM pg_advisory_xact_lock(hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kind));
+        RETURN true;
+    END IF;
+    RETURN pg_try_advisory_xact_lock(hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kind));
+END
+$$;
+
+-- The clock a rate window is read by: when the kind's lock was taken (the transaction began
+-- earlier), as epoch ms (or the owner's pinned time).
+CREATE OR REPLACE FUNCTION pgqueue.rate_clock_ms() RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$ SELECT pgqueue.to_ms(coalesce(pgqueue.pinned_now(), clock_timestamp())) $$;
+
+-- The leases of a rate-limited kind in its window (p_at - p_rate_ms, p_at]: the buckets that
+-- reach into it, once those wholly before it are deleted. Under the kind's lock.
+CREATE OR REPLACE FUNCTION pgqueue.rate_window_used(p_stream text, p_kind text, p_rate_ms bigint,
+                                                    p_at bigint)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    DELETE FROM pgqueue.kind_lease k
+    WHERE k.stream = p_stream AND k.kind = p_kind AND k.until <= p_at - p_rate_ms;
+    SELECT coalesce(sum(k.n), 0)::bigint FROM pgqueue.kind_lease k
+    WHERE k.stream = p_stream AND k.kind = p_kind;
+$$;
+
+-- Count p_n leases of a rate-limited kind in the bucket p_at falls in. Under the kind's lock.
+CREATE OR REPLACE FUNCTION pgqueue.rate_window_add(p_stream text, p_kind text, p_rate_ms bigint,
+                                                   p_at bigint, p_n bigint)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
+    SELECT p_stream, p_kind, p_at / s.size * s.size, p_at / s.size * s.size + s.size, p_n
+    FROM (SELECT pgqueue.rate_bucket_ms(p_rate_ms) AS size) s
+    ON CONFLICT (stream, kind, bucket) DO UPDATE
+    SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
+$$;
+
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
 -- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
 -- locked (SKIP LOCKED; a few rounds when concurrent leases took some), so a lease locks no
@@ -304,11 +352,8 @@ BEGIN
                 SELECT 1 FROM pgqueue.job j
                 WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
                  AND (v_bpri IS NULL OR j.priority > v_bpri OR (j.priority = v_bpri AND j.id < v_bid)));
-            CONTINUE WHEN NOT pg_try_advisory_xact_lock(
-                hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kinds[i]));
-            -- the rate's clock: when the lock was taken (the transaction began earlier)
-            v_at := pgqueue.to_ms(coalesce(pgqueue.pinned_now(),
-                                           clock_timestamp()));
+            CONTINUE WHEN NOT pgqueue.lock_kind(p_stream, p_kinds[i], false);
+            v_at := pgqueue.rate_clock_ms();
             v_ats[i] := v_at;
             v_room := p_limit;
             IF p_max[i] IS NOT NULL THEN
@@ -316,12 +361,9 @@ BEGIN
                     SELECT count(*) FROM pgqueue.job j
                     WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]));
             END IF;
-            IF p_rate[i] IS NOT NULL THEN  -- buckets that reach into the window (at - ms, at]
-                DELETE FROM pgqueue.kind_lease k
-                WHERE k.stream = p_stream AND k.kind = p_kinds[i] AND k.until <= v_at - p_rate_ms[i];
-                v_room := least(v_room, p_rate[i] - (
-                    SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
-                    WHERE k.stream = p_stream AND k.kind = p_kinds[i]));
+            IF p_rate[i] IS NOT NULL THEN
+                v_room := least(v_room, p_rate[i] - pgqueue.rate_window_used(
+                    p_stream, p_kinds[i], p_rate_ms[i], v_at));
             END IF;
             CONTINUE WHEN v_room <= 0;
             v_before := cardinality(v_lim_ids);
@@ -390,15 +432,9 @@ BEGIN
                                WHERE o.id = ANY(rated)
                                  AND (o.n <= p_start OR j.unstarted_reclaims > 0));
         END IF;
-        INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
-        SELECT p_stream, p_kinds[t.ki], v_ats[t.ki] / s.size * s.size,
-               v_ats[t.ki] / s.size * s.size + s.size, count(*)
-        FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
-        CROSS JOIN LATERAL (SELECT pgqueue.rate_bucket_ms(p_rate_ms[t.ki]) AS size) s
-        WHERE t.id = ANY(v_counted)
-        GROUP BY t.ki, s.size, v_ats[t.ki]
-        ON CONFLICT (stream, kind, bucket) DO UPDATE
-        SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
+        PERFORM pgqueue.rate_window_add(p_stream, p_kinds[c.ki], p_rate_ms[c.ki], v_ats[c.ki], c.n)
+        FROM (SELECT t.ki, count(*) AS n FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
+              WHERE t.id = ANY(v_counted) GROUP BY t.ki) c;
     END IF;
 END
 $$;
@@ -418,7 +454,6 @@ DECLARE
     j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
     c pgqueue.kind_config;
     v_at bigint;
-    v_size bigint;
     v_free bigint;
 BEGIN
     IF j.id IS NULL THEN
@@ -430,14 +465,9 @@ BEGIN
     END IF;
     SELECT * INTO c FROM pgqueue.kind_config k WHERE k.stream = j.stream AND k.kind = j.kind;
     IF c.rate_count IS NOT NULL THEN
-        -- the lock a lease takes to count the kind (waited for here: held for a statement)
-        PERFORM pg_advisory_xact_lock(hashtext('pgqueue.kind'), hashtext(j.stream || '/' || j.kind));
-        v_at := pgqueue.to_ms(coalesce(pgqueue.pinned_now(),
-                                       clock_timestamp()));
-        DELETE FROM pgqueue.kind_lease k
-        WHERE k.stream = j.stream AND k.kind = j.kind AND k.until <= v_at - c.rate_ms;
-        IF (SELECT coalesce(sum(k.n), 0) FROM pgqueue.kind_lease k
-            WHERE k.stream = j.stream AND k.kind = j.kind) >= c.rate_count THEN
+        PERFORM pgqueue.lock_kind(j.stream, j.kind, true);
+        v_at := pgqueue.rate_clock_ms();
+        IF pgqueue.rate_window_used(j.stream, j.kind, c.rate_ms, v_at) >= c.rate_count THEN
             -- full: back until the oldest bucket leaves the window
             SELECT min(k.until) + c.rate_ms INTO v_free FROM pgqueue.kind_lease k
             WHERE k.stream = j.stream AND k.kind = j.kind;
@@ -447,11 +477,7 @@ BEGIN
                                      jsonb_build_object('deferred', 'rate_limit'));
             RETURN 'deferred';
         END IF;
-        v_size := pgqueue.rate_bucket_ms(c.rate_ms);
-        INSERT INTO pgqueue.kind_lease AS k (stream, kind, bucket, until, n)
-        VALUES (j.stream, j.kind, v_at / v_size * v_size, v_at / v_size * v_size + v_size, 1)
-        ON CONFLICT (stream, kind, bucket) DO UPDATE
-        SET n = k.n + 1, until = greatest(k.until, excluded.until);
+        PERFORM pgqueue.rate_window_add(j.stream, j.kind, c.rate_ms, v_at, 1);
     END IF;
     UPDATE pgqueue.job SET lease_started = true WHERE id = j.id;
     INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)

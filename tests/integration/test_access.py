@@ -401,7 +401,7 @@ def test_a_producer_may_not_prune_the_op_log_nor_a_worker_choose_its_bounds(
             replica.prune_batches(conn, keep=0, stale_after=0, batch=100, wait=0)
         assert refused.value.role == "pgqueue_operator"
         # the maintenance passes' own bounds (a week) are a worker's: nothing that young goes
-        assert replica.prune_batches(conn, keep=None, stale_after=0, batch=100, wait=0) == 0
+        assert replica.prune_old_batches(conn, batch=100) == 0
     assert op_counts(dsn) == before
     with connection.connect(logins.dsn(dsn, "operator")) as conn:
         assert replica.prune_batches(conn, keep=0, stale_after=0, batch=100, wait=0) >= 1
