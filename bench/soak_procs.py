@@ -54,6 +54,11 @@ def run_scheduler(args: argparse.Namespace) -> int:
             result = maintain.run_pass(conn)
             passes += 1
             fired += result.schedules_fired
+            if not result.leader and len(args.dsn) > 1:
+                # demoted by a failover: find the new leader (as a worker's maintainer does)
+                log.info("scheduler: %s is a replica now", connection.describe(dsn))
+                conn.close()
+                conn = None
         except PgQueueError as exc:
             log.warning("scheduler: pass failed: %s", exc)
             if conn is not None:

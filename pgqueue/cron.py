@@ -105,11 +105,21 @@ def _steady(zone: ZoneInfo, a: dt.datetime, b: dt.datetime) -> bool:
     return a.astimezone(zone).utcoffset() == b.astimezone(zone).utcoffset()
 
 
+def _calm(zone: ZoneInfo, t: dt.datetime) -> bool:
+    """No clock change within _SHIFT either side of instant t: every wall time placed
+    elsewhere lands on the same side of t as its wall time lies (a gap moves a wall time
+    forward by less than _SHIFT, a fold back by less)."""
+    return _steady(zone, t - _SHIFT, t) and _steady(zone, t, t + _SHIFT)
+
+
 def fire_times(cron: str, zone: ZoneInfo, after: dt.datetime) -> Iterator[dt.datetime]:
     """Fire times strictly after `after`, ascending, as UTC datetimes.
 
     Placement can move a wall time forward past later ones (in a gap), so candidates are
-    buffered and released in order once a later wall time makes an earlier one impossible."""
+    buffered and released in order once a later wall time makes an earlier one impossible: at
+    once when the zone keeps one offset within _SHIFT of it (no later wall time can land
+    before it), else once a candidate _SHIFT later came (a per-second cron would otherwise
+    compute three hours of candidates before its first)."""
     start = after - _SHIFT if not _steady(zone, after - _SHIFT, after) else after
     it = croniter(cron, start.astimezone(zone).replace(tzinfo=None))
     pending: list[dt.datetime] = []
@@ -117,7 +127,7 @@ def fire_times(cron: str, zone: ZoneInfo, after: dt.datetime) -> Iterator[dt.dat
     while True:
         t = _place(it.get_next(dt.datetime), zone)
         heapq.heappush(pending, t)
-        while pending and t - pending[0] >= _SHIFT:
+        while pending and (t - pending[0] >= _SHIFT or _calm(zone, pending[0])):
             first = heapq.heappop(pending)
             if first > last:
                 last = first
@@ -131,7 +141,8 @@ def fire_times(cron: str, zone: ZoneInfo, after: dt.datetime) -> Iterator[dt.dat
 
 
 def fire_times_before(cron: str, zone: ZoneInfo, before: dt.datetime) -> Iterator[dt.datetime]:
-    """Fire times strictly before `before`, descending, as UTC datetimes."""
+    """Fire times strictly before `before`, descending, as UTC datetimes (released as
+    fire_times releases them, mirrored)."""
     end = before + _SHIFT if not _steady(zone, before, before + _SHIFT) else before
     it = croniter(cron, end.astimezone(zone).replace(tzinfo=None))
     pending: list[tuple[float, dt.datetime]] = []  # max-heap by time
@@ -139,7 +150,7 @@ def fire_times_before(cron: str, zone: ZoneInfo, before: dt.datetime) -> Iterato
     while True:
         t = _place(it.get_prev(dt.datetime), zone)
         heapq.heappush(pending, (-t.timestamp(), t))
-        while pending and pending[0][1] - t >= _SHIFT:
+        while pending and (pending[0][1] - t >= _SHIFT or _calm(zone, pending[0][1])):
             _, first = heapq.heappop(pending)
             if first < last:
                 last = first
