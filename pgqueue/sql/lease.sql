@@ -239,6 +239,29 @@ AS $$
     SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
 $$;
 
+-- A kind's ready jobs in lease order that stand ahead of (p_pri, p_id) in it (priority
+-- above p_pri, or equal and id below p_id; every one when p_pri is NULL), at most p_limit
+-- (NULL: no limit). Two index ranges of job_pending_kind_idx, one after the other, so a
+-- backlog of the kind behind the bound is never read (as one OR'ed filter it was: each lease
+-- read the kind's whole backlog).
+CREATE OR REPLACE FUNCTION pgqueue.ready_ahead(p_stream text, p_kind text, p_pri smallint,
+                                               p_id bigint, p_limit int)
+RETURNS TABLE (id bigint, priority smallint, concurrency_key text)
+LANGUAGE sql STABLE
+AS $$
+    (SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
+     WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kind
+       AND j.priority > coalesce(p_pri::int, -32769)
+     ORDER BY j.kind, j.priority DESC, j.id
+     LIMIT p_limit)
+    UNION ALL
+    (SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
+     WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kind
+       AND j.priority = p_pri AND j.id < p_id
+     ORDER BY j.kind, j.priority DESC, j.id
+     LIMIT p_limit)
+$$;
+
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
 -- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
 -- locked (SKIP LOCKED; a few rounds when concurrent leases took some), so a lease locks no
@@ -274,7 +297,9 @@ DECLARE
     v_tried bigint[] := '{}';      -- unlimited candidates another lease locked first
     v_chosen bigint[];
     v_locked bigint[];
-    v_got bigint[] := '{}';
+    v_locked_pris smallint[];
+    v_got bigint[] := '{}';        -- the jobs locked, and their priorities
+    v_got_pris smallint[] := '{}';
     v_job record;
     v_kind text;
     v_round int := 0;
@@ -293,23 +318,23 @@ BEGIN
         -- job_pending_kind_idx: one probe per ready kind, then its first candidates). The
         -- skip scan is not the first resort: it steps over the index entries of jobs leased
         -- or acked since the last vacuum.
-        SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.priority), '{}')
-        INTO v_free_ids, v_free_pris
-        FROM (SELECT c.id, c.priority  -- the outer LIMIT stops the scan at p_limit found
-              FROM (SELECT j.id, j.priority, j.kind FROM pgqueue.job j
+        -- (the v_cap-th job read comes back too, whatever its kind: it says the scan stopped
+        -- at the cap, not at the end of the jobs)
+        SELECT coalesce(array_agg(c.id ORDER BY c.n) FILTER (WHERE c.free), '{}'),
+               coalesce(array_agg(c.priority ORDER BY c.n) FILTER (WHERE c.free), '{}'),
+               coalesce(max(c.n), 0)
+        INTO v_free_ids, v_free_pris, v_scanned
+        FROM (SELECT c.id, c.priority, c.n, c.kind IS NULL OR c.kind <> ALL(p_kinds) AS free
+              FROM (SELECT j.id, j.priority, j.kind,
+                           row_number() OVER (ORDER BY j.priority DESC, j.id) AS n
+                    FROM pgqueue.job j
                     WHERE j.stream = p_stream AND j.state = 'pending' AND j.id <> ALL(v_tried)
                     ORDER BY j.priority DESC, j.id
                     LIMIT v_cap) c
-              WHERE c.kind IS NULL OR c.kind <> ALL(p_kinds)
-              LIMIT p_limit) c;
-        v_scanned := 0;
-        IF cardinality(v_free_ids) < p_limit THEN  -- short: the end of the jobs, or the cap?
-            SELECT count(*)::int INTO v_scanned
-            FROM (SELECT 1 FROM pgqueue.job j
-                  WHERE j.stream = p_stream AND j.state = 'pending' AND j.id <> ALL(v_tried)
-                  ORDER BY j.priority DESC, j.id
-                  LIMIT v_cap) c;
-        END IF;
+              WHERE c.kind IS NULL OR c.kind <> ALL(p_kinds) OR c.n = v_cap
+              LIMIT p_limit + 1) c;  -- stops the scan at p_limit found (and one more)
+        v_free_ids := v_free_ids[1:p_limit];
+        v_free_pris := v_free_pris[1:p_limit];
         IF cardinality(v_free_ids) < p_limit AND v_scanned >= v_cap THEN
             SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.priority), '{}')
             INTO v_free_ids, v_free_pris
@@ -349,9 +374,7 @@ BEGIN
         -- candidates, as many as its room
         FOR i IN 1 .. cardinality(p_kinds) LOOP
             CONTINUE WHEN NOT EXISTS (  -- no ready job of the kind: nothing to count for
-                SELECT 1 FROM pgqueue.job j
-                WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
-                 AND (v_bpri IS NULL OR j.priority > v_bpri OR (j.priority = v_bpri AND j.id < v_bid)));
+                SELECT 1 FROM pgqueue.ready_ahead(p_stream, p_kinds[i], v_bpri, v_bid, 1));
             CONTINUE WHEN NOT pgqueue.lock_kind(p_stream, p_kinds[i], false);
             v_at := pgqueue.rate_clock_ms();
             v_ats[i] := v_at;
@@ -371,10 +394,8 @@ BEGIN
                 SELECT v_lim_ids || coalesce(array_agg(c.id), '{}'),
                        v_lim_pris || coalesce(array_agg(c.priority), '{}')
                 INTO v_lim_ids, v_lim_pris
-                FROM (SELECT j.id, j.priority FROM pgqueue.job j
-                      WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
-                       AND (v_bpri IS NULL OR j.priority > v_bpri OR (j.priority = v_bpri AND j.id < v_bid))
-                      ORDER BY j.kind, j.priority DESC, j.id
+                FROM (SELECT r.id, r.priority
+                      FROM pgqueue.ready_ahead(p_stream, p_kinds[i], v_bpri, v_bid, v_room) r
                       LIMIT v_room) c;
             ELSE
                 -- max_per_key: the kind's jobs in order, a job whose key already holds max_per_key
@@ -384,10 +405,8 @@ BEGIN
                       WHERE j.state = 'leased' AND j.stream = p_stream AND j.kind = p_kinds[i]
                         AND j.concurrency_key IS NOT NULL
                       GROUP BY j.concurrency_key) h;
-                FOR v_job IN SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
-                             WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kinds[i]
-                              AND (v_bpri IS NULL OR j.priority > v_bpri OR (j.priority = v_bpri AND j.id < v_bid))
-                             ORDER BY j.kind, j.priority DESC, j.id
+                FOR v_job IN SELECT r.id, r.priority, r.concurrency_key
+                             FROM pgqueue.ready_ahead(p_stream, p_kinds[i], v_bpri, v_bid, NULL) r
                 LOOP
                     IF v_job.concurrency_key IS NOT NULL THEN
                         CONTINUE WHEN coalesce((v_held ->> v_job.concurrency_key)::int, 0) >= p_per_key[i];
@@ -409,17 +428,21 @@ BEGIN
             WHERE t.id <> ALL(v_got)
             ORDER BY t.priority DESC, t.id LIMIT p_limit - cardinality(v_got));
         EXIT WHEN cardinality(v_chosen) = 0;
-        v_locked := ARRAY(SELECT j.id FROM pgqueue.job j
-                          WHERE j.id = ANY(v_chosen) AND j.state = 'pending'
-                          ORDER BY j.priority DESC, j.id
-                          FOR UPDATE SKIP LOCKED);
+        -- by primary key: `state || ''` keeps the partial indexes out of reach (without
+        -- statistics the planner took job_pending_kind_idx, skip-scanning it per id)
+        SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.priority), '{}')
+        INTO v_locked, v_locked_pris
+        FROM (SELECT j.id, j.priority FROM pgqueue.job j
+              WHERE j.id = ANY(v_chosen) AND j.state || '' = 'pending'
+              FOR UPDATE SKIP LOCKED) l;
         v_got := v_got || v_locked;
+        v_got_pris := v_got_pris || v_locked_pris;
         v_tried := v_tried || ARRAY(SELECT c FROM unnest(v_chosen) c WHERE c <> ALL(v_locked));
         EXIT WHEN cardinality(v_got) >= p_limit OR cardinality(v_locked) = cardinality(v_chosen)
                   OR v_round >= 3;
     END LOOP;
-    ids := ARRAY(SELECT j.id FROM pgqueue.job j WHERE j.id = ANY(v_got)
-                 ORDER BY j.priority DESC, j.id);
+    ids := ARRAY(SELECT g.id FROM unnest(v_got, v_got_pris) AS g(id, priority)
+                 ORDER BY g.priority DESC, g.id);
     rated := ARRAY(SELECT t.id FROM unnest(v_lim_ids, v_lim_kinds) AS t(id, ki)
                    WHERE t.id = ANY(v_got) AND p_rate[t.ki] IS NOT NULL);
     -- the leases of rate-limited kinds said started now, into the bucket of the clock of their

@@ -19,7 +19,12 @@ CREATE TABLE pgqueue.job_count_delta (
     delta  bigint NOT NULL
 );
 -- The oldest ready job of a stream in one index probe (pgqueue_oldest_pending_age_seconds).
-CREATE INDEX job_pending_since_idx ON pgqueue.job (stream, not_before) WHERE state = 'pending';
+-- Only a query that says `not_before > '-infinity'` may use it: a lease never does, so no
+-- lease plan can take it (with the job table not analyzed yet, e.g. right after a first burst
+-- of jobs, the planner chose it for the lease's ordered scan and sorted every ready job: a
+-- lease of 100 out of 10,000 ready took 4 ms instead of 0.4).
+CREATE INDEX job_pending_since_idx ON pgqueue.job (stream, not_before)
+    WHERE state = 'pending' AND not_before > '-infinity';
 
 -- schema: functions -------------------------------------------------------------------------
 
@@ -328,7 +333,8 @@ SELECT stream, paused, count(*)::bigint AS count FROM pgqueue.schedule GROUP BY 
 -- job_pending_since_idx (NULL: none ready).
 SELECT s.stream,
        extract(epoch FROM now() - (SELECT min(j.not_before) FROM pgqueue.job j
-                                   WHERE j.stream = s.stream AND j.state = 'pending'))::float8
+                                   WHERE j.stream = s.stream AND j.state = 'pending'
+                                     AND j.not_before > '-infinity'))::float8
            AS age_seconds
 FROM unnest(%(streams)s::text[]) AS s(stream)
 
