@@ -202,7 +202,8 @@ def bulk(action: str, stream: str | None, state: str | None, kind: str | None,
         counted = q.count_jobs(stream=stream, state=state, kind=kind)
         if counted.count == 0:
             if as_json:
-                print_json({"action": action, "done": 0, "refused": 0, "reasons": []})
+                print_json({"action": action, "done": 0, "refused": 0, "requested": 0,
+                            "reasons": []})
             else:
                 say("no job matches: nothing to do")
             return
@@ -212,8 +213,11 @@ def bulk(action: str, stream: str | None, state: str | None, kind: str | None,
                                through=counted.newest, to_step=to_step)
     if as_json:
         print_json({"action": action, "done": result.done, "refused": result.refused,
+                    "requested": result.requested,
                     "reasons": [{"job_id": i, "why": why} for i, why in result.reasons]})
         return
-    say(f"{action}: {result.done:,} jobs done, {result.refused:,} refused")
+    asked = (f", {result.requested:,} leased jobs asked to stop (their workers cancel them)"
+             if result.requested else "")
+    say(f"{action}: {result.done:,} jobs done, {result.refused:,} refused{asked}")
     for job_id, why in result.reasons:
         say(f"  job {job_id}: {why}")

@@ -59,16 +59,28 @@ def code_of(revision: str, versions: Path) -> str:
     return queries.code_sql() if frozen is None else frozen.read_text(encoding="utf-8")
 
 
+#: Where a revision's code turns to privileges (pgqueue/sql/access.sql, the last stage): its
+#: GRANTs and REVOKEs rewrite the catalog rows of every function, as a definition does.
+GRANTS_AT = "\n-- access.sql: functions\n"
+
+
 def load_code(revision: str, versions: Path) -> None:
-    """Make the schema's functions and views exactly those of `revision`."""
+    """Make the schema's functions and views exactly those of `revision`: its definitions, then
+    every function and view they did not define dropped, then its grants (which, run before
+    the drop, would have passed every function off as defined)."""
     conn = _driver()
+    code = code_of(revision, versions)
+    at = code.find(GRANTS_AT)
+    definitions, grants = (code, "") if at < 0 else (code[:at], code[at:])
     # Frozen files list functions by name, not in call order: SQL bodies are checked when
     # first called instead of at creation (the current source is checked by a fresh install).
     queries.fetch(conn, "check_function_bodies", {"on": "off"})
     queries.fetch(conn, "code_load_begin")
-    queries.run_script(conn, code_of(revision, versions))
+    queries.run_script(conn, definitions)
     queries.fetch(conn, "check_function_bodies", {"on": "on"})
     queries.fetch(conn, "drop_schema_leftovers")
+    if grants:
+        queries.run_script(conn, grants)
 
 
 @dataclass(frozen=True)

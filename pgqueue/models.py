@@ -338,14 +338,16 @@ VERBS = ("requeue", "release", "rewind", "restart", "skip-step", "accept-step-se
 
 @dataclass(frozen=True)
 class BulkResult:
-    """What one operator verb did to the jobs of a filter: how many it moved, and those it
-    did not fit (changed meanwhile), the first of them with why."""
+    """What one operator verb did to the jobs of a filter: how many it moved, those it did
+    not fit (changed meanwhile), the first of them with why, and for a cancel the leased jobs
+    it asked to stop (their workers end them as cancelled, unless they finish first)."""
 
     verb: str
     done: int
     refused: int
     #: (job id, why) of the first refused jobs, at most BulkResult.MAX_REASONS
     reasons: list[tuple[int, str]]
+    requested: int = 0
 
     MAX_REASONS = 50
 

@@ -7,6 +7,7 @@ filter through the same SQL functions."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pgqueue import deadletter, observe, run, validate
 from pgqueue.errors import InvalidState, JobNotFound
@@ -122,20 +123,30 @@ def act(conn: run.Conn, verb: str, job_id: int, *, to_step: str | None = None) -
 BULK_BATCH = 50
 
 
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What a verb did to one batch of jobs beyond doing it: the jobs it did not fit, with
+    why, and the leased jobs a cancel asked to stop."""
+
+    refused: dict[int, str]
+    requested: list[int]
+
+
 def apply_to_jobs(conn: run.Conn, verb: str, job_ids: Sequence[int], *,
                   to_step: str | None = None, stream: str | None = None,
-                  state: str | None = None, kind: str | None = None) -> dict[int, str]:
+                  state: str | None = None, kind: str | None = None) -> BatchOutcome:
     """One verb on each job still matching the filter (stream, state, kind; None: any), each
-    locked, checked and changed in its own subtransaction of one statement; the jobs it did
-    not fit, with why."""
+    locked, checked and changed in its own subtransaction of one statement."""
     step = check_verb(verb, to_step)
     where = observe.job_filter(stream, state, kind)
     ids = [_job_id(i) for i in job_ids]
     if len(ids) > BULK_BATCH:
         raise ValueError(f"job_ids: at most {BULK_BATCH} at a time, got {len(ids)}")
-    rows = run.fetch(conn, "apply_to_jobs", {
+    rows = run.fetch(conn, "apply_verb_to_jobs", {
         "verb": verb, "job_ids": ids, "to_step": step, **where})
-    return {int(r["job_id"]): str(r["refused"]) for r in rows}
+    return BatchOutcome(
+        refused={int(r["job_id"]): str(r["refused"]) for r in rows if r["outcome"] == "refused"},
+        requested=[int(r["job_id"]) for r in rows if r["outcome"] == "requested"])
 
 
 def act_on_jobs(conn: run.Conn, verb: str, *, stream: str | None = None,
@@ -149,7 +160,7 @@ def act_on_jobs(conn: run.Conn, verb: str, *, stream: str | None = None,
     check_verb(verb, to_step)
     observe.job_filter(stream, state, kind)
     validate.integer(batch, "batch", low=1, high=BULK_BATCH)
-    done = refused = 0
+    done = refused = requested = 0
     reasons: list[tuple[int, str]] = []
     after: int | None = None
     while True:
@@ -157,12 +168,14 @@ def act_on_jobs(conn: run.Conn, verb: str, *, stream: str | None = None,
                                     after=after, through=through, limit=batch)
         if not ids:
             break
-        failed = apply_to_jobs(conn, verb, ids, to_step=to_step, stream=stream,
-                               state=state, kind=kind)
-        done += len(ids) - len(failed)
+        batch_outcome = apply_to_jobs(conn, verb, ids, to_step=to_step, stream=stream,
+                                      state=state, kind=kind)
+        failed = batch_outcome.refused
+        done += len(ids) - len(failed) - len(batch_outcome.requested)
         refused += len(failed)
+        requested += len(batch_outcome.requested)
         reasons.extend(list(failed.items())[:BulkResult.MAX_REASONS - len(reasons)])
         after = ids[-1]
         if len(ids) < batch:
             break
-    return BulkResult(verb, done, refused, reasons)
+    return BulkResult(verb, done, refused, reasons, requested)

@@ -62,30 +62,8 @@ $$;
 -- schema: functions -------------------------------------------------------------------------
 -- Reloaded with the code at every revision: first nothing for anyone, then exactly what each
 -- role needs (functions are executable by PUBLIC unless revoked).
--- Functions: only those that grant something to take back. A REVOKE rewrites a function's
--- catalog row even when it changes nothing, and a rewritten row reads as defined by this code
--- to the code loader (migrations/revision.py), which then kept a later revision's function
--- on a downgrade. Names come from the catalog, quoted by it.
-DO $$
-DECLARE
-    v_fn text;
-BEGIN
-    FOR v_fn IN
-        SELECT p.oid::regprocedure::text FROM pg_proc p
-        WHERE p.pronamespace = 'pgqueue'::regnamespace
-          AND (p.proacl IS NULL OR EXISTS (
-                SELECT 1 FROM aclexplode(p.proacl) a
-                WHERE a.grantee = 0 OR a.grantee IN (
-                    SELECT r.oid FROM pg_roles r
-                    WHERE r.rolname IN ('pgqueue_reader', 'pgqueue_producer', 'pgqueue_worker',
-                                        'pgqueue_operator'))))
-        ORDER BY 1
-    LOOP
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, pgqueue_reader, pgqueue_producer, '
-                       'pgqueue_worker, pgqueue_operator', v_fn);
-    END LOOP;
-END
-$$;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer,
+    pgqueue_worker, pgqueue_operator;
 REVOKE ALL ON ALL TABLES IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer,
     pgqueue_worker, pgqueue_operator;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer,
@@ -116,6 +94,7 @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
 -- operator
 GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqueue.skip_step,
     pgqueue.accept_step_set, pgqueue.cancel, pgqueue.requeue_dead_letter, pgqueue.apply_to_jobs,
+    pgqueue.apply_verb_to_jobs,
     pgqueue.configure_stream, pgqueue.upsert_schedule, pgqueue.remove_schedule,
     pgqueue.lock_schedule, pgqueue.prune_op_log
     TO pgqueue_operator;

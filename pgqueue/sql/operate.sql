@@ -319,21 +319,23 @@ $$;
 -- checked against the filter (stream, state, kind; NULL: any) it was chosen by, then goes
 -- through the same function as the verb on one job, in its own subtransaction, so each logs
 -- its op and a job the verb does not fit (gone, changed meanwhile, a dedup key taken) is
--- returned with why instead of failing the rest. Callers send at most 50 ids at a time: past
+-- returned with why instead of failing the rest (outcome 'refused'); a leased job a cancel
+-- could only ask to stop is returned as 'requested'; every other job was done. Callers send at most 50 ids at a time: past
 -- 64 subtransactions in one transaction every other session's snapshots overflow and slow
 -- down. The verb is one of a fixed list: no SQL is built from it.
-CREATE OR REPLACE FUNCTION pgqueue.apply_to_jobs(p_verb text, p_job_ids bigint[],
-                                                 p_to_step text DEFAULT NULL,
-                                                 p_stream text DEFAULT NULL,
-                                                 p_state text DEFAULT NULL,
-                                                 p_kind text DEFAULT NULL)
-RETURNS TABLE (job_id bigint, refused text)
+CREATE OR REPLACE FUNCTION pgqueue.apply_verb_to_jobs(p_verb text, p_job_ids bigint[],
+                                                      p_to_step text DEFAULT NULL,
+                                                      p_stream text DEFAULT NULL,
+                                                      p_state text DEFAULT NULL,
+                                                      p_kind text DEFAULT NULL)
+RETURNS TABLE (job_id bigint, outcome text, refused text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_id bigint;
+    v_cancel text;
 BEGIN
     PERFORM pgqueue.require_leader();
     IF p_verb IS NULL OR p_verb NOT IN ('requeue', 'release', 'rewind', 'restart', 'skip-step',
@@ -357,6 +359,7 @@ BEGIN
         END IF;
         IF NOT FOUND THEN
             job_id := v_id;
+            outcome := 'refused';
             refused := format('job %s no longer matches the filter (it changed or is gone)', v_id);
             RETURN NEXT;
             CONTINUE;
@@ -369,15 +372,41 @@ BEGIN
                 WHEN 'restart' THEN PERFORM pgqueue.restart(v_id);
                 WHEN 'skip-step' THEN PERFORM pgqueue.skip_step(v_id);
                 WHEN 'accept-step-set' THEN PERFORM pgqueue.accept_step_set(v_id);
-                WHEN 'cancel' THEN PERFORM pgqueue.cancel(v_id);
+                WHEN 'cancel' THEN v_cancel := pgqueue.cancel(v_id);
             END CASE;
+            IF v_cancel = 'requested' THEN
+                job_id := v_id;
+                outcome := 'requested';
+                refused := NULL;
+                RETURN NEXT;
+                v_cancel := NULL;
+            END IF;
         EXCEPTION WHEN SQLSTATE 'PQ404' OR SQLSTATE 'PQ409' OR SQLSTATE 'PQ422' THEN
             job_id := v_id;
+            outcome := 'refused';
             refused := SQLERRM;
             RETURN NEXT;
         END;
     END LOOP;
 END
+$$;
+
+-- The previous release's bulk call (pgqueue.apply_verb_to_jobs without the outcome): its
+-- refused jobs only (a requested cancel counts as done). Kept while releases that call it may
+-- run.
+CREATE OR REPLACE FUNCTION pgqueue.apply_to_jobs(p_verb text, p_job_ids bigint[],
+                                                 p_to_step text DEFAULT NULL,
+                                                 p_stream text DEFAULT NULL,
+                                                 p_state text DEFAULT NULL,
+                                                 p_kind text DEFAULT NULL)
+RETURNS TABLE (job_id bigint, refused text)
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+    SELECT a.job_id, a.refused
+    FROM pgqueue.apply_verb_to_jobs(p_verb, p_job_ids, p_to_step, p_stream, p_state, p_kind) a
+    WHERE a.outcome = 'refused'
 $$;
 
 -- queries -----------------------------------------------------------------------------------
@@ -406,9 +435,9 @@ SELECT pgqueue.cancel(%(job_id)s::bigint) AS outcome
 SELECT * FROM pgqueue.configure_stream(%(stream)s::text, %(retry_base_ms)s::bigint, %(retry_cap_ms)s::bigint,
                                        %(quarantine_after)s::int, %(max_payload_bytes)s::bigint)
 
--- name: apply_to_jobs
+-- name: apply_verb_to_jobs
 -- One operator verb on each of %(job_ids)s still matching the filter; the jobs it did not fit,
--- with why.
-SELECT job_id, refused
-FROM pgqueue.apply_to_jobs(%(verb)s::text, %(job_ids)s::bigint[], %(to_step)s::text,
-                           %(stream)s::text, %(state)s::text, %(kind)s::text)
+-- with why, and the leased jobs a cancel asked to stop.
+SELECT job_id, outcome, refused
+FROM pgqueue.apply_verb_to_jobs(%(verb)s::text, %(job_ids)s::bigint[], %(to_step)s::text,
+                                %(stream)s::text, %(state)s::text, %(kind)s::text)

@@ -249,7 +249,7 @@ def test_bulk_acts_on_the_jobs_counted_and_lists_the_refused(dsn: str, q: pgqueu
     assert all(q.job(i).state == "dead" for i in dead)  # type: ignore[union-attr]
     out = json.loads(ok(dsn, "jobs", "bulk", "requeue", "--state", "dead", "--kind", "mail",
                         "--yes", "--json").stdout)
-    assert out == {"action": "requeue", "done": 3, "refused": 0, "reasons": []}
+    assert out == {"action": "requeue", "done": 3, "refused": 0, "requested": 0, "reasons": []}
     assert [q.job(i).state for i in dead] == ["pending"] * 3  # type: ignore[union-attr]
     assert [ops(q, i)[-1] for i in dead] == ["RequeueDeadLetter"] * 3
     assert q.job(other[0]).state == "dead"  # type: ignore[union-attr]  # not of the filter
@@ -257,6 +257,18 @@ def test_bulk_acts_on_the_jobs_counted_and_lists_the_refused(dsn: str, q: pgqueu
     out = json.loads(ok(dsn, "jobs", "bulk", "release", "--kind", "mail", "--yes", "--json").stdout)
     assert out["done"] == 0 and out["refused"] == 3
     assert all("cannot release" in r["why"] for r in out["reasons"])
+    # cancel: a pending job goes at once, a leased one is asked to stop (not counted as done)
+    pending = q.enqueue(b"p", kind="cancel-me")
+    q.enqueue(b"l", kind="cancel-me", priority=10)  # leased first
+    (held,) = q.lease(limit=1)
+    out = json.loads(ok(dsn, "jobs", "bulk", "cancel", "--kind", "cancel-me", "--yes",
+                        "--json").stdout)
+    assert (out["done"], out["requested"], out["refused"]) == (1, 1, 0)
+    assert q.job(pending) is None
+    asked = q.job(held.job_id)
+    assert asked is not None and asked.state == "leased" and asked.cancel_requested_at
+    said = ok(dsn, "jobs", "bulk", "cancel", "--kind", "cancel-me", "--yes").stdout
+    assert "cancel: 0 jobs done, 0 refused, 1 leased jobs asked to stop" in said
     nothing = ok(dsn, "jobs", "bulk", "cancel", "--state", "quarantined", "--yes")
     assert "no job matches" in nothing.stdout
     bad = run(dsn, "jobs", "bulk", "rewind", "--state", "dead", "--yes")

@@ -73,6 +73,29 @@ def test_cancel_of_a_job_not_leased_removes_it_at_once(q: pgqueue.Queue) -> None
     assert history is not None and history.state == "cancelled" and history.cancel is None
 
 
+def test_a_bulk_cancel_says_which_leased_jobs_it_only_asked_to_stop(q: pgqueue.Queue,
+                                                                   dsn: str) -> None:
+    """A bulk cancel counts the leased jobs it asked to stop apart from those it removed; the
+    previous release's SQL call (pgqueue.apply_to_jobs, kept for it) still lists only the
+    refused, so it goes on counting a requested cancel as done."""
+    waiting = q.enqueue(b"w", kind="bulk")
+    held = leased(q, kind="bulk", priority=5)
+    result = q.act_on_jobs("cancel", kind="bulk")
+    assert (result.done, result.requested, result.refused) == (1, 1, 0)
+    assert q.job(waiting) is None
+    asked = q.job(held.job_id)
+    assert asked is not None and asked.state == "leased" and asked.cancel_requested_at
+    assert last_op(q, held.job_id).op == "RequestCancel"
+    other = leased(q, kind="old", priority=5)
+    with connection.connect(dsn) as conn:
+        rows = conn.execute("SELECT job_id, refused FROM pgqueue.apply_to_jobs("
+                            "'cancel', %s, NULL, NULL, NULL, NULL)",
+                            [[other.job_id, 10**12]]).fetchall()
+    assert rows == [(10**12, f"job {10**12} no longer matches the filter (it changed or is gone)")]
+    asked = q.job(other.job_id)
+    assert asked is not None and asked.cancel_requested_at is not None
+
+
 @pytest.mark.parametrize(("job_id", "error"), [
     (0, ValueError), (-3, ValueError), ("7", TypeError), (True, TypeError),
     (987654321, pgqueue.JobNotFound)])

@@ -531,8 +531,10 @@ def test_a_bulk_action_refuses_jobs_that_left_its_filter(q: pgqueue.Queue, dsn: 
     dead, other = dead_job(q), dead_job(q)
     q.requeue_dead_letter(dead)  # it left state=dead after being listed
     with connection.connect(dsn) as conn:
-        refused = operate.apply_to_jobs(conn, "cancel", [dead, other], state="dead")
+        outcome = operate.apply_to_jobs(conn, "cancel", [dead, other], state="dead")
+        refused = outcome.refused
         assert list(refused) == [dead] and "no longer matches the filter" in refused[dead]
+        assert outcome.requested == []
         with pytest.raises(ValueError, match="at most 50"):
             operate.apply_to_jobs(conn, "cancel", list(range(1, 52)))
     assert state_of(q, dead) == "pending" and q.job(other) is None
