@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 import pgqueue
+from pgqueue import jsonview
 from pgqueue.models import UNSET, Unset
 
 from .common import console, open_queue, print_json, say, table
@@ -15,14 +16,6 @@ from .common import console, open_queue, print_json, say, table
 @click.group()
 def kinds() -> None:
     """Kind settings: quarantine threshold and limits, per stream."""
-
-
-def _json(k: pgqueue.KindConfig) -> dict[str, Any]:
-    return {"stream": k.stream, "kind": k.kind, "quarantine_after": k.quarantine_after,
-            "max_concurrency": k.max_concurrency,
-            "rate_limit": None if k.rate_limit is None
-            else {"count": k.rate_limit[0], "seconds": k.rate_limit[1]},
-            "max_per_key": k.max_per_key}
 
 
 def _rate(k: pgqueue.KindConfig) -> str:
@@ -37,7 +30,7 @@ def list_(stream: str | None, as_json: bool) -> None:
     with open_queue(stream or "default") as q:
         found = q.kinds(all_streams=stream is None)
     if as_json:
-        print_json([_json(k) for k in found])
+        print_json([jsonview.kind_json(k) for k in found])
         return
     if not found:
         say("no kind has settings")

@@ -216,8 +216,7 @@ def bulk(action: str, stream: str | None, state: str | None, kind: str | None,
                     "requested": result.requested,
                     "reasons": [{"job_id": i, "why": why} for i, why in result.reasons]})
         return
-    asked = (f", {result.requested:,} leased jobs asked to stop (their workers cancel them)"
-             if result.requested else "")
+    asked = f", {result.requested:,} leased jobs asked to stop" if result.requested else ""
     say(f"{action}: {result.done:,} jobs done, {result.refused:,} refused{asked}")
     for job_id, why in result.reasons:
         say(f"  job {job_id}: {why}")

@@ -1,4 +1,5 @@
-"""The JSON form of pgqueue's records (jobs, checkpoints, ops, histories, schedules): one
+"""The JSON form of pgqueue's records (jobs, checkpoints, ops, histories, schedules, kind
+settings): one
 shape for the CLI's --json and the dashboard's HTTP API, so the two never disagree.
 
 Bytes (payloads, cursors, dedup keys) are UTF-8 text when they decode, else base64, with
@@ -11,7 +12,7 @@ import datetime as dt
 from typing import Any
 
 from pgqueue.cron import Schedule
-from pgqueue.models import Checkpoint, JobHistory, JobInfo, JobPreview, Op, OpPreview
+from pgqueue.models import Checkpoint, JobHistory, JobInfo, JobPreview, KindConfig, Op, OpPreview
 
 
 def encode_bytes(value: bytes | None, *, prefix: bool = False) -> tuple[str | None, str | None]:
@@ -135,3 +136,11 @@ def schedule_json(s: Schedule) -> dict[str, Any]:
         "next_run_at": iso(s.next_run_at), "last_fired_at": iso(s.last_fired_at),
         "updated_at": iso(s.updated_at),
     }
+
+
+def kind_json(k: KindConfig) -> dict[str, Any]:
+    return {"stream": k.stream, "kind": k.kind, "quarantine_after": k.quarantine_after,
+            "max_concurrency": k.max_concurrency,
+            "rate_limit": None if k.rate_limit is None
+            else {"count": k.rate_limit[0], "seconds": k.rate_limit[1]},
+            "max_per_key": k.max_per_key}

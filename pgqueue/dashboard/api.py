@@ -123,6 +123,11 @@ def _schedule_action(paused: bool) -> Handler:
 
 
 @answers
+async def kinds(request: Request) -> Any:
+    return await data.kinds(context(request).queue)
+
+
+@answers
 async def workers(request: Request) -> Any:
     return await data.workers(context(request).queue)
 
@@ -140,6 +145,7 @@ ROUTES = [
     Route("/api/schedules", schedules),
     Route("/api/schedules/{stream}/{name}/pause", _schedule_action(True), methods=["POST"]),
     Route("/api/schedules/{stream}/{name}/resume", _schedule_action(False), methods=["POST"]),
+    Route("/api/kinds", kinds),
     Route("/api/workers", workers),
     Route("/api/replicas", replicas),
 ]

@@ -156,6 +156,12 @@ async def schedules(q: AsyncQueue) -> dict[str, Any]:
     return {"schedules": [jsonview.schedule_json(s) for s in await q.schedules(all_streams=True)]}
 
 
+async def kinds(q: AsyncQueue) -> dict[str, Any]:
+    """Every stream's kinds that have settings: the quarantine threshold and the limits the
+    lease enforces (set with `pgqueue kinds set`, `q.configure_kind` or a worker's handlers)."""
+    return {"kinds": [jsonview.kind_json(k) for k in await q.kinds(all_streams=True)]}
+
+
 async def workers(q: AsyncQueue) -> dict[str, Any]:
     """Registered workers, each live or stale (no heartbeat for STALE_WORKER_SECONDS), with
     the leases it holds."""

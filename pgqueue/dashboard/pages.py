@@ -237,6 +237,11 @@ def _schedule_form(paused: bool) -> Handler:
 
 
 @page
+async def kinds(request: Request) -> Response:
+    return render(request, "kinds.html", doc=await data.kinds(context(request).queue))
+
+
+@page
 async def workers(request: Request) -> Response:
     return render(request, "workers.html", doc=await data.workers(context(request).queue))
 
@@ -298,6 +303,7 @@ ROUTES = [
     Route("/schedules", schedules),
     Route("/schedules/{stream}/{name}/pause", _schedule_form(True), methods=["POST"]),
     Route("/schedules/{stream}/{name}/resume", _schedule_form(False), methods=["POST"]),
+    Route("/kinds", kinds),
     Route("/workers", workers),
     Route("/replicas", replicas),
     Route("/login", login_form),

@@ -249,7 +249,8 @@ def test_every_page_loads_without_a_javascript_error(admin: Dashboard, tab: Tab,
     job_id = _dead_job(q, payload="<script>window.pwned = 1</script>")
     q.upsert_schedule("nightly", "0 3 * * *", kind="report")
     page = tab.page
-    for path in ("/", "/jobs", f"/jobs/{job_id}", "/schedules", "/workers", "/replicas",
+    q.configure_kind("<script>window.pwned = 1</script>", max_concurrency=2)
+    for path in ("/", "/jobs", f"/jobs/{job_id}", "/schedules", "/kinds", "/workers", "/replicas",
                  "/login", "/jobs?state=dead", "/bulk?state=dead&action=requeue", "/nope"):
         page.goto(admin.url + path)
         page.wait_for_load_state("load")

@@ -210,7 +210,7 @@ def test_the_token_is_never_echoed(dsn: str, q: pgqueue.Queue) -> None:
         seen.append(c.post("/login", data={"token": TOKEN, "next": "/jobs"},
                            follow_redirects=False))
         for path in ("/", "/jobs", f"/jobs/{job_id}", f"/jobs/{dead}", "/schedules", "/workers",
-                     "/replicas", "/login", "/api/stats", "/api/jobs",
+                     "/replicas", "/kinds", "/login", "/api/stats", "/api/jobs", "/api/kinds",
                      f"/api/jobs/{job_id}", "/api/schedules", "/api/workers", "/api/replicas",
                      "/nowhere", "/api/nowhere", "/bulk?state=dead&action=requeue"):
             seen.append(c.get(path))

@@ -299,6 +299,27 @@ def test_workers_and_replicas(client: TestClient, dsn: str) -> None:
     assert "default, other" in client.get("/workers").text
 
 
+def test_kinds_lists_every_streams_settings_as_text(client: TestClient, q: pgqueue.Queue,
+                                                   read_only: TestClient) -> None:
+    assert client.get("/api/kinds").json() == {"kinds": []}
+    assert "No kind has settings" in client.get("/kinds").text
+    q.configure_kind("mail", max_concurrency=3, rate_limit=(10, 1.5), max_per_key=2)
+    q.for_stream("other").configure_kind("<b>odd</b>", quarantine_after=4)
+    r = client.get("/api/kinds")
+    assert r.status_code == 200
+    assert r.json()["kinds"] == [
+        {"stream": "default", "kind": "mail", "quarantine_after": None, "max_concurrency": 3,
+         "rate_limit": {"count": 10, "seconds": 1.5}, "max_per_key": 2},
+        {"stream": "other", "kind": "<b>odd</b>", "quarantine_after": 4,
+         "max_concurrency": None, "rate_limit": None, "max_per_key": None}]
+    for c in (client, read_only):  # a read-only dashboard shows them too
+        page = c.get("/kinds")
+        assert page.status_code == 200
+        assert "<td>mail</td>" in page.text and "10/1.5s" in page.text
+        assert "&lt;b&gt;odd&lt;/b&gt;" in page.text and "<b>odd</b>" not in page.text
+        assert '<a href="/kinds"' in c.get("/").text  # in the navigation
+
+
 # -- 11. security headers -----------------------------------------------------------------------
 
 
@@ -309,6 +330,7 @@ def test_every_response_has_the_security_headers(client: TestClient, read_only: 
         client.get("/"), client.get("/jobs"), client.get(f"/jobs/{job_id}"),
         client.get("/jobs/abc"), client.get("/jobs/424242"), client.get("/schedules"),
         client.get("/workers"), client.get("/replicas"), client.get("/login"),
+        client.get("/kinds"), client.get("/api/kinds"),
         client.get("/bulk?action=cancel"), client.get("/api/stats"), client.get("/api/jobs"),
         client.get("/api/jobs?limit=0"), client.get(f"/api/jobs/{job_id}"),
         client.get("/api/jobs/424242"), client.get("/api/schedules"), client.get("/api/workers"),
