@@ -320,9 +320,9 @@ $$;
 -- through the same function as the verb on one job, in its own subtransaction, so each logs
 -- its op and a job the verb does not fit (gone, changed meanwhile, a dedup key taken) is
 -- returned with why instead of failing the rest (outcome 'refused'); a leased job a cancel
--- could only ask to stop is returned as 'requested'; every other job was done. Callers send at most 50 ids at a time: past
--- 64 subtransactions in one transaction every other session's snapshots overflow and slow
--- down. The verb is one of a fixed list: no SQL is built from it.
+-- could only ask to stop is returned as 'requested'; every other job was done. Callers send
+-- at most 50 ids at a time: past 64 subtransactions in one transaction every other session's
+-- snapshots overflow and slow down. The verb is one of a fixed list: no SQL is built from it.
 CREATE OR REPLACE FUNCTION pgqueue.apply_verb_to_jobs(p_verb text, p_job_ids bigint[],
                                                       p_to_step text DEFAULT NULL,
                                                       p_stream text DEFAULT NULL,
