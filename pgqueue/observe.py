@@ -85,7 +85,7 @@ def history(conn: run.Conn, job_id: int, *,
     preview = None if preview_bytes is None else _preview(preview_bytes)
     if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
         return None
-    with conn.transaction():
+    with run.transaction(conn):
         run.fetch(conn, "read_snapshot")
         row = run.fetch_one(conn, "job_preview_by_id", {"job_id": job_id, "preview": 0})
         if preview is None:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pgqueue import connection, oplog, queries, validate
+from pgqueue import connection, oplog, queries, run, validate
 from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.follow import Follower as Follower  # re-exported: replica.Follower
 from pgqueue.seed import _NAME, check_name, prepare_replica, seed_from_state
@@ -291,7 +291,7 @@ def promote(replica_dsn: str, *, old_leader_dsn: str | None = None,
                 with connection.connect(old_leader_dsn) as lead:
                     queries.fetch(lead, "drop_slot", {"slot": sub})
         queries.fetch(rep, "disable_apply_trigger")
-        with rep.transaction():
+        with run.transaction(rep):
             queries.fetch(rep, "node_lock")  # a follower applying now finishes first
             queries.fetch(rep, "advance_sequences")
             promoted = queries.fetch_one(rep, "node_set_role",

@@ -1,9 +1,12 @@
 # Generated from pgqueue/aio/run.py (python -m pgqueue.aio.generate): edit that file.
 """Executing the named queries of pgqueue/sql (the loader, the errors and the DDL helpers are
-in queries.py): every statement a stage module or the Queue runs goes through these four, and LISTEN.
+in queries.py): every statement a stage module or the Queue runs goes through these four, and LISTEN;
+a transaction block through `transaction`.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -27,6 +30,18 @@ def _run(conn: Conn, name: str, params: queries.Params,
             return cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:
         raise queries.translate(exc, conn.info.user, query) from exc
+
+
+@contextmanager
+def transaction(conn: Conn) -> Iterator[None]:
+    """conn.transaction() (a savepoint inside one), whose BEGIN, COMMIT and ROLLBACK raise
+    pgqueue's errors too: a connection lost at the commit is ConnectionFailed, never a raw
+    psycopg error."""
+    try:
+        with conn.transaction():
+            yield
+    except psycopg.Error as exc:
+        raise queries.translate(exc, conn.info.user) from exc
 
 
 def fetch(conn: Conn, name: str, params: queries.Params = None) -> list[dict[str, Any]]:

@@ -89,7 +89,7 @@ def upsert(conn: run.Conn, stream: str, name: str, cron: str, payload: Any = b""
     grace_ms = validate.to_ms(misfire_grace, "misfire_grace")
     if not isinstance(paused, bool):
         raise TypeError("paused must be a bool")
-    with conn.transaction():
+    with run.transaction(conn):
         # the lock first: a tick that fired meanwhile has committed its last_fired_at, which
         # bounds next_run_at below (the transaction's clock may predate the wait)
         row = run.fetch_one(conn, "schedule_lock", {"stream": stream, "name": name})
@@ -146,14 +146,14 @@ def tick(conn: run.Conn, *, now: dt.datetime | None = None, limit: int = 100,
     schedules = fired = dropped = 0
     while True:
         errors = 0
-        with conn.transaction():
+        with run.transaction(conn):
             at = _now(conn, now)
             rows = run.fetch(conn, "schedules_claim_due", {"now": at, "limit": limit})
             for row in rows:
                 s = Schedule.from_row(row)
                 try:
                     # a savepoint: one bad schedule stops only itself
-                    with conn.transaction():
+                    with run.transaction(conn):
                         n, lost = _fire(conn, s, at, cap)
                 except (NotLeader, ConnectionFailed):
                     raise

@@ -85,7 +85,7 @@ async def history(conn: run.AsyncConn, job_id: int, *,
     preview = None if preview_bytes is None else _preview(preview_bytes)
     if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
         return None
-    async with conn.transaction():
+    async with run.transaction(conn):
         await run.fetch(conn, "read_snapshot")
         row = await run.fetch_one(conn, "job_preview_by_id", {"job_id": job_id, "preview": 0})
         if preview is None:

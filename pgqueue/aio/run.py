@@ -1,8 +1,11 @@
 """Executing the named queries of pgqueue/sql (the loader, the errors and the DDL helpers are
-in queries.py): every statement a stage module or the Queue runs goes through these four, and LISTEN.
+in queries.py): every statement a stage module or the Queue runs goes through these four, and LISTEN;
+a transaction block through `transaction`.
 """
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -26,6 +29,18 @@ async def _run(conn: AsyncConn, name: str, params: queries.Params,
             return await cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:
         raise queries.translate(exc, conn.info.user, query) from exc
+
+
+@asynccontextmanager
+async def transaction(conn: AsyncConn) -> AsyncIterator[None]:
+    """conn.transaction() (a savepoint inside one), whose BEGIN, COMMIT and ROLLBACK raise
+    pgqueue's errors too: a connection lost at the commit is ConnectionFailed, never a raw
+    psycopg error."""
+    try:
+        async with conn.transaction():
+            yield
+    except psycopg.Error as exc:
+        raise queries.translate(exc, conn.info.user) from exc
 
 
 async def fetch(conn: AsyncConn, name: str, params: queries.Params = None) -> list[dict[str, Any]]:

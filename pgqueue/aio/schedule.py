@@ -89,7 +89,7 @@ async def upsert(conn: run.AsyncConn, stream: str, name: str, cron: str, payload
     grace_ms = validate.to_ms(misfire_grace, "misfire_grace")
     if not isinstance(paused, bool):
         raise TypeError("paused must be a bool")
-    async with conn.transaction():
+    async with run.transaction(conn):
         # the lock first: a tick that fired meanwhile has committed its last_fired_at, which
         # bounds next_run_at below (the transaction's clock may predate the wait)
         row = await run.fetch_one(conn, "schedule_lock", {"stream": stream, "name": name})
@@ -146,14 +146,14 @@ async def tick(conn: run.AsyncConn, *, now: dt.datetime | None = None, limit: in
     schedules = fired = dropped = 0
     while True:
         errors = 0
-        async with conn.transaction():
+        async with run.transaction(conn):
             at = await _now(conn, now)
             rows = await run.fetch(conn, "schedules_claim_due", {"now": at, "limit": limit})
             for row in rows:
                 s = Schedule.from_row(row)
                 try:
                     # a savepoint: one bad schedule stops only itself
-                    async with conn.transaction():
+                    async with run.transaction(conn):
                         n, lost = await _fire(conn, s, at, cap)
                 except (NotLeader, ConnectionFailed):
                     raise

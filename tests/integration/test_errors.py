@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import math
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,7 +14,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import connection, errors
+from pgqueue import connection, errors, run
 from tests.pgbed import Bed
 
 UNREACHABLE = "host=127.0.0.1 port=1 dbname=x user=u password=hunter2"
@@ -134,6 +135,23 @@ def test_a_statement_timeout_is_not_reported_as_a_lost_connection(q: pgqueue.Que
         assert waiter.execute("SELECT 1").fetchone() == (1,)  # the connection is alive
         holder.rollback()
     assert not isinstance(caught.value, pgqueue.ConnectionFailed), caught.value
+
+
+def test_a_connection_lost_at_commit_is_connection_failed(dsn: str) -> None:
+    """A transaction block's COMMIT on a connection the server ended raises ConnectionFailed,
+    not a raw psycopg error (a scheduler process died of one when its backend was terminated
+    between a cron pass's last statement and its commit)."""
+    with connection.connect(dsn) as conn, psycopg.connect(dsn, autocommit=True) as admin:
+        pid = conn.info.backend_pid
+        with pytest.raises(pgqueue.ConnectionFailed, match="lost the database connection"):
+            with run.transaction(conn):
+                assert run.scalar(conn, "schedule_clock") is not None
+                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+                deadline = time.monotonic() + 10
+                while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+                                    [pid]).fetchone():
+                    assert time.monotonic() < deadline, "the backend was never terminated"
+                    time.sleep(0.02)
 
 
 def test_queue_refuses_a_bad_dsn_argument() -> None:
