@@ -207,7 +207,8 @@ class Chaos:
             chosen = self.rng.sample(pids, k=max(1, len(pids) // 2)) if pids else []
             n = self.cluster.terminate_backends(chosen)
             self._log(Fault(kind, at, f"terminated {n} of {len(pids)} client backends on "
-                                      f"{self.cluster.leader.name}", data={"terminated": n}))
+                                      f"{self.cluster.leader.name}",
+                            data={"terminated": n, "at_ms": int(time.time() * 1000)}))
         elif kind in ("restart_leader_immediate", "restart_leader_fast"):
             mode = kind.rsplit("_", 1)[1]
             node = self.cluster.leader

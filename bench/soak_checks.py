@@ -293,24 +293,36 @@ def check_fencing(ev: Evidence) -> Check:
         "reclaim_after_expiry_ms_p99": (latencies[min(len(latencies) - 1,
                                                       len(latencies) * 99 // 100)]
                                         if latencies else None)})
-    refused = 0
+    refused = never_received = 0
+    granted_at = {o.lease_id: o.at_ms for o in ev.ops if o.op == "Lease" and o.lease_id}
+    # when a committed lease's reply may have been lost: a leader going away, or backends
+    # terminated (the worker then never held the lease the database records for it)
+    cuts = [(f["data"]["window_ms"][0] - 2000, f["data"]["window_ms"][1])
+            for f in ev.faults if "window_ms" in f["data"]]
+    cuts += [(f["data"]["at_ms"] - 2000, f["data"]["at_ms"] + 500)
+             for f in ev.faults if "at_ms" in f["data"]]
     for f in ev.faults:
         if f["kind"] != "stop_worker":
             continue
         data = f["data"]
         text = Path(data["log"]).read_text(errors="replace")
+        ran = {int(r["lease"]) for r in ev.ledger if r.get("pid") == data["pid"] and "lease" in r}
         reclaimed = [lid for lid in data.get("leases", [])
                      if lid in ended and ended[lid].op == "Reclaim"]
         data["reclaimed_while_stopped"] = len(reclaimed)
         ran_after = data.get("ran_after_continue", 0.0)
         for lid in reclaimed:
+            at = granted_at.get(lid)
             if re.search(rf"lease {lid}\b[^\n]*(lost|no longer current)", text):
                 refused += 1
+            elif lid not in ran and at is not None and any(lo <= at <= hi for lo, hi in cuts):
+                never_received += 1  # granted just before a cut, never run: its reply was lost
             elif ran_after >= 3.0:
                 c.fail(f"worker pid {data['pid']} was stopped holding lease {lid}, which was "
                        f"reclaimed, and its log never says that lease was lost")
         data["late_writes_refused"] = refused
     ev.figures["stopped_worker_leases_refused"] = refused
+    ev.figures["stopped_worker_leases_never_received"] = never_received
     return c
 
 
