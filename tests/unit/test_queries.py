@@ -103,3 +103,17 @@ def test_a_refused_call_names_the_role_it_needs() -> None:
     assert helper.role is None and "only the schema owner may" in str(helper)
     ours = queries._denied("pgqueue.now is set to '2100-01-01': only the owner ...", None)
     assert ours.role is None and str(ours).startswith("pgqueue.now is set")
+
+
+def test_a_code_reload_runs_the_grants_after_every_definition() -> None:
+    """migrations/revision.py drops the functions a revision's code does not define before it
+    runs that code's grants (a grant rewrites every function's catalog row, which reads as
+    "defined"): the grants must be the code's last part, and define nothing."""
+    from pgqueue_migrations.revision import GRANTS_AT
+
+    code = queries.code_sql()
+    assert queries.SCHEMA_STAGES[-1] == "access"
+    assert code.count(GRANTS_AT) == 1
+    grants = code[code.index(GRANTS_AT):]
+    assert "GRANT EXECUTE" in grants
+    assert "CREATE OR REPLACE" not in grants.upper() and "CREATE FUNCTION" not in grants.upper()
