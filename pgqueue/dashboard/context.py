@@ -17,6 +17,7 @@ from pgqueue.errors import (
     InvalidState,
     JobNotFound,
     NotLeader,
+    PermissionDenied,
     PgQueueError,
     SchemaError,
     SchemaMissing,
@@ -43,6 +44,8 @@ def status_for(exc: Exception) -> int | None:
     """The HTTP status of an error the library raised (None: not one of ours, a bug: 500)."""
     if isinstance(exc, JobNotFound):
         return 404
+    if isinstance(exc, PermissionDenied):
+        return 403  # the dashboard's database role may not: the message names the role it needs
     if isinstance(exc, InvalidState | DedupConflict):
         return 409
     if isinstance(exc, NotLeader | ConnectionFailed | SchemaMissing | SchemaError | Contention):

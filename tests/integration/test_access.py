@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 import pgqueue
 from pgqueue import connection, maintain, queries, registry, settle
-from tests.dbhelp import op_counts, state_snapshot
+from tests.dbhelp import op_counts, register_etl_step_sets, state_snapshot
 from tests.logins import LEVELS, Logins
 
 Call = Callable[[pgqueue.Queue, dict[str, Any]], object]
@@ -36,10 +36,41 @@ class Case:
     call: Call
 
 
-def _prepare(q: pgqueue.Queue) -> dict[str, Any]:
+H1, H2 = "access-one", "access-two"
+
+
+def _app() -> pgqueue.App:
+    """An App whose step job the worker registers and a deploy check reads against."""
+    app = pgqueue.App()
+    etl = app.step_job("etl", max_concurrency=2)
+
+    @etl.step("a")
+    def a(ctx: Any) -> None:
+        """Nothing: the step list is what is registered."""
+
+    @app.job("k")
+    def k(ctx: Any) -> None:
+        """Nothing."""
+
+    return app
+
+
+def _prepare(q: pgqueue.Queue, dsn: str) -> dict[str, Any]:
     """What the calls act on, made by the owner: a pending job, a leased one, a dead one, a
-    quarantined one (released by an operator), a schedule."""
+    quarantined one (released by an operator), a step job parked because its step set
+    changed (rewound, skipped or accepted by an operator), a schedule."""
     ctx: dict[str, Any] = {"pending": q.enqueue(b"p", kind="k")}
+    register_etl_step_sets(dsn, H1, H2)
+    step_job = q.enqueue(b"s", kind="etl", priority=250)
+    (held,) = q.lease(1, visibility_timeout=60)
+    assert held.job_id == step_job
+    q.renew(held, checkpoint=pgqueue.Checkpoint(last_completed_step="a", cursor_step="b",
+                                                 step_set_hash=H1))
+    with q.connection() as conn:
+        queries.scalar(conn, "mark_undecodable", {
+            "job_id": step_job, "lease_id": held.lease_id, "reason": "step_set_changed",
+            "detail": Jsonb({"old_hash": H1, "new_hash": H2})})
+    ctx["step_parked"] = step_job
     dead = q.enqueue(b"d", kind="k", max_attempts=1, priority=200)
     (lease,) = q.lease(1, visibility_timeout=60)
     assert lease.job_id == dead
@@ -73,6 +104,12 @@ CASES = [
     Case("replicas", "reader", lambda q, c: q.replicas()),
     Case("throughput", "reader", lambda q, c: q.throughput()),
     Case("count_jobs", "reader", lambda q, c: q.count_jobs(state="pending")),
+    Case("jobs_page", "reader", lambda q, c: q.jobs_page(state="pending")),
+    Case("jobs_preview", "reader", lambda q, c: q.jobs_preview(all_streams=True)),
+    Case("dead_letters_preview", "reader", lambda q, c: q.dead_letters_preview()),
+    Case("op_log_preview", "reader", lambda q, c: q.op_log_preview(limit=5)),
+    Case("schedule_streams", "reader", lambda q, c: q.schedule_streams("nightly")),
+    Case("deploy_check", "reader", lambda q, c: q.deploy_check(_app())),
     # producer
     Case("enqueue", "producer", lambda q, c: q.enqueue(b"x", kind="k")),
     Case("enqueue_many", "producer", lambda q, c: q.enqueue_many([pgqueue.NewJob(b"y")])),
@@ -98,6 +135,10 @@ CASES = [
     Case("upcast", "worker", lambda q, c: _with_conn(q, lambda conn: queries.scalar(
         conn, "upcast_job", {"job_id": c["lease"].job_id, "lease_id": c["lease"].lease_id,
                              "payload": b"v2", "schema_version": 2}))),
+    Case("register handlers", "worker", lambda q, c: _with_conn(
+        q, lambda conn: registry.register_handlers(conn, _app(), ["default"]))),
+    Case("deregister", "worker", lambda q, c: _with_conn(
+        q, lambda conn: registry.deregister(conn, 1))),
     Case("heartbeat", "worker", lambda q, c: _with_conn(
         q, lambda conn: registry.heartbeat(conn, 1))),
     Case("job_preview", "reader", lambda q, c: q.job_preview(c["pending"], preview_bytes=4)),
@@ -110,6 +151,9 @@ CASES = [
     Case("cancel running", "operator", lambda q, c: q.cancel(c["leased_job"])),
     Case("requeue_dead_letter", "operator", lambda q, c: q.requeue_dead_letter(c["dead"])),
     Case("restart", "operator", lambda q, c: q.restart(c["pending"])),
+    Case("rewind", "operator", lambda q, c: q.rewind(c["step_parked"], "a")),
+    Case("skip_step", "operator", lambda q, c: q.skip_step(c["step_parked"])),
+    Case("accept_step_set", "operator", lambda q, c: q.accept_step_set(c["step_parked"])),
     Case("act", "operator", lambda q, c: q.act(c["pending"], "restart")),
     Case("act_on_jobs", "operator", lambda q, c: q.act_on_jobs("restart", state="pending")),
     Case("configure_stream", "operator", lambda q, c: q.configure_stream(retry_base=2.0)),
@@ -129,7 +173,7 @@ def test_each_role_makes_its_calls_and_is_refused_the_others_naming_the_role(
         q: pgqueue.Queue, dsn: str, logins: Logins, who: str) -> None:
     for i, case in enumerate(CASES):
         stream = f"case{i}"  # each case its own stream: what one did is no other's concern
-        ctx = _prepare(q.for_stream(stream))
+        ctx = _prepare(q.for_stream(stream), dsn)
         before = state_snapshot(dsn), op_counts(dsn)
         with pgqueue.Queue(logins.dsn(dsn, who), stream=stream) as mine:
             if logins.allowed(who, case.needs):
@@ -163,7 +207,7 @@ WRITES = {
 @pytest.mark.parametrize("who", LEVELS[1:])
 def test_no_role_writes_a_table_directly(q: pgqueue.Queue, dsn: str, logins: Logins,
                                          who: str) -> None:
-    _prepare(q)
+    _prepare(q, dsn)
     before = state_snapshot(dsn), op_counts(dsn)
     with connection.connect(logins.dsn(dsn, who)) as conn:
         for table in TABLES:
@@ -442,3 +486,22 @@ def test_the_owners_clock_is_the_owners(q: pgqueue.Queue, dsn: str, logins: Logi
         with pytest.raises(pgqueue.PermissionDenied, match="only the pgqueue schema's owner"):
             operator.tick_schedules(now=dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc))
         assert operator.tick_schedules().fired == 0  # by the database's clock: not due
+
+
+def test_a_dashboard_whose_role_may_not_act_says_which_role_it_needs(
+        q: pgqueue.Queue, dsn: str, logins: Logins) -> None:
+    """An admin token on a dashboard that connects as a reader: the action is refused with
+    403 and the role it needs, on the API and on the page, and the job is untouched."""
+    from tests.integration.dashboard_help import BEARER, dashboard
+
+    job_id = q.enqueue(b"x")
+    with dashboard(logins.dsn(dsn, "reader")) as client:
+        answer = client.post(f"/api/jobs/{job_id}/cancel", headers=BEARER)
+        assert answer.status_code == 403, answer.text
+        assert "pgqueue_operator" in answer.json()["error"]
+        assert "permission denied for table" not in answer.text
+        page = client.post(f"/jobs/{job_id}/cancel", headers=BEARER)
+        assert page.status_code == 403, page.text
+        assert "pgqueue_operator" in page.text
+    info = q.job(job_id)
+    assert info is not None and info.state == "pending"
