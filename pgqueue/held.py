@@ -114,6 +114,9 @@ class Reservation(NamedTuple):
 
     want: int
     start: int
+    #: refused because another loop's lease, whose jobs start at once, is in flight: wait
+    #: for it (HeldLeases.wait_started), not for the wake-up, which it does not bump
+    blocked: bool = False
 
 
 def attempt_of(attempt: int, max_attempts: int) -> str:
@@ -189,6 +192,7 @@ class HeldLeases:
         self._freed = freed
         self._worker_id = worker_id
         self._lock = threading.Lock()
+        self._started = threading.Condition(self._lock)  # `_starting` went back to False
         self._held: dict[int, Held] = {}
         self._reserved = 0
         self._processed = 0
@@ -259,7 +263,7 @@ class HeldLeases:
         leased ahead can be queued before them."""
         with self._lock:
             if self._starting:
-                return Reservation(0, 0)
+                return Reservation(0, 0, blocked=True)
             busy = len(self._held) - self._acks.qsize()
             capacity = self._concurrency + self._prefetch_now()
             share = -(-capacity // self._loops)
@@ -286,9 +290,17 @@ class HeldLeases:
                 hand_out(held)
         finally:
             if reservation.start:
+                # Other lease loops refused meanwhile wait on this, not on the wake-up: a bump
+                # of its generation would also end this loop's own wait at once, and an idle
+                # worker would call the lease without pause.
                 with self._lock:
                     self._starting = False
-                self._freed()  # another lease loop may be waiting for this one
+                    self._started.notify_all()
+
+    def wait_started(self, timeout: float) -> None:
+        """Wait until no lease whose jobs start at once is in flight (at most `timeout`)."""
+        with self._lock:
+            self._started.wait_for(lambda: not self._starting, timeout)
 
     # -- letting go --------------------------------------------------------------------------
 

@@ -59,6 +59,9 @@ class LeaseLoops:
         while not self._stopping.is_set():
             seen = self._wake.generation
             reservation = self._leases.reserve()
+            if reservation.blocked:
+                self._leases.wait_started(self._poll_interval)
+                continue
             if reservation.want == 0:
                 self._wake.wait(seen, self._poll_interval)
                 continue

@@ -629,6 +629,33 @@ def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(
     assert elapsed < 2.0, f"picked up after {elapsed:.2f}s: the NOTIFY did not wake the worker"
 
 
+def test_an_idle_worker_leases_once_per_poll_interval_not_without_pause(
+        dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing to do, each lease loop asks once per poll interval (or per NOTIFY). A
+    lease whose jobs start at once used to bump the wake-up when it ended, ending its own
+    loop's wait at once: an idle worker called the lease about 1,600 times a second."""
+    from pgqueue import lease
+
+    calls: list[float] = []
+    real = lease.lease
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(time.monotonic())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lease, "lease", counted)
+    app = pgqueue.App()
+    app.job("never")(lambda job: None)
+    with running(app, dsn, concurrency=4, poll_interval=0.5, maintenance=False) as worker:
+        wait_for(lambda: len(calls) >= 1, 10, "the first lease")
+        before = len(calls)
+        threading.Event().wait(2.0)  # a measured window, not a wait for something to happen
+        seen = len(calls) - before
+        loops = worker.lease_loops
+    assert seen <= loops * (2.0 / 0.5 + 2), (
+        f"{seen} lease calls in about 2 s from {loops} idle lease loop(s) polling every 0.5 s")
+
+
 def test_a_workers_maintenance_reclaims_an_expired_lease_within_two_seconds(
         dsn: str, q: pgqueue.Queue) -> None:
     with running(pgqueue.App(), dsn, maintenance_interval=1.0), \
