@@ -51,6 +51,11 @@ def upgrade(revision: str) -> None:
     after = schema.current(target)
     say(f"pgqueue schema of {connection.describe(target)}: "
         f"{_describe(before)} -> {_describe(after)}")
+    for name in schema.writable_path_schemas(target):
+        click.echo(f"pgqueue: warning: other roles may create objects in schema {name!r}, "
+                   "which is on this role's search_path: a function planted there could run "
+                   "with the schema owner's rights. Run: REVOKE CREATE ON SCHEMA "
+                   f"{name} FROM PUBLIC (the default from Postgres 15 on)", err=True)
 
 
 @db.command(context_settings={"ignore_unknown_options": True})  # so "-1" is a REVISION

@@ -21,13 +21,20 @@ def describe(dsn: str) -> str:
     return f"{host}:{port}/{db}" if db else f"{host}:{port}"
 
 
+#: The connection parameters that hold secrets: the password, and the passphrase of the
+#: client's SSL key.
+SECRETS = ("password", "sslpassword")
+
+
 def redact(dsn: str) -> str:
-    """The DSN with any password removed, for showing to people."""
+    """The DSN with its secrets (SECRETS) removed, for showing to people and for storing
+    where readers see it (a replica's row)."""
     try:
         parts = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "<unparseable DSN>"
-    parts.pop("password", None)
+    for secret in SECRETS:
+        parts.pop(secret, None)
     return " ".join(f"{k}={v}" for k, v in parts.items() if v is not None)
 
 
@@ -42,8 +49,9 @@ def masked(dsn: str) -> str:
         parts = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "<unparseable DSN>"
-    if parts.get("password") is not None:
-        parts["password"] = MASK
+    for secret in SECRETS:
+        if parts.get(secret) is not None:
+            parts[secret] = MASK
     return make_conninfo("", **{k: v for k, v in parts.items() if v is not None})
 
 

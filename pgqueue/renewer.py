@@ -3,7 +3,8 @@
 Each dirty checkpoint rides the same UPDATE (the write a step's `advance` waits for), and so
 does the news that a job leased ahead has started (held.py); back comes, per lease, whether an
 operator asked to cancel its job, which the handler then sees (`ctx.cancelled`); a NOTIFY of
-such a cancel pokes the renewer to run a round at once. A lease the
+such a cancel pokes the renewer to look that up at once (a read: any login may NOTIFY, and a
+flood of them must not turn into renewals and their ops). A lease the
 database no longer has is marked lost, and its handler learns it at its next `advance` or
 write. The worker's
 registry heartbeat rides along every HEARTBEAT_SECONDS. Write locks are taken in ascending
@@ -41,11 +42,15 @@ class Renewer:
         self._db = db
         self._worker_id = worker_id
         self._poked = threading.Event()
+        self._heard: set[int] = set()  # lease ids named by a NOTIFY since the last look
+        self._heard_lock = threading.Lock()
 
-    def poke(self) -> None:
-        """Renew now, not at the next interval: the listener heard that an operator asked to
-        cancel a job this worker holds (NOTIFY pgqueue_cancel). Only the renewal, which reads
-        the job's row, tells the handler: a notification anyone may send cannot stop a job."""
+    def poke(self, lease_id: int) -> None:
+        """Look now, not at the next renewal, whether the job of `lease_id` is to be
+        cancelled: the listener heard that an operator asked (NOTIFY pgqueue_cancel). Only
+        the job's row tells the handler: a notification anyone may send cannot stop a job."""
+        with self._heard_lock:
+            self._heard.add(lease_id)
         self._poked.set()
 
     def loop(self, interval: float, finished: threading.Event,
@@ -60,16 +65,21 @@ class Renewer:
             self._poked.wait(min(max(due - time.monotonic(), 0.0), FINISH_CHECK))
             if finished.is_set():
                 return
-            if self._poked.is_set():
+            poked = self._poked.is_set()
+            if poked:
                 self._poked.clear()
-            elif time.monotonic() < due:
+            renew = time.monotonic() >= due
+            if not (poked or renew):
                 continue
-            due = time.monotonic() + interval
             try:
-                self.round()
-                if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
-                    heartbeat()
-                    last_beat = time.monotonic()
+                if renew:
+                    due = time.monotonic() + interval
+                    self.round()  # says of each lease whether a cancel was asked, too
+                    if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                        heartbeat()
+                        last_beat = time.monotonic()
+                else:
+                    self.look_for_cancels()
             except PgQueueError as exc:
                 log.warning("worker %s: renewal failed: %s", self._worker_id(), exc)
             except Exception:
@@ -77,8 +87,22 @@ class Renewer:
                 # the next round (one interval on) is the retry
                 log.exception("worker %s: renewal round failed unexpectedly; retrying in %.1fs",
                               self._worker_id(), interval)
-            # a flood of notifications costs at most one round per POKE_GAP
+            # a flood of notifications costs at most one look per POKE_GAP
             finished.wait(POKE_GAP)
+
+    def look_for_cancels(self) -> None:
+        """Of the leases NOTIFYs named since the last look, those this worker holds whose
+        job's cancel was asked: their handlers are told (a read by primary key, no op)."""
+        with self._heard_lock:
+            heard, self._heard = self._heard, set()
+        held = [h for h in self._leases.snapshot()
+                if h.lease.lease_id in heard and not h.cancelled.is_set()]
+        if not held:
+            return
+        asked = self._db(lambda c: lease.cancel_requested(c, [h.lease for h in held]))
+        for h in held:
+            if h.lease.lease_id in asked:
+                h.request_cancel()
 
     def round(self) -> None:
         """Renew every held lease in one statement, acks in flight included, carrying each

@@ -120,6 +120,14 @@ def install(dsn: str) -> None:
         queries.fetch(conn, "grant_version_table")
 
 
+def writable_path_schemas(dsn: str) -> list[str]:
+    """The schemas on the search_path of `dsn`'s role (the owner's, for migrations) that
+    other roles may create objects in: on Postgres 14 and earlier, `public` (see the README's
+    Roles section). Empty is what a safe setup gives."""
+    with connection.connect(dsn) as conn:
+        return [str(r["name"]) for r in queries.fetch(conn, "writable_path_schemas")]
+
+
 def upgrade(dsn: str, revision: str = "head", *, location: Path | None = None) -> None:
     """Migrate the database up to `revision` (default: this library's newest). A database
     without the schema that is to reach head is installed from the current files instead

@@ -14,6 +14,7 @@ dead-letter table keeps none).
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -56,7 +57,22 @@ def producing(stream: str, count: int) -> Iterator[dict[str, str] | None]:
                         "messaging.batch.message_count": count}):
         carrier: dict[str, str] = {}
         propagate.inject(carrier)
-        yield carrier or None
+        yield fitted(carrier)
+
+
+#: The most a job's stored trace context may weigh (as JSON; pgqueue.job_fields_fit).
+MAX_TRACE_BYTES = 16384
+#: What a context keeps when the whole does not fit (a large baggage): the trace itself.
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def fitted(carrier: dict[str, str]) -> dict[str, str] | None:
+    """The context to store with a job: the whole carrier when it fits, else only its trace
+    headers (baggage is the application's, and may be large), else nothing."""
+    for kept in (carrier, {k: v for k, v in carrier.items() if k in TRACE_HEADERS}):
+        if len(json.dumps(kept).encode()) <= MAX_TRACE_BYTES:
+            return kept or None
+    return None
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from typing import Any
 from pgqueue.models import UNSET
 
 MAX_STREAM_LEN = 200
+MAX_KIND_LEN = 200
 MAX_DEDUP_KEY_BYTES = 1024
 #: Durations beyond this (about 100 years) are refused rather than overflowing in SQL.
 MAX_SECONDS = 100 * 365 * 86400.0
@@ -152,13 +153,16 @@ def dedup_key(value: Any, arg: str = "dedup_key") -> bytes | None:
 
 
 def kind(value: Any, arg: str = "kind") -> str | None:
-    """A job kind: None or a non-empty str."""
+    """A job kind: None or a str of 1 to 200 characters (the SQL side checks the same:
+    pgqueue.check_kind)."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
     if not value:
         raise ValueError(f"{arg} must not be empty (use None for no kind)")
+    if len(value) > MAX_KIND_LEN:
+        raise ValueError(f"{arg} must be 1 to {MAX_KIND_LEN} characters, got {len(value)}")
     return _storable(value, arg)
 
 

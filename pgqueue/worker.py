@@ -318,9 +318,9 @@ class Worker:
         self._acker = self._thread("acker", self._leases.ack_loop)
         renewer = Renewer(self._leases, self._db, self._id)
 
-        def cancel_heard(lease_id: int) -> None:  # renew at once: the row says whether it is so
+        def cancel_heard(lease_id: int) -> None:  # look at once: the row says whether it is so
             if self._leases.holds(lease_id):
-                renewer.poke()
+                renewer.poke(lease_id)
 
         self._threads += [
             self._thread("renewer", functools.partial(

@@ -86,3 +86,15 @@ async def renew_leases(
     rows = await run.fetch(conn, "renew_leases", {
         **params, "started": None if started is None else [bool(s) for s in started]})
     return {r["lease_id"]: Renewed(r["expires_at"], bool(r["cancel_requested"])) for r in rows}
+
+
+async def cancel_requested(conn: run.AsyncConn, leases: Sequence[Lease]) -> set[int]:
+    """Of these leases, still current, those whose job an operator asked to cancel: a read
+    by primary key, writing nothing (what a NOTIFY pgqueue_cancel, which any login may send,
+    makes a worker look up)."""
+    if not leases:
+        return set()
+    rows = await run.fetch(conn, "cancel_requested", {
+        "job_ids": [held.job_id for held in leases],
+        "lease_ids": [held.lease_id for held in leases]})
+    return {int(r["lease_id"]) for r in rows}

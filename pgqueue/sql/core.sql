@@ -235,6 +235,21 @@ BEGIN
 END
 $$;
 
+-- A job kind as every way in takes it (a job's, a schedule's, a kind's settings): 1 to 200
+-- characters. A longer one would be refused by an index only later: a scheduled job's kind
+-- enters the ready index when it comes due, and every lease of its stream would fail there.
+CREATE OR REPLACE FUNCTION pgqueue.check_kind(p_kind text, p_what text DEFAULT 'kind')
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF length(p_kind) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION '% must be 1 to 200 characters (or null), got %', p_what, length(p_kind)
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
 -- Queue writes happen on the leader only; a replica names its leader in the refusal.
 CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void
 LANGUAGE plpgsql VOLATILE

@@ -45,6 +45,45 @@ BEGIN
 END
 $$;
 
+-- What a job carries besides its payload, as every way in takes it (Python checks the same
+-- first, pgqueue/validate.py): a kind and a concurrency key of 1 to 200 characters, a dedup
+-- key of at most 1,024 bytes, a trace context of at most 16,384 bytes. A longer key would be
+-- refused by an index only later (see check_kind), a longer trace would weigh on every copy
+-- of the job and its op. job_fields_fit is the test (inlined in a batch's scan);
+-- check_job_fields raises naming the field, and the job's index in a batch (p_at).
+CREATE OR REPLACE FUNCTION pgqueue.job_fields_fit(p_kind text, p_dedup_key bytea,
+                                                  p_concurrency_key text, p_trace jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT coalesce(length(p_kind) BETWEEN 1 AND 200, true)
+         AND coalesce(octet_length(p_dedup_key) <= 1024, true)
+         AND coalesce(length(p_concurrency_key) BETWEEN 1 AND 200, true)
+         AND coalesce(octet_length(p_trace::text) <= 16384, true) $$;
+
+CREATE OR REPLACE FUNCTION pgqueue.check_job_fields(p_at bigint, p_kind text, p_dedup_key bytea,
+                                                    p_concurrency_key text, p_trace jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_job text := CASE WHEN p_at IS NULL THEN '' ELSE format('jobs[%s].', p_at) END;
+BEGIN
+    PERFORM pgqueue.check_kind(p_kind, v_job || 'kind');
+    IF octet_length(p_dedup_key) > 1024 THEN
+        RAISE EXCEPTION '%dedup_key must be at most 1024 bytes, got %', v_job,
+            octet_length(p_dedup_key) USING ERRCODE = '22023';
+    END IF;
+    IF length(p_concurrency_key) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION '%concurrency_key must be 1 to 200 characters (or null), got %', v_job,
+            length(p_concurrency_key) USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_trace::text) > 16384 THEN
+        RAISE EXCEPTION '%trace context must be at most 16384 bytes, got %', v_job,
+            octet_length(p_trace::text) USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
 -- Enqueue: returns one id per input, in input order. A job whose dedup_key is held by a live
 -- job of the stream is not inserted; its slot returns the holder's id. Each statement of this
 -- function takes a fresh snapshot (READ COMMITTED), so a holder committed by a concurrent
@@ -124,6 +163,15 @@ BEGIN
     END IF;
     IF v_n = 0 THEN
         RETURN;
+    END IF;
+    IF p_kinds IS NOT NULL OR p_dedup_keys IS NOT NULL OR p_concurrency_keys IS NOT NULL
+       OR p_traces IS NOT NULL THEN
+        -- refused whole, before anything is written, naming the first job that does not fit
+        PERFORM pgqueue.check_job_fields(t.ord - 1, t.kind, t.dedup_key, t.concurrency_key,
+                                         t.trace)
+        FROM unnest(p_kinds, p_dedup_keys, p_concurrency_keys, p_traces) WITH ORDINALITY
+            AS t(kind, dedup_key, concurrency_key, trace, ord)
+        WHERE NOT pgqueue.job_fields_fit(t.kind, t.dedup_key, t.concurrency_key, t.trace);
     END IF;
     v_limit := coalesce((SELECT c.max_payload_bytes FROM pgqueue.stream_config c
                          WHERE c.stream = p_stream), 16777216);
@@ -310,6 +358,9 @@ BEGIN
     PERFORM pgqueue.check_stream(p_stream);
     IF NOT isfinite(p_not_before) THEN  -- see pgqueue.enqueue
         RAISE EXCEPTION 'enqueue: not_before must be a finite timestamp' USING ERRCODE = '22023';
+    END IF;
+    IF NOT pgqueue.job_fields_fit(p_kind, p_dedup_key, p_concurrency_key, p_trace) THEN
+        PERFORM pgqueue.check_job_fields(NULL, p_kind, p_dedup_key, p_concurrency_key, p_trace);
     END IF;
     v_at := greatest(v_now, date_trunc('milliseconds', coalesce(
         p_not_before, v_now + coalesce(p_delay_ms, 0) * interval '1 millisecond')));

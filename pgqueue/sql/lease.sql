@@ -104,7 +104,8 @@ DECLARE
     v_per_key int[];
 BEGIN
     PERFORM pgqueue.require_leader();
-    IF p_limit < 1 OR p_visibility_ms < 0 OR p_start < 0 THEN
+    IF p_limit IS NULL OR p_limit < 1 OR p_visibility_ms IS NULL OR p_visibility_ms < 0
+       OR p_start < 0 THEN
         RAISE EXCEPTION 'lease: limit must be >= 1, visibility >= 0 and start >= 0'
             USING ERRCODE = '22023';
     END IF;
@@ -193,17 +194,23 @@ AS $$ SELECT greatest(1, p_window_ms / 20) $$;
 
 -- A limited kind's lock, held to the end of the transaction: a lease counts the kind under it
 -- (taken without waiting: a kind another lease is counting is left to that one), and so does
--- pgqueue.start_rated (waiting: it counts one job, for a statement). Returns whether it is held.
+-- pgqueue.start_rated (waiting: it counts one job, for a statement). Returns whether it is held
+-- (false also when the kind has no settings row any more: nothing limits it). The lock is the
+-- kind_config row's: locking a row needs UPDATE on the table, which only the owner has, so no
+-- login can hold a kind's lock and stall it (an advisory lock any login may take).
 CREATE OR REPLACE FUNCTION pgqueue.lock_kind(p_stream text, p_kind text, p_wait boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF p_wait THEN
-        PERFORM pg_advisory_xact_lock(hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kind));
-        RETURN true;
+        PERFORM FROM pgqueue.kind_config c WHERE c.stream = p_stream AND c.kind = p_kind
+        FOR NO KEY UPDATE;
+    ELSE
+        PERFORM FROM pgqueue.kind_config c WHERE c.stream = p_stream AND c.kind = p_kind
+        FOR NO KEY UPDATE SKIP LOCKED;
     END IF;
-    RETURN pg_try_advisory_xact_lock(hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kind));
+    RETURN FOUND;
 END
 $$;
 
@@ -530,6 +537,12 @@ DECLARE
     v_now timestamptz := pgqueue.now_ms();
 BEGIN
     PERFORM pgqueue.require_leader();
+    IF EXISTS (SELECT 1 FROM unnest(p_visibility_ms) v WHERE v IS NULL OR v < 0)
+       OR cardinality(p_visibility_ms) IS DISTINCT FROM cardinality(p_job_ids) THEN
+        -- NULL would leave a lease that never expires, never reclaimed
+        RAISE EXCEPTION 'renew: every visibility must be >= 0 ms, one per job'
+            USING ERRCODE = '22023';
+    END IF;
     RETURN QUERY
     -- Rows are locked in id order first (see ack): no deadlock with a concurrent batched ack.
     WITH input AS (
@@ -592,6 +605,15 @@ FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(work
 SELECT job_id, lease_id, expires_at, cancel_requested
 FROM pgqueue.renew(%(job_ids)b::bigint[], %(lease_ids)b::bigint[], %(visibility_ms)b::bigint[],
                    %(checkpoints)b::jsonb[], %(started)b::boolean[])
+
+-- name: cancel_requested
+-- Of these leases (job id, lease id), the current ones whose job an operator asked to cancel:
+-- what a NOTIFY pgqueue_cancel makes a worker look up. A read by primary key that writes no op:
+-- a notification any login may send costs this, not a renewal.
+SELECT t.lease_id
+FROM unnest(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(job_id, lease_id)
+JOIN pgqueue.job j ON j.id = t.job_id AND j.lease_id = t.lease_id
+WHERE j.state = 'leased' AND j.cancel_requested_at IS NOT NULL
 
 -- name: start_rated
 -- Count a leased-ahead job of a rate-limited kind in its window as its handler starts:

@@ -239,6 +239,7 @@ BEGIN
     IF p_kind IS NULL OR p_kind = '' THEN
         RAISE EXCEPTION 'kind must be a non-empty name' USING ERRCODE = '22023';
     END IF;
+    PERFORM pgqueue.check_kind(p_kind);
     IF jsonb_typeof(p_settings) IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION 'kind settings must be a JSON object' USING ERRCODE = '22023';
     END IF;
@@ -258,10 +259,11 @@ BEGIN
                 v_key, left(v_val::text, 40) USING ERRCODE = '22023';
         END IF;
     END LOOP;
-    -- one change of a kind's settings at a time, also when its row does not exist yet (two
-    -- first settings would each start from nothing, and the second drop the first's)
-    PERFORM pg_advisory_xact_lock(hashtext('pgqueue.kind_config'),
-                                  hashtext(p_stream || '/' || p_kind));
+    -- one change of kinds' settings at a time, also when its row does not exist yet (two
+    -- first settings would each start from nothing, and the second drop the first's). A lock
+    -- no role but the owner may take (an advisory one any login could hold); it does not
+    -- conflict with the row locks of leases (pgqueue.lock_kind), which the row's own wait.
+    LOCK TABLE pgqueue.kind_config IN SHARE ROW EXCLUSIVE MODE;
     SELECT * INTO v_old FROM pgqueue.kind_config WHERE stream = p_stream AND kind = p_kind
     FOR UPDATE;
     v_found := FOUND;

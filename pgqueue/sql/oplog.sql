@@ -273,6 +273,7 @@ CREATE OR REPLACE FUNCTION pgqueue.op_log_batch(p_after bigint, p_limit int,
                                                 p_committed_only boolean)
 RETURNS TABLE (seq bigint, op jsonb)
 LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgqueue, pg_temp  -- the owner's session calls it (README, Roles)
 AS $$
     WITH sized AS (
         SELECT o.seq, coalesce(octet_length(o.payload), 0) + octet_length(o.body::text) AS size
@@ -332,17 +333,17 @@ SELECT pgqueue.ingest_ops(%(ops)s::jsonb) AS applied
 -- restored without its sequences, holds ids no op it kept shows. Reads max(id) of both job
 -- tables by their primary keys; job.lease_id has no index (nothing a renewal writes is
 -- indexed): one scan of the job table, at promotion.
-SELECT setval(pg_get_serial_sequence('pgqueue.op_log', 'seq'),
-              greatest(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')),
+SELECT setval(pg_get_serial_sequence('pgqueue.op_log', 'seq')::regclass,
+              greatest(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')::regclass),
                        (SELECT coalesce(max(seq), 0) FROM pgqueue.op_log),
                        (SELECT greatest(pruned_through, seeded_through) FROM pgqueue.node),
                        1)) AS seq,
-       setval('pgqueue.job_id_seq',
+       setval('pgqueue.job_id_seq'::regclass,
               greatest((SELECT last_value FROM pgqueue.job_id_seq),
                        (SELECT coalesce(max(job_id), 0) FROM pgqueue.op_log),
                        (SELECT coalesce(max(id), 0) FROM pgqueue.job),
                        (SELECT coalesce(max(id), 0) FROM pgqueue.dead_letter), 1)) AS job_id,
-       setval('pgqueue.lease_id_seq',
+       setval('pgqueue.lease_id_seq'::regclass,
               greatest((SELECT last_value FROM pgqueue.lease_id_seq),
                        (SELECT coalesce(max(lease_id), 0) FROM pgqueue.op_log),
                        (SELECT coalesce(max(lease_id), 0) FROM pgqueue.job), 1)) AS lease_id

@@ -51,14 +51,34 @@ CREATE TABLE pgqueue.follow_state (
 CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NULL, p_leader text DEFAULT NULL)
 RETURNS pgqueue.node
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     n pgqueue.node;
+    v_timeout text := current_setting('lock_timeout');
+    v_tries int := 0;
 BEGIN
     -- Wait for every transition in flight (each read this table in require_leader, and holds
     -- its ACCESS SHARE lock) before the role changes, so none commits as a leader's write
-    -- after a demotion; the ones that come later wait, then read the new role.
-    LOCK TABLE pgqueue.node IN ACCESS EXCLUSIVE MODE;
+    -- after a demotion; the ones that come later wait, then read the new role. Waiting in the
+    -- lock's queue makes every later transition wait behind this: so at most 100 ms at a time,
+    -- then out of the queue and again, for at most 30 s. A session that keeps the table read
+    -- in an open transaction (any reader may) delays the change, never stalls the queue.
+    PERFORM set_config('lock_timeout', '100ms', true);
+    LOOP
+        BEGIN
+            LOCK TABLE pgqueue.node IN ACCESS EXCLUSIVE MODE;
+            EXIT;
+        EXCEPTION WHEN lock_not_available THEN
+            v_tries := v_tries + 1;
+            IF v_tries >= 150 THEN
+                RAISE EXCEPTION 'set_role: pgqueue.node stayed in use by another session for 30 s: a transaction left open after reading it? (pg_locks says which)'
+                    USING ERRCODE = '55P03';
+            END IF;
+            PERFORM pg_sleep(0.1);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_timeout, true);
     UPDATE pgqueue.node
     SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
         role = p_role, name = coalesce(p_name, name),
@@ -129,6 +149,7 @@ $$;
 -- hot path never pays for it.
 CREATE OR REPLACE FUNCTION pgqueue.enable_apply_trigger() RETURNS void
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 BEGIN
     DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log;
@@ -140,6 +161,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION pgqueue.disable_apply_trigger() RETURNS void
 LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $$;
 
 -- Where each registered replica stands, in ops and seconds behind this leader. With p_upto,
@@ -325,7 +347,7 @@ SELECT pgqueue.prune_op_log(%(keep)s * interval '1 second', %(stale_after)s * in
 
 -- name: oplog_head
 -- The op-log sequence's last value (read before a follower's snapshot; not transactional).
-SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')), 0) AS seq
+SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')::regclass), 0) AS seq
 
 -- name: snapshot_bounds
 -- This transaction's snapshot: every xid below xmin has finished.
@@ -415,7 +437,7 @@ SELECT pg_current_snapshot()::text AS snapshot,
        (SELECT pruned_through FROM pgqueue.node) AS pruned_through,
        (SELECT last_value FROM pgqueue.job_id_seq) AS job_id,
        (SELECT last_value FROM pgqueue.lease_id_seq) AS lease_id,
-       coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')), 0) AS seq
+       coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgqueue.op_log', 'seq')::regclass), 0) AS seq
 
 -- name: seed_small_tables
 -- The small queue-state tables whole, one jsonb array each.
@@ -448,9 +470,9 @@ WITH node AS (
                             seeded_through = %(pruned_through)s::bigint
     RETURNING 1
 )
-SELECT setval('pgqueue.job_id_seq', greatest(%(job_id)s::bigint, 1)) AS job_id,
-       setval('pgqueue.lease_id_seq', greatest(%(lease_id)s::bigint, 1)) AS lease_id,
-       setval(pg_get_serial_sequence('pgqueue.op_log', 'seq'), greatest(%(seq)s::bigint, 1)) AS seq,
+SELECT setval('pgqueue.job_id_seq'::regclass, greatest(%(job_id)s::bigint, 1)) AS job_id,
+       setval('pgqueue.lease_id_seq'::regclass, greatest(%(lease_id)s::bigint, 1)) AS lease_id,
+       setval(pg_get_serial_sequence('pgqueue.op_log', 'seq')::regclass, greatest(%(seq)s::bigint, 1)) AS seq,
        (SELECT count(*) FROM node) AS updated
 
 -- name: seeded_through

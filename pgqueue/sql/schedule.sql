@@ -61,6 +61,7 @@ DECLARE
 BEGIN
     PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
+    PERFORM pgqueue.check_kind(p_kind);
     INSERT INTO pgqueue.schedule AS s (stream, name, cron, timezone, payload, kind, priority,
         max_attempts, catch_up, misfire_grace_ms, paused, next_run_at, updated_at)
     VALUES (p_stream, p_name, p_cron, p_timezone, p_payload, p_kind, p_priority, p_max_attempts,
@@ -86,9 +87,10 @@ $$;
 -- Advance a fired (or skipped) schedule; runs in the same transaction as its ticks' enqueues.
 -- p_fired lists the fire times enqueued (ISO 8601 text, ascending) and p_last_fired_at is the
 -- last of them (NULL when none fired). Under the row lock, each must be after the schedule's
--- last fired time and not after the database's clock, and the new next_run_at after all of
--- them; otherwise PQ422, and the tick's savepoint takes its enqueues back with it. That is
--- what makes a fire time fire at most once, ever.
+-- last fired time, not before its next run and not after the database's clock, and the new
+-- next_run_at after all of them; otherwise PQ422, and the tick's savepoint takes its enqueues
+-- back with it. That is what makes a fire time fire at most once, ever. Only a due schedule
+-- that is not paused advances: a worker's tick may not move one that is not its turn.
 CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, p_next_run_at timestamptz,
                                          p_last_fired_at timestamptz, p_fired jsonb)
 RETURNS void
@@ -107,6 +109,14 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no schedule % in stream %', p_name, p_stream USING ERRCODE = 'PQ404';
     END IF;
+    IF c.paused THEN
+        RAISE EXCEPTION 'schedule % of stream % is paused: no tick advances it', p_name, p_stream
+            USING ERRCODE = 'PQ422';
+    END IF;
+    IF c.next_run_at IS NULL OR c.next_run_at > v_now THEN
+        RAISE EXCEPTION 'schedule % of stream % is not due (next run %, the database''s clock %)',
+            p_name, p_stream, coalesce(c.next_run_at::text, 'none'), v_now USING ERRCODE = 'PQ422';
+    END IF;
     v_last := c.last_fired_at;
     FOR v_at IN
         SELECT date_trunc('milliseconds', f.t::timestamptz)
@@ -120,6 +130,10 @@ BEGIN
         IF v_at > v_now THEN
             RAISE EXCEPTION 'schedule % of stream %: fire time % is after the database''s clock %',
                 p_name, p_stream, v_at, v_now USING ERRCODE = 'PQ422';
+        END IF;
+        IF v_at < c.next_run_at THEN
+            RAISE EXCEPTION 'schedule % of stream %: fire time % is before its next run %',
+                p_name, p_stream, v_at, c.next_run_at USING ERRCODE = 'PQ422';
         END IF;
         v_last := v_at;
     END LOOP;

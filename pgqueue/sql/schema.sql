@@ -40,6 +40,21 @@ SELECT current_setting('server_version') AS version
 SELECT h.compatible_from FROM pgqueue.alembic_version v
 JOIN pgqueue.schema_history h ON h.revision = v.version_num
 
+-- name: writable_path_schemas
+-- The schemas on this session's search_path (besides pgqueue and pg_catalog) in which a role
+-- other than their owner and this session's may create objects (PUBLIC's CREATE on public,
+-- the default up to Postgres 14): a function planted there could run with this session's
+-- rights when one of its own statements resolves a name to it.
+SELECT n.nspname AS name
+FROM unnest(current_schemas(false)) WITH ORDINALITY AS s(name, ord)
+JOIN pg_namespace n ON n.nspname = s.name
+WHERE n.nspname NOT IN ('pgqueue', 'pg_catalog')
+  AND EXISTS (SELECT 1 FROM aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
+              WHERE a.privilege_type = 'CREATE'
+                AND a.grantee NOT IN (n.nspowner, (SELECT r.oid FROM pg_roles r
+                                                   WHERE r.rolname = current_user)))
+ORDER BY s.ord
+
 -- name: schema_has_tables
 -- Whether pgqueue's tables exist (a database without a revision stamp may still hold them).
 SELECT to_regclass('pgqueue.job') IS NOT NULL AS exists

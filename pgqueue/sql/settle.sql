@@ -180,10 +180,18 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+    v_limit bigint;
 BEGIN
     PERFORM pgqueue.require_leader();
     IF j.id IS NULL THEN
         RETURN false;
+    END IF;
+    v_limit := coalesce((SELECT c.max_payload_bytes FROM pgqueue.stream_config c
+                         WHERE c.stream = j.stream), 16777216);
+    IF octet_length(p_payload) > v_limit THEN  -- the limit every way in keeps (see enqueue)
+        RAISE EXCEPTION 'upcast payload is % bytes, over the limit of % bytes of stream %',
+            octet_length(p_payload), v_limit, j.stream USING ERRCODE = 'PQ413',
+            HINT = 'pgqueue.configure_stream(stream, p_max_payload_bytes => N) sets the limit, up to 67108864 (64 MiB)';
     END IF;
     j.payload := p_payload;
     j.schema_version := p_schema_version;

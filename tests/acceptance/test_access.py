@@ -161,3 +161,20 @@ def test_only_the_owner_migrates_and_a_role_is_told_so(dsn: str, logins: Logins)
     assert refused.exit_code == 1, refused.stderr
     assert "only the pgqueue schema's owner" in refused.stderr
     assert "Traceback" not in refused.stderr + refused.stdout
+
+
+def test_db_upgrade_warns_of_a_schema_others_may_create_in(dsn: str) -> None:
+    """Postgres 14's default (every role may CREATE in public, on the owner's search_path):
+    a function planted there could run with the owner's rights; `db upgrade` says so."""
+    quiet = ok(dsn, "db", "upgrade")
+    assert "warning" not in quiet.stderr  # this server's default (Postgres 15 on) is safe
+    with connection.connect(dsn) as conn:
+        conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    try:
+        warned = ok(dsn, "db", "upgrade")
+        assert "other roles may create objects in schema 'public'" in warned.stderr
+        assert "REVOKE CREATE ON SCHEMA public FROM PUBLIC" in warned.stderr
+    finally:
+        with connection.connect(dsn) as conn:
+            conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    assert "warning" not in ok(dsn, "db", "upgrade").stderr

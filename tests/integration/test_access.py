@@ -505,3 +505,105 @@ def test_a_dashboard_whose_role_may_not_act_says_which_role_it_needs(
         assert "pgqueue_operator" in page.text
     info = q.job(job_id)
     assert info is not None and info.state == "pending"
+
+
+# -- what a role's own calls may not do, found by an adversarial review ---------------------------
+
+
+def test_a_worker_cannot_upcast_past_the_streams_payload_limit(
+        q: pgqueue.Queue, dsn: str, logins: Logins) -> None:
+    q.configure_stream(max_payload_bytes=64)
+    job_id = q.enqueue(b"small", schema_version=1)
+    with connection.connect(logins.dsn(dsn, "worker")) as conn:
+        (leased,) = conn.execute("SELECT id, lease_id FROM pgqueue.lease('default', 1, 60000, 0, 0)"
+                                 ).fetchall()
+        with pytest.raises(psycopg.Error, match="upcast payload is 65 bytes, over the limit of "
+                                                "64 bytes of stream default"):
+            conn.execute("SELECT pgqueue.upcast(%s, %s, %s, 2)", [*leased, b"x" * 65])
+        assert conn.execute("SELECT pgqueue.upcast(%s, %s, %s, 2)",
+                            [*leased, b"x" * 64]).fetchone() == (True,)
+    info = q.job(job_id)
+    assert info is not None and info.payload == b"x" * 64
+
+
+def test_no_lease_is_granted_or_renewed_without_an_expiry(
+        q: pgqueue.Queue, dsn: str, logins: Logins) -> None:
+    """A NULL visibility would leave a lease that never expires, so never reclaimed."""
+    job_id = q.enqueue(b"x")
+    with connection.connect(logins.dsn(dsn, "worker")) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="visibility"):
+            conn.execute("SELECT * FROM pgqueue.lease('default', 1, NULL, 0, 0)")
+        (leased,) = conn.execute("SELECT id, lease_id FROM pgqueue.lease('default', 1, 60000, 0, 0)"
+                                 ).fetchall()
+        for visibility in ([None], [-1], []):
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match="visibility"):
+                conn.execute("SELECT * FROM pgqueue.renew(%s, %s, %s::bigint[], ARRAY[NULL]::jsonb[])",
+                             [[leased[0]], [leased[1]], visibility])
+    info = q.job(job_id)
+    assert info is not None and info.lease_expires_at is not None
+
+
+def test_no_login_can_hold_a_limited_kinds_lock(q: pgqueue.Queue, dsn: str,
+                                                logins: Logins) -> None:
+    """The kind's lock is its settings row's: a login holding the advisory key the lease once
+    used stalls nothing, and no role may lock the row (that needs UPDATE on the table)."""
+    q.configure_kind("mail", max_concurrency=5)
+    ids = q.enqueue_many([pgqueue.NewJob(b"m", kind="mail") for _ in range(3)])
+    with connection.connect(logins.dsn(dsn, "none")) as squatter, \
+            connection.connect(logins.dsn(dsn, "operator")) as operator:
+        squatter.execute("SELECT pg_advisory_lock(hashtext('pgqueue.kind'), "
+                         "hashtext('default/mail'))")
+        squatter.execute("SELECT pg_advisory_lock(hashtext('pgqueue.kind_config'), "
+                         "hashtext('default/mail'))")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            operator.execute("SELECT 1 FROM pgqueue.kind_config FOR KEY SHARE")
+        operator.rollback()
+        operator.execute("SET lock_timeout = '5s'")  # a stall would fail, not hang
+        operator.execute("SELECT pgqueue.configure_kind_settings('default', 'mail', "
+                         "'{\"max_concurrency\": 4}')")
+        with pgqueue.Queue(logins.dsn(dsn, "worker")) as worker:
+            assert sorted(held.job_id for held in worker.lease(5)) == ids
+    (mail,) = [k for k in q.kinds() if k.kind == "mail"]
+    assert mail.max_concurrency == 4
+
+
+def test_a_reader_left_in_a_transaction_delays_a_demotion_but_stalls_no_transition(
+        q: pgqueue.Queue, dsn: str, logins: Logins) -> None:
+    """A reader may read pgqueue.node and leave its transaction open. A demotion then waits
+    for it, but never more than 100 ms at a time in the lock's queue, so the transitions,
+    which read the table too, go on meanwhile."""
+    import threading
+
+    from tests.dbhelp import wait_for
+
+    reader = connection.connect(logins.dsn(dsn, "reader"), autocommit=False)
+    reader.execute("SELECT * FROM pgqueue.node")  # its ACCESS SHARE lock, kept
+    outcome: list[Any] = []
+
+    def demote() -> None:
+        with connection.connect(dsn) as owner:
+            outcome.append(owner.execute("SELECT role FROM pgqueue.set_role('replica')"
+                                         ).fetchone())
+
+    thread = threading.Thread(target=demote, daemon=True)
+    thread.start()
+    try:
+        with connection.connect(dsn) as watcher:
+            wait_for(lambda: watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query LIKE '%%set_role(%%' AND pid <> pg_backend_pid()").fetchone()[0],
+                10, "the demotion to start")
+        with connection.connect(dsn) as producer:
+            producer.execute("SET statement_timeout = '5s'")  # a stall fails, not hangs
+            for _ in range(10):
+                producer.execute("SELECT pgqueue.enqueue_one('default', 'x'::bytea, NULL, 0, "
+                                 "NULL, NULL, NULL, 25, NULL)")
+        assert thread.is_alive() and not outcome  # still waiting for the reader
+    finally:
+        reader.commit()
+        reader.close()
+        thread.join(30)
+    assert outcome == [("replica",)]
+    with connection.connect(dsn) as owner:
+        owner.execute("SELECT pgqueue.set_role('leader')")
+    assert q.count_jobs(state="pending").count == 10

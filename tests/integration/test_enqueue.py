@@ -492,3 +492,59 @@ def test_sql_enqueue_refuses_a_not_before_that_is_not_finite(dsn: str, when: str
                          "%s::timestamptz, NULL, 25, NULL)", [when])
     assert job_count(dsn) == 0
     assert op_counts(dsn) == {}
+
+
+LONG_KIND = "k" * 201
+SQL_ENQUEUE_ALL = ("SELECT pgqueue.enqueue('s', ARRAY['\\x01', '\\x02']::bytea[], %s::text[], "
+                   "ARRAY[0, 0], NULL, NULL, %s::bytea[], ARRAY[1, 1], NULL, NULL, false, "
+                   "%s::jsonb[], %s::text[])")
+SQL_ENQUEUE_ONE = ("SELECT pgqueue.enqueue_one('s', '\\x01'::bytea, %s, 0, %s, NULL, %s, 25, "
+                   "NULL, NULL, false, %s::jsonb, %s)")
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("kind", LONG_KIND, "jobs\\[1\\].kind must be 1 to 200 characters"),
+    ("kind", "", "jobs\\[1\\].kind must be 1 to 200 characters"),
+    ("dedup_key", b"d" * 1025, "jobs\\[1\\].dedup_key must be at most 1024 bytes"),
+    ("concurrency_key", "c" * 201, "jobs\\[1\\].concurrency_key must be 1 to 200 characters"),
+    ("trace", json.dumps({"baggage": "b" * 16400}), "jobs\\[1\\].trace context must be at most"),
+])
+def test_sql_enqueue_refuses_fields_that_do_not_fit_naming_the_job(
+        dsn: str, field: str, value: Any, message: str) -> None:
+    """A kind too long for the ready index used to be stored: once its job came due (a
+    delay), every lease of its stream failed on the index. Both enqueue functions refuse it
+    and the other oversized fields up front, writing nothing; the stream goes on leasing."""
+    columns: dict[str, list[Any] | None] = {
+        "kind": None, "dedup_key": None, "trace": None, "concurrency_key": None}
+    columns[field] = [None, value]
+    with connection.connect(dsn) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
+            conn.execute(SQL_ENQUEUE_ALL, [columns["kind"], columns["dedup_key"],
+                                           columns["trace"], columns["concurrency_key"]])
+        one = {name: (v[1] if v else None) for name, v in columns.items()}
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match=message.replace("jobs\\[1\\].", "^")):
+            conn.execute(SQL_ENQUEUE_ONE, [one["kind"], 1500, one["dedup_key"], one["trace"],
+                                           one["concurrency_key"]])
+    assert job_count(dsn) == 0
+    assert op_counts(dsn) == {}
+    with pgqueue.Queue(dsn, stream="s") as q:
+        q.enqueue(b"fits", kind="k" * 200, concurrency_key="c" * 200, dedup_key=b"d" * 1024)
+        assert [held.kind for held in q.lease(5)] == ["k" * 200]
+
+
+def test_the_api_refuses_a_kind_longer_than_200_characters(q: pgqueue.Queue) -> None:
+    with pytest.raises(ValueError, match="kind must be 1 to 200 characters, got 201"):
+        q.enqueue(b"x", kind=LONG_KIND)
+    with pytest.raises(ValueError, match="kind must be 1 to 200 characters, got 201"):
+        q.configure_kind(LONG_KIND, max_concurrency=1)
+    with pytest.raises(ValueError, match="kind must be 1 to 200 characters, got 201"):
+        q.upsert_schedule("s", "* * * * *", kind=LONG_KIND)
+    with connection.connect(q.dsn) as conn:
+        for sql in ("SELECT pgqueue.configure_kind_settings('default', %s, '{}')",
+                    "SELECT pgqueue.upsert_schedule('default', 's', '* * * * *', 'UTC', "
+                    "''::bytea, %s, 0, 25, 'one', 60000, false, now() + interval '1 minute')"):
+            with pytest.raises(psycopg.errors.InvalidParameterValue,
+                               match="kind must be 1 to 200 characters"):
+                conn.execute(sql, [LONG_KIND])
+    assert q.kinds() == [] and q.schedules() == []

@@ -576,14 +576,14 @@ def test_the_transitions_refuse_a_time_at_or_before_the_last_fired_one(conn: Con
     schedule.upsert(conn, "default", "m", "* * * * *", now=NOON - seconds(30))
     assert schedule.tick(conn, now=NOON + seconds(1)).fired == 1
     before = table(conn, "pgqueue.schedule"), op_counts(conn)
+    due_again = NOON + minutes(1) + seconds(2)
 
-    def refused(sql: str, *args: Any) -> None:
-        with pytest.raises(psycopg.Error) as caught:
-            conn.execute("SELECT set_config('pgqueue.now', %s, false)",
-                         ((NOON + seconds(2)).isoformat(),))
+    def refused(sql: str, *args: Any, at: dt.datetime = due_again, why: str = "fire") -> None:
+        with pytest.raises(psycopg.Error) as caught:  # by default the schedule is due again
+            conn.execute("SELECT set_config('pgqueue.now', %s, false)", (at.isoformat(),))
             conn.execute(sql, args)
         assert caught.value.diag.sqlstate == "PQ422", caught.value
-        assert "fire" in str(caught.value)
+        assert why in str(caught.value)
         assert (table(conn, "pgqueue.schedule"), op_counts(conn)) == before
 
     upsert = ("SELECT pgqueue.upsert_schedule('default', 'm', '* * * * *', 'UTC', ''::bytea, "
@@ -595,10 +595,27 @@ def test_the_transitions_refuse_a_time_at_or_before_the_last_fired_one(conn: Con
     refused(advance, NOON, None, Jsonb([]))                               # move back onto it
     refused(advance, NOON + minutes(3), NOON + minutes(2),                # ahead of the clock
             Jsonb([(NOON + minutes(2)).isoformat()]))
+    # only a due schedule advances, and never from before its next run: a worker (the role
+    # that ticks) cannot move a schedule that is not its turn, nor fire it off its grid
+    refused(advance, NOON + minutes(2), None, Jsonb([]), at=NOON + seconds(2), why="not due")
+    refused(advance, NOON + minutes(2), NOON + seconds(30),
+            Jsonb([(NOON + seconds(30)).isoformat()]), why="before its next run")
     conn.execute("RESET pgqueue.now")
     # what the rule allows still goes through
     conn.execute(upsert, (NOON + minutes(1),))
     assert schedule.tick(conn, now=NOON + minutes(1)).fired == 1
+
+
+def test_a_paused_schedule_is_not_advanced_even_when_due(conn: Conn) -> None:
+    schedule.upsert(conn, "default", "p", "* * * * *", paused=True, now=NOON - seconds(30))
+    before = table(conn, "pgqueue.schedule"), op_counts(conn)
+    with pytest.raises(psycopg.Error, match="is paused") as caught:
+        conn.execute("SELECT set_config('pgqueue.now', %s, false)",
+                     ((NOON + seconds(2)).isoformat(),))
+        conn.execute("SELECT pgqueue.advance_schedule('default', 'p', %s, NULL, '[]')",
+                     (NOON + minutes(1),))
+    assert caught.value.diag.sqlstate == "PQ422"
+    assert (table(conn, "pgqueue.schedule"), op_counts(conn)) == before
 
 
 def test_a_row_left_on_a_fired_time_by_an_earlier_release_fires_on_after_it(conn: Conn) -> None:

@@ -105,6 +105,19 @@ def test_a_batch_is_one_producer_span_and_every_job_carries_it(
         assert f"{producer.context.trace_id:032x}" in lease.trace_context["traceparent"]
 
 
+def test_a_context_too_large_to_store_keeps_only_the_trace() -> None:
+    """A job stores at most 16 KiB of context (pgqueue.job_fields_fit). The W3C propagators
+    stay under it (baggage is capped at 8 KiB), a custom one may not: then only the trace
+    headers are kept."""
+    trace_headers = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+                     "tracestate": "vendor=x"}
+    assert tracing.fitted({**trace_headers, "baggage": "a=b"}) == {**trace_headers,
+                                                                   "baggage": "a=b"}
+    assert tracing.fitted({**trace_headers, "x-custom": "c" * 20000}) == trace_headers
+    assert tracing.fitted({"x-custom": "c" * 20000}) is None
+    assert tracing.fitted({}) is None
+
+
 def test_shared_commits_keep_each_callers_trace(spans: InMemorySpanExporter, dsn: str) -> None:
     """AsyncQueue's concurrent calls share a transaction; each job still carries the trace
     of the task that enqueued it."""

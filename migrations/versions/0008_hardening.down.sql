@@ -1,0 +1,1 @@
+-- Undo 0008's tables: none changed.

@@ -1,0 +1,1 @@
+-- pgqueue 0008: the tables' delta (state only). None: only functions changed (pgqueue/sql).
