@@ -591,8 +591,8 @@ def test_a_reader_left_in_a_transaction_delays_a_demotion_but_stalls_no_transiti
         with connection.connect(dsn) as watcher:
             wait_for(lambda: watcher.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND query LIKE '%%set_role(%%' AND pid <> pg_backend_pid()").fetchone()[0],
-                10, "the demotion to start")
+                "AND query LIKE '%%set_role(%%' AND pid <> pg_backend_pid()").fetchone()
+                     == (1,), 10, "the demotion to start")
         with connection.connect(dsn) as producer:
             producer.execute("SET statement_timeout = '5s'")  # a stall fails, not hangs
             for _ in range(10):
