@@ -54,8 +54,8 @@ $$;
 -- so it cannot lease more rows than asked.
 -- Limits (kind_config: max_concurrency, rate_count per rate_ms, max_per_key) hold across
 -- every worker:
--- for each limited kind of the stream the lease takes the kind's lock (pgqueue.lock_kind) without
--- waiting (a kind another lease is counting is skipped by this one, never waited for),
+-- for each limited kind of the stream the lease takes the kind's lock (pgqueue.lock_kind)
+-- without waiting (a kind another lease is counting is skipped by this one, never waited for),
 -- counts the kind's leased jobs and its leases in the window, and takes at most the room
 -- left; jobs of kinds at their limit are passed over, so they hold back no other kind. A
 -- stream without limited kinds pays one probe of kind_config.
@@ -274,8 +274,8 @@ $$;
 -- locked (SKIP LOCKED; a few rounds when concurrent leases took some), so a lease locks no
 -- more than it leases. Jobs without a kind and each kind without a limit (a skip scan of
 -- job_pending_kind_idx: one probe per ready kind) give their first candidates. A limited kind
--- with ready jobs is counted under its lock (pgqueue.lock_kind) (taken without waiting: a kind another
--- lease is counting is left to that lease, and nobody else takes its jobs meanwhile): its
+-- with ready jobs is counted under its lock (pgqueue.lock_kind; taken without waiting: a kind
+-- another lease is counting is left to that lease, and nobody else takes its jobs meanwhile): its
 -- room is its max_concurrency less its leased jobs and its rate_count less its leases in the
 -- window, by the clock when the lock was taken; with max_per_key a key holding that many is
 -- passed over. A lease of a rate-limited kind counts in its window from its start: one said

@@ -261,8 +261,9 @@ BEGIN
     END LOOP;
     -- one change of kinds' settings at a time, also when its row does not exist yet (two
     -- first settings would each start from nothing, and the second drop the first's). A lock
-    -- no role but the owner may take (an advisory one any login could hold); it does not
-    -- conflict with the row locks of leases (pgqueue.lock_kind), which the row's own wait.
+    -- no role but the owner may take (an advisory one any login could hold). It does not
+    -- conflict with the row locks leases take (pgqueue.lock_kind): the FOR UPDATE below waits
+    -- for those.
     LOCK TABLE pgqueue.kind_config IN SHARE ROW EXCLUSIVE MODE;
     SELECT * INTO v_old FROM pgqueue.kind_config WHERE stream = p_stream AND kind = p_kind
     FOR UPDATE;
