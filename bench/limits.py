@@ -8,7 +8,7 @@ kind, then one client leases --batch (100) at a time and acks them in one call u
 left; the jobs/s of the drain is the figure. The cases: no limit; max_concurrency (set far
 above the batch, so it never binds: the bookkeeping is all that is measured); a rate limit
 (likewise never binding); both. The limited cases take the lease's limited path: the stream's
-kinds picked apart, each limited kind counted under its advisory lock. The issue's bar: the
+kinds picked apart, each limited kind counted under its lock. The issue's bar: the
 overhead stays under 25 %. It runs twice: one kind; and --kinds (20) kinds with the limits on
 the first while --held (20,000) leases of another stream are held (what the counts must not
 read through). Figures only; the median of --rounds (3) rounds is printed.

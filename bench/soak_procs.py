@@ -7,7 +7,7 @@
 (the `pgqueue worker` command takes one DSN; the soak's workers must move from the leader to
 the promoted replica). `scheduler` runs pgqueue's maintenance passes (maintain.run_pass:
 reclaim expired leases, fire due cron ticks, prune) on the database in leader role, every
---interval seconds, without the advisory-lock election, so several schedulers really race for
+--interval seconds, without the election, so several schedulers really race for
 the same ticks; it finds the leader again when its database turns out to be a replica and
 reconnects when the connection is lost. Both log to stderr; SIGTERM stops them.
 """

@@ -139,8 +139,8 @@ def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> N
     """Reclaim expired leases, fire due cron ticks, prune the op log and forget dead workers,
     every INTERVAL seconds (or --once).
 
-    Safe to run anywhere, any number of times: runners elect one of themselves with a Postgres
-    advisory lock, and every pass is idempotent."""
+    Safe to run anywhere, any number of times: runners elect one of themselves (a claim each
+    renews at every pass), and every pass is idempotent."""
     dsn = common.dsn()
     if once:
         with connection.connect(dsn) as conn:

@@ -1,6 +1,6 @@
 """Maintenance: the periodic passes a queue needs (reclaim expired leases, fire due cron
-ticks, forget dead workers), run inside workers under an advisory-lock election or by
-`pgqueue maintain`.
+ticks, forget dead workers), run inside workers under an election (a claim row, renewed at
+every pass: pgqueue.claim_maintenance) or by `pgqueue maintain`.
 
 Every pass is idempotent and safe to run from many places at once: reclaim re-checks each
 lease's expiry under its row lock, so the election only avoids wasted work.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -147,8 +148,10 @@ FROZEN_RUNNER_SECONDS = 5.0
 
 class Maintainer:
     """Runs passes every `interval` seconds while elected (one runner per database). The
-    election is a session advisory lock on a connection that the server closes once it sits
-    idle for FROZEN_RUNNER_SECONDS (or three intervals), so a frozen runner cannot hold it."""
+    election is a claim renewed at every pass for FROZEN_RUNNER_SECONDS (or three intervals),
+    which another runner takes once it lapses or once its holder's session is gone; the
+    server also closes the session once it sits idle that long, so a frozen runner cannot
+    keep it. No login can hold it from outside (as one could an advisory lock)."""
 
     def __init__(self, dsn: str, *, interval: float = 1.0, elect: bool = True,
                  on_pass: Callable[[PassResult], None] | None = None) -> None:
@@ -161,6 +164,8 @@ class Maintainer:
         self.elect = elect
         self.elected = False
         self.passes = 0
+        self._holder = uuid.uuid4()
+        self._ttl_ms = int(max(FROZEN_RUNNER_SECONDS, 3 * interval) * 1000)
         self._stop = threading.Event()
         self._conn: queries.Conn | None = None
 
@@ -169,6 +174,12 @@ class Maintainer:
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
+            try:
+                if self.elected and not self._conn.closed:
+                    # the next pass elsewhere takes over at once, not once the claim lapses
+                    queries.fetch(self._conn, "release_maintenance", {"holder": self._holder})
+            except Exception:
+                log.debug("releasing the maintenance claim failed", exc_info=True)
             try:
                 self._conn.close()
             except Exception:
@@ -181,10 +192,10 @@ class Maintainer:
         if self._conn is None or self._conn.closed:
             self._conn = connection.connect(self.dsn)
             self.elected = False
-            timeout = max(FROZEN_RUNNER_SECONDS, 3 * self.interval)
-            queries.fetch(self._conn, "maintenance_session", {"timeout": f"{int(timeout * 1000)}ms"})
-        if self.elect and not self.elected:
-            self.elected = bool(queries.scalar(self._conn, "try_maintenance_lock"))
+            queries.fetch(self._conn, "maintenance_session", {"timeout": f"{self._ttl_ms}ms"})
+        if self.elect:  # every pass renews the claim; one that lapsed may have been taken
+            self.elected = bool(queries.scalar(self._conn, "claim_maintenance", {
+                "holder": self._holder, "ttl_ms": self._ttl_ms}))
             if not self.elected:
                 # the elected runner may be a worker whose role may not VACUUM the job table:
                 # a runner that may (the owner's `pgqueue maintain`) keeps it small regardless

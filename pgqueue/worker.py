@@ -14,7 +14,7 @@ One process runs:
 - a renewer thread: every renewal interval it renews every held lease in one statement,
   carrying each job's dirty checkpoint in the same UPDATE, and heartbeats the registry;
 - an acker thread: acks finished jobs in batches;
-- a listener thread and (unless disabled) a maintenance thread elected by advisory lock.
+- a listener thread and (unless disabled) a maintenance thread, elected (maintain.py).
 
 On SIGTERM or SIGINT it stops leasing, lets running handlers finish within the grace period,
 returns the rest without costing them an attempt (checkpoint kept), and returns normally.

@@ -1,1 +1,2 @@
--- Undo 0008's tables: none changed.
+-- Undo 0008's tables.
+DROP TABLE pgqueue.maintenance_runner;

@@ -4,8 +4,9 @@ What each pgqueue role may do holds at the edges: a job's kind, keys and trace c
 checked where every enqueue passes (a kind too long for the ready index failed every lease of
 its stream once the job came due), an upcast keeps the stream's payload limit, a tick advances
 only a due schedule that is not paused, a lease and a renewal refuse a NULL visibility, and a
-limited kind is locked by its settings row, which no login can hold (an advisory lock any
-login could take). Functions only: no table changes.
+limited kind is locked by its settings row, and the maintenance runners elect one of
+themselves by a claim row (pgqueue.maintenance_runner, the one new table), neither of which
+any login can hold from outside (the advisory locks they replace, any login could take).
 
 Revision ID: 0008
 Revises: 0007

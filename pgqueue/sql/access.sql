@@ -88,7 +88,8 @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
     pgqueue.register_step_set, pgqueue.configure_kind_settings, pgqueue.configure_kind,
     pgqueue.register_worker, pgqueue.heartbeat_worker, pgqueue.deregister_worker,
     pgqueue.prune_workers, pgqueue.claim_due_schedules, pgqueue.advance_schedule,
-    pgqueue.prune_old_ops, pgqueue.touch_replicas
+    pgqueue.prune_old_ops, pgqueue.touch_replicas, pgqueue.claim_maintenance,
+    pgqueue.release_maintenance
     TO pgqueue_worker;
 
 -- operator

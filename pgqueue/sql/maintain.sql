@@ -1,6 +1,56 @@
--- maintain: Maintenance: pruning the op log past what every replica confirmed.
+-- maintain: Maintenance: the runners' election, and pruning the op log past what every
+-- replica confirmed.
+
+-- schema: tables ----------------------------------------------------------------------------
+
+-- Who runs the maintenance passes of this database (pgqueue/maintain.py): one claim, renewed
+-- by its holder at every pass, that another runner takes once it lapses or once the holder's
+-- session is gone. Bookkeeping, not queue state: not in the op log. (It replaced a session
+-- advisory lock, which any login could take and hold, stopping reclaim and cron ticks.)
+CREATE TABLE pgqueue.maintenance_runner (
+    only_one boolean PRIMARY KEY DEFAULT true CHECK (only_one),
+    holder   uuid NOT NULL,         -- the runner (one per Maintainer)
+    pid      int NOT NULL,          -- its session's backend
+    until    timestamptz NOT NULL   -- the claim lapses then unless renewed
+);
 
 -- schema: functions -------------------------------------------------------------------------
+
+-- Claim (or renew) the maintenance runner's place for p_ttl_ms: true when the caller holds it.
+-- Taken over when the claim lapsed or its holder's session ended (a runner killed is replaced
+-- at the next pass elsewhere; a frozen one once its claim lapses). A worker's: no other role
+-- may write the row, nor lock it (locking needs UPDATE on the table).
+CREATE OR REPLACE FUNCTION pgqueue.claim_maintenance(p_holder uuid, p_ttl_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF p_holder IS NULL OR p_ttl_ms IS NULL OR p_ttl_ms < 1 THEN
+        RAISE EXCEPTION 'claim_maintenance: a holder and a ttl of at least 1 ms'
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pgqueue.maintenance_runner AS m (holder, pid, until)
+    VALUES (p_holder, pg_backend_pid(), v_now + p_ttl_ms * interval '1 millisecond')
+    ON CONFLICT (only_one) DO UPDATE
+    SET holder = excluded.holder, pid = excluded.pid, until = excluded.until
+    WHERE m.holder = excluded.holder OR m.until < v_now
+       OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                      WHERE a.pid = m.pid AND a.datid = (SELECT d.oid FROM pg_database d
+                                                        WHERE d.datname = current_database()));
+    RETURN FOUND;
+END
+$$;
+
+-- Give the claim up (a runner that stops): the next pass elsewhere takes it at once.
+CREATE OR REPLACE FUNCTION pgqueue.release_maintenance(p_holder uuid) RETURNS void
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$ UPDATE pgqueue.maintenance_runner SET until = '-infinity' WHERE holder = p_holder $$;
 
 -- Delete the oldest ops: the prefix of the log, in seq order, whose ops are older than p_keep,
 -- were written by a transaction that has finished, and are applied by every replica that is
@@ -76,10 +126,12 @@ $$;
 
 -- queries -----------------------------------------------------------------------------------
 
--- name: try_maintenance_lock
--- Elect one maintenance runner per database: a session-level advisory lock, released when the
--- holder's connection ends (so a dead runner is replaced by the next pass elsewhere).
-SELECT pg_try_advisory_lock(hashtext('pgqueue.maintenance')) AS elected
+-- name: claim_maintenance
+-- Elect one maintenance runner per database (pgqueue.claim_maintenance): whether this one is.
+SELECT pgqueue.claim_maintenance(%(holder)s::uuid, %(ttl_ms)s::bigint) AS elected
+
+-- name: release_maintenance
+SELECT pgqueue.release_maintenance(%(holder)s::uuid)
 
 -- name: oplog_prune_old
 -- One batch of the maintenance passes' prune (pgqueue.prune_old_ops): how many ops it deleted.
@@ -106,6 +158,6 @@ FROM pg_stat_user_tables WHERE schemaname = 'pgqueue' AND relname = 'job'
 
 -- name: maintenance_session
 -- The elected runner's session ends by itself when it stays idle this long (a frozen or
--- stopped process keeps its TCP connection, and with it the election lock, alive forever
--- otherwise): the server closes it, the lock goes, and another worker is elected.
+-- stopped process keeps its TCP connection alive otherwise): the server closes it, and the
+-- next claim elsewhere takes the runner's place.
 SELECT set_config('idle_session_timeout', %(timeout)s, false) AS timeout

@@ -15,13 +15,10 @@ from tests.dbhelp import op_counts, wait_for
 
 
 def election_holder(dsn: str) -> int | None:
-    """The backend pid holding the maintenance election (an exclusive one-key advisory lock:
-    not the shared role lock of a transition, nor a request token's two-key lock), if any."""
+    """The backend pid holding the maintenance runners' claim while it is current, if any."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                           "AND mode = 'ExclusiveLock' AND objsubid = 1 "
-                           "AND database = (SELECT oid FROM pg_database "
-                           "WHERE datname = current_database())").fetchone()
+        row = conn.execute("SELECT pid FROM pgqueue.maintenance_runner "
+                           "WHERE until > clock_timestamp()").fetchone()
     return None if row is None else int(row[0])
 
 

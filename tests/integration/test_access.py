@@ -607,3 +607,29 @@ def test_a_reader_left_in_a_transaction_delays_a_demotion_but_stalls_no_transiti
     with connection.connect(dsn) as owner:
         owner.execute("SELECT pgqueue.set_role('leader')")
     assert q.count_jobs(state="pending").count == 10
+
+
+def test_no_login_can_stop_the_maintenance_passes(q: pgqueue.Queue, dsn: str,
+                                                  logins: Logins) -> None:
+    """The runners' election is a claim row only a worker's transition writes: a login
+    holding the advisory key the election once used stops nothing, a reader may neither
+    claim nor lock the row. One runner at a time; a runner that stops hands over at once."""
+    with connection.connect(logins.dsn(dsn, "none")) as squatter, \
+            connection.connect(logins.dsn(dsn, "reader")) as reader:
+        squatter.execute("SELECT pg_advisory_lock(hashtext('pgqueue.maintenance'))")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            reader.execute("SELECT pgqueue.claim_maintenance(gen_random_uuid(), 60000)")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            reader.execute("SELECT 1 FROM pgqueue.maintenance_runner FOR KEY SHARE")
+        first = maintain.Maintainer(logins.dsn(dsn, "worker"), interval=0.1)
+        second = maintain.Maintainer(logins.dsn(dsn, "worker"), interval=0.1)
+        try:
+            assert first.tick() is not None and first.elected
+            assert second.tick() is None and not second.elected  # one runner at a time
+            assert first.tick() is not None  # its claim renewed
+        finally:
+            first._drop_connection()  # as run() does when it stops: the claim is given up
+        try:
+            assert second.tick() is not None and second.elected
+        finally:
+            second._drop_connection()

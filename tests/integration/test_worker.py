@@ -127,13 +127,10 @@ def listeners(q: pgqueue.Queue) -> int:
                          "AND query ILIKE 'LISTEN %'"))
 
 
-def advisory_locks(q: pgqueue.Queue) -> int:
-    """Exclusive one-key advisory locks granted in this database: the maintenance election (the
-    role lock every transition takes is shared; a request token's lock, which an enqueue or
-    lease holds for its transaction, has two keys: objsubid 2)."""
-    return int(scalar(q, "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
-                         "WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock' "
-                         "AND l.objsubid = 1 AND d.datname = current_database()"))
+def election_holder(q: pgqueue.Queue) -> Any:
+    """The holder of the maintenance runners' claim while it is current (None: nobody's)."""
+    return scalar(q, "SELECT (SELECT holder FROM pgqueue.maintenance_runner "
+                     "WHERE until > clock_timestamp())")
 
 
 # -- handler outcomes --------------------------------------------------------------------------
@@ -684,10 +681,11 @@ def test_one_maintenance_runner_at_a_time_among_three_workers(
         wait_for(lambda: elected(workers), 5, "a maintenance runner to be elected")
         samples = []
         for _ in range(20):
-            samples.append(advisory_locks(q))
+            samples.append(election_holder(q))
             time.sleep(0.05)
-        assert samples == [1] * 20
         (runner,) = elected(workers)
+        assert runner._maintainer is not None
+        assert samples == [runner._maintainer._holder] * 20  # one claim, held throughout
         others = [w for w in workers if w is not runner]
         assert all(m is not None for m in maintainers())
         assert runner._maintainer is not None and runner._maintainer.passes > 1
@@ -699,7 +697,8 @@ def test_one_maintenance_runner_at_a_time_among_three_workers(
         assert successor._maintainer is not None
         wait_for(lambda: successor._maintainer is not None and successor._maintainer.passes > 0,
                  5, "the successor's first pass")
-        assert advisory_locks(q) == 1
+        assert successor._maintainer is not None
+        assert election_holder(q) == successor._maintainer._holder
 
 
 def test_a_worker_registers_itself_and_its_handlers_and_deregisters_on_stop(
