@@ -32,16 +32,17 @@ def _most_in_window(times: list[dt.datetime], window: dt.timedelta) -> int:
 
 def test_max_concurrency_holds_across_worker_processes(dsn: str, workers: Workers,
                                                        ledger: Ledger) -> None:
+    # one handler slot each: the limit's two at a time must come from two processes (with
+    # more slots, the process that ends a quick job leases the next one at once, before the
+    # others' next poll, and might run them all); all three wait for work before there is any
+    procs = [workers.start(concurrency=1) for _ in range(3)]
     with pgqueue.Queue(dsn) as q:
         q.configure_kind("quick", max_concurrency=2)
-        q.enqueue_many([pgqueue.NewJob(json.dumps({"sleep": 0.3}), kind="quick")
+        wait_for(lambda: len(q.workers()) == 3, 60, "the three workers to start")
+        q.enqueue_many([pgqueue.NewJob(json.dumps({"sleep": 0.8}), kind="quick")
                         for _ in range(12)])
         notes = q.enqueue_many([pgqueue.NewJob(json.dumps({"sleep": 0}), kind="note")
                                 for _ in range(20)])
-    # one handler slot each: the limit's two at a time must come from two processes (with
-    # more slots, the process that ends a quick job leases the next one at once, before the
-    # others' next poll, and might run them all)
-    procs = [workers.start(concurrency=1) for _ in range(3)]
     wait_for(lambda: ledger.count(None, "quick:end") == 12, 60, "every quick job to finish")
     starts = {e.job_id: e.at for e in ledger.entries(step="quick:start")}
     ends = {e.job_id: e.at for e in ledger.entries(step="quick:end")}
