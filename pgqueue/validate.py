@@ -154,7 +154,7 @@ def dedup_key(value: Any, arg: str = "dedup_key") -> bytes | None:
 
 def kind(value: Any, arg: str = "kind") -> str | None:
     """A job kind: None or a str of 1 to 200 characters (the SQL side checks the same:
-    pgqueue.check_kind)."""
+    pgqueue.check_name)."""
     if value is None:
         return None
     if not isinstance(value, str):

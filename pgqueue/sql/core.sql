@@ -235,20 +235,28 @@ BEGIN
 END
 $$;
 
--- A job kind as every way in takes it (a job's, a schedule's, a kind's settings): 1 to 200
--- characters. A longer one would be refused by an index only later: a scheduled job's kind
--- enters the ready index when it comes due, and every lease of its stream would fail there.
-CREATE OR REPLACE FUNCTION pgqueue.check_kind(p_kind text, p_what text DEFAULT 'kind')
+-- A kind or a concurrency key as every way in takes it (a job's, a schedule's, a kind's
+-- settings): 1 to 200 characters, or null. A longer one would be refused by an index only
+-- later: a scheduled job's kind enters the ready index when it comes due, and every lease of
+-- its stream would fail there.
+CREATE OR REPLACE FUNCTION pgqueue.check_name(p_value text, p_what text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-    IF length(p_kind) NOT BETWEEN 1 AND 200 THEN
-        RAISE EXCEPTION '% must be 1 to 200 characters (or null), got %', p_what, length(p_kind)
+    IF length(p_value) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION '% must be 1 to 200 characters (or null), got %', p_what, length(p_value)
             USING ERRCODE = '22023';
     END IF;
 END
 $$;
+
+-- The most payload bytes a job of the stream may carry (stream_config.max_payload_bytes, 16 MiB
+-- by default), which enqueue and upcast keep.
+CREATE OR REPLACE FUNCTION pgqueue.payload_limit(p_stream text) RETURNS bigint
+LANGUAGE sql STABLE
+AS $$ SELECT coalesce((SELECT c.max_payload_bytes FROM pgqueue.stream_config c
+                       WHERE c.stream = p_stream), 16777216) $$;
 
 -- Queue writes happen on the leader only; a replica names its leader in the refusal.
 CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void

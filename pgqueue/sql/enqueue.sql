@@ -48,7 +48,7 @@ $$;
 -- What a job carries besides its payload, as every way in takes it (Python checks the same
 -- first, pgqueue/validate.py): a kind and a concurrency key of 1 to 200 characters, a dedup
 -- key of at most 1,024 bytes, a trace context of at most 16,384 bytes. A longer key would be
--- refused by an index only later (see check_kind), a longer trace would weigh on every copy
+-- refused by an index only later (see check_name), a longer trace would weigh on every copy
 -- of the job and its op. job_fields_fit is the test (inlined in a batch's scan);
 -- check_job_fields raises naming the field, and the job's index in a batch (p_at).
 CREATE OR REPLACE FUNCTION pgqueue.job_fields_fit(p_kind text, p_dedup_key bytea,
@@ -68,14 +68,11 @@ AS $$
 DECLARE
     v_job text := CASE WHEN p_at IS NULL THEN '' ELSE format('jobs[%s].', p_at) END;
 BEGIN
-    PERFORM pgqueue.check_kind(p_kind, v_job || 'kind');
+    PERFORM pgqueue.check_name(p_kind, v_job || 'kind');
+    PERFORM pgqueue.check_name(p_concurrency_key, v_job || 'concurrency_key');
     IF octet_length(p_dedup_key) > 1024 THEN
         RAISE EXCEPTION '%dedup_key must be at most 1024 bytes, got %', v_job,
             octet_length(p_dedup_key) USING ERRCODE = '22023';
-    END IF;
-    IF length(p_concurrency_key) NOT BETWEEN 1 AND 200 THEN
-        RAISE EXCEPTION '%concurrency_key must be 1 to 200 characters (or null), got %', v_job,
-            length(p_concurrency_key) USING ERRCODE = '22023';
     END IF;
     IF octet_length(p_trace::text) > 16384 THEN
         RAISE EXCEPTION '%trace context must be at most 16384 bytes, got %', v_job,
@@ -173,8 +170,7 @@ BEGIN
             AS t(kind, dedup_key, concurrency_key, trace, ord)
         WHERE NOT pgqueue.job_fields_fit(t.kind, t.dedup_key, t.concurrency_key, t.trace);
     END IF;
-    v_limit := coalesce((SELECT c.max_payload_bytes FROM pgqueue.stream_config c
-                         WHERE c.stream = p_stream), 16777216);
+    v_limit := pgqueue.payload_limit(p_stream);
     SELECT t.ord, octet_length(t.payload) INTO v_big, v_size
     FROM unnest(p_payloads) WITH ORDINALITY AS t(payload, ord)
     WHERE octet_length(t.payload) > v_limit LIMIT 1;
@@ -364,8 +360,7 @@ BEGIN
     END IF;
     v_at := greatest(v_now, date_trunc('milliseconds', coalesce(
         p_not_before, v_now + coalesce(p_delay_ms, 0) * interval '1 millisecond')));
-    v_limit := coalesce((SELECT c.max_payload_bytes FROM pgqueue.stream_config c
-                         WHERE c.stream = p_stream), 16777216);
+    v_limit := pgqueue.payload_limit(p_stream);
     IF octet_length(p_payload) > v_limit THEN
         RAISE EXCEPTION 'payload is % bytes, over the limit of % bytes of stream %',
             octet_length(p_payload), v_limit, p_stream USING ERRCODE = 'PQ413',

@@ -39,8 +39,7 @@ BEGIN
     SET holder = excluded.holder, pid = excluded.pid, until = excluded.until
     WHERE m.holder = excluded.holder OR m.until < v_now
        OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
-                      WHERE a.pid = m.pid AND a.datid = (SELECT d.oid FROM pg_database d
-                                                        WHERE d.datname = current_database()));
+                      WHERE a.pid = m.pid AND a.datname = current_database());
     RETURN FOUND;
 END
 $$;

@@ -239,7 +239,7 @@ BEGIN
     IF p_kind IS NULL OR p_kind = '' THEN
         RAISE EXCEPTION 'kind must be a non-empty name' USING ERRCODE = '22023';
     END IF;
-    PERFORM pgqueue.check_kind(p_kind);
+    PERFORM pgqueue.check_name(p_kind, 'kind');
     IF jsonb_typeof(p_settings) IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION 'kind settings must be a JSON object' USING ERRCODE = '22023';
     END IF;

@@ -61,7 +61,7 @@ DECLARE
 BEGIN
     PERFORM pgqueue.require_leader();
     PERFORM pgqueue.check_stream(p_stream);
-    PERFORM pgqueue.check_kind(p_kind);
+    PERFORM pgqueue.check_name(p_kind, 'kind');
     INSERT INTO pgqueue.schedule AS s (stream, name, cron, timezone, payload, kind, priority,
         max_attempts, catch_up, misfire_grace_ms, paused, next_run_at, updated_at)
     VALUES (p_stream, p_name, p_cron, p_timezone, p_payload, p_kind, p_priority, p_max_attempts,

@@ -186,8 +186,7 @@ BEGIN
     IF j.id IS NULL THEN
         RETURN false;
     END IF;
-    v_limit := coalesce((SELECT c.max_payload_bytes FROM pgqueue.stream_config c
-                         WHERE c.stream = j.stream), 16777216);
+    v_limit := pgqueue.payload_limit(j.stream);
     IF octet_length(p_payload) > v_limit THEN  -- the limit every way in keeps (see enqueue)
         RAISE EXCEPTION 'upcast payload is % bytes, over the limit of % bytes of stream %',
             octet_length(p_payload), v_limit, j.stream USING ERRCODE = 'PQ413',
