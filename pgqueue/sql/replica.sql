@@ -55,30 +55,11 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     n pgqueue.node;
-    v_timeout text := current_setting('lock_timeout');
-    v_tries int := 0;
 BEGIN
     -- Wait for every transition in flight (each read this table in require_leader, and holds
     -- its ACCESS SHARE lock) before the role changes, so none commits as a leader's write
-    -- after a demotion; the ones that come later wait, then read the new role. Waiting in the
-    -- lock's queue makes every later transition wait behind this: so at most 100 ms at a time,
-    -- then out of the queue and again, for at most 30 s. A session that keeps the table read
-    -- in an open transaction (any reader may) delays the change, never stalls the queue.
-    PERFORM set_config('lock_timeout', '100ms', true);
-    LOOP
-        BEGIN
-            LOCK TABLE pgqueue.node IN ACCESS EXCLUSIVE MODE;
-            EXIT;
-        EXCEPTION WHEN lock_not_available THEN
-            v_tries := v_tries + 1;
-            IF v_tries >= 150 THEN
-                RAISE EXCEPTION 'set_role: pgqueue.node stayed in use by another session for 30 s: a transaction left open after reading it? (pg_locks says which)'
-                    USING ERRCODE = '55P03';
-            END IF;
-            PERFORM pg_sleep(0.1);
-        END;
-    END LOOP;
-    PERFORM set_config('lock_timeout', v_timeout, true);
+    -- after a demotion; the ones that come later wait, then read the new role.
+    LOCK TABLE pgqueue.node IN ACCESS EXCLUSIVE MODE;
     UPDATE pgqueue.node
     SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
         role = p_role, name = coalesce(p_name, name),

@@ -567,48 +567,6 @@ def test_no_login_can_hold_a_limited_kinds_lock(q: pgqueue.Queue, dsn: str,
     assert mail.max_concurrency == 4
 
 
-def test_a_reader_left_in_a_transaction_delays_a_demotion_but_stalls_no_transition(
-        q: pgqueue.Queue, dsn: str, logins: Logins) -> None:
-    """A reader may read pgqueue.node and leave its transaction open. A demotion then waits
-    for it, but never more than 100 ms at a time in the lock's queue, so the transitions,
-    which read the table too, go on meanwhile."""
-    import threading
-
-    from tests.dbhelp import wait_for
-
-    reader = connection.connect(logins.dsn(dsn, "reader"), autocommit=False)
-    reader.execute("SELECT * FROM pgqueue.node")  # its ACCESS SHARE lock, kept
-    outcome: list[Any] = []
-
-    def demote() -> None:
-        with connection.connect(dsn) as owner:
-            outcome.append(owner.execute("SELECT role FROM pgqueue.set_role('replica')"
-                                         ).fetchone())
-
-    thread = threading.Thread(target=demote, daemon=True)
-    thread.start()
-    try:
-        with connection.connect(dsn) as watcher:
-            wait_for(lambda: watcher.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND query LIKE '%%set_role(%%' AND pid <> pg_backend_pid()").fetchone()
-                     == (1,), 10, "the demotion to start")
-        with connection.connect(dsn) as producer:
-            producer.execute("SET statement_timeout = '5s'")  # a stall fails, not hangs
-            for _ in range(10):
-                producer.execute("SELECT pgqueue.enqueue_one('default', 'x'::bytea, NULL, 0, "
-                                 "NULL, NULL, NULL, 25, NULL)")
-        assert thread.is_alive() and not outcome  # still waiting for the reader
-    finally:
-        reader.commit()
-        reader.close()
-        thread.join(30)
-    assert outcome == [("replica",)]
-    with connection.connect(dsn) as owner:
-        owner.execute("SELECT pgqueue.set_role('leader')")
-    assert q.count_jobs(state="pending").count == 10
-
-
 def test_no_login_can_stop_the_maintenance_passes(q: pgqueue.Queue, dsn: str,
                                                   logins: Logins) -> None:
     """The runners' election is a claim row only a worker's transition writes: a login
