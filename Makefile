@@ -14,11 +14,13 @@ $(BIN)/python:
 venv: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 
-demo: venv
+# The demo needs the library alone: no development extras.
+demo: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
 	$(BIN)/pgqueue demo
 
 lint: venv
-	$(BIN)/ruff check pgqueue cli migrations tests bench examples
+	$(BIN)/ruff check pgqueue cli migrations tests bench examples setup.py
 	$(BIN)/mypy
 
 test: lint

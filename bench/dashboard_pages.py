@@ -49,8 +49,8 @@ from rich.console import Console
 from rich.table import Table
 
 import pgqueue
-from pgqueue import queries
-from pgqueue.benchmark import fresh_database, server
+from pgqueue.client.benchmark import fresh_database, server
+from pgqueue.db import queries
 from pgqueue.models import JobCount, JobsPage, ThroughputMinutes
 
 #: Streams and their share of the jobs: one big, one middling, one small.

@@ -19,9 +19,9 @@ import psycopg
 from rich.console import Console
 
 import pgqueue
-from pgqueue import connection
-from pgqueue.benchmark import fresh_database, percentile, print_figures, server
-from pgqueue.maintain import Maintainer
+from pgqueue.client.benchmark import fresh_database, percentile, print_figures, server
+from pgqueue.db import connection
+from pgqueue.maintenance.maintain import Maintainer
 
 
 def _drain(q: pgqueue.Queue, n: int) -> list[float]:

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pgqueue
-from pgqueue.benchmark import fresh_database, server
+from pgqueue.client.benchmark import fresh_database, server
 
 CASES: dict[str, dict[str, Any]] = {
     "no limit": {},

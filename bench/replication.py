@@ -32,9 +32,10 @@ from rich.console import Console
 from rich.table import Table
 
 import pgqueue
-from pgqueue import connection, replica
-from pgqueue.benchmark import fresh_database, percentile
-from pgqueue.embedded import EmbeddedServer
+from pgqueue.client.benchmark import fresh_database, percentile
+from pgqueue.db import connection
+from pgqueue.db.embedded import EmbeddedServer
+from pgqueue.replicas import replica
 
 SETTINGS = {"track_commit_timestamp": "on"}
 

@@ -5,7 +5,7 @@
 With no DSN it starts its own embedded Postgres (fsync on, default settings) and stops it at
 the end. In the same run, on the same server, it prints pgqueue's enqueue (one per call, and
 batched) and lease+ack (batches of 1 and 100) rates — the phases of `pgqueue bench`, from
-pgqueue/benchmark.py — next to `pgbench -S` (select-only tps) and a pgbench script of one
+pgqueue/client/benchmark.py — next to `pgbench -S` (select-only tps) and a pgbench script of one
 INSERT per transaction (the server's single-insert commit rate, the ceiling for enqueueing one
 job per call). It also renews 1,000 held leases with checkpoints in one renew_many call per
 round and reports renewals/s and the share of those job-row updates that were HOT.
@@ -26,9 +26,10 @@ from rich.console import Console
 from typing_extensions import LiteralString
 
 import pgqueue
-from pgqueue import benchmark, connection, enqueue, lease, queries, settle
-from pgqueue.benchmark import fresh_database, print_figures, server
-from pgqueue.embedded import bin_dir
+from pgqueue.client import benchmark, enqueue, lease, settle
+from pgqueue.client.benchmark import fresh_database, print_figures, server
+from pgqueue.db import connection, queries
+from pgqueue.db.embedded import bin_dir
 
 
 def pgbench(dsn: str, *args: str) -> float:

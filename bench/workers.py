@@ -14,8 +14,9 @@ import time
 from rich.console import Console
 
 import pgqueue
-from pgqueue import connection, enqueue, lease, queries, settle
-from pgqueue.benchmark import fresh_database, print_figures, server
+from pgqueue.client import enqueue, lease, settle
+from pgqueue.client.benchmark import fresh_database, print_figures, server
+from pgqueue.db import connection, queries
 
 
 def _table_stats(conn: queries.Conn) -> tuple[int, int]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import click
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from pgqueue import benchmark, connection
+from pgqueue.client import benchmark
+from pgqueue.db import connection
 
 from .common import console, dsn, print_json, table
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import click
 
-from pgqueue import dsn as dsns
-from pgqueue import embedded
+from pgqueue.db import dsn as dsns
+from pgqueue.db import embedded
 
 from .common import EXIT_UNAVAILABLE, dsn, fail, print_json
 

@@ -31,7 +31,8 @@ from rich.table import Table
 from rich.text import Text
 
 import pgqueue
-from pgqueue import connection, embedded, observe
+from pgqueue.client import observe
+from pgqueue.db import connection, embedded
 from pgqueue.jsonview import AnyJob as AnyJob
 from pgqueue.jsonview import checkpoint_json as checkpoint_json
 from pgqueue.jsonview import encode_bytes as encode_bytes

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from pgqueue import signals
+from pgqueue.runtime import signals
 
 from .common import EXIT_UNAVAILABLE, EXIT_USAGE, dsn, fail, open_queue, say, shown_dsn
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from pgqueue import access, connection, queries, schema
+from pgqueue.db import access, connection, queries, schema
 
 from .common import EXIT_USAGE, dsn, fail, print_json, say, say_lines
 

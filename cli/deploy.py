@@ -1,7 +1,7 @@
 """`pgqueue deploy-check`: before a deploy, the jobs in flight the new code would park.
 
 It imports the new code's App (as `pgqueue worker --app` does) and asks the library, which
-applies the worker's own compatibility rule (pgqueue/compat.py) to every job the new code may
+applies the worker's own compatibility rule (pgqueue/runtime/compat.py) to every job the new code may
 run: the jobs listed are exactly those a worker on that code would park as undecodable.
 """
 from __future__ import annotations

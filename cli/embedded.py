@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from pgqueue import embedded
+from pgqueue.db import embedded
 
 from .common import EXIT_FAILED, console, fail, kv_table, print_json
 

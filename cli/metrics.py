@@ -1,6 +1,6 @@
 """`pgqueue metrics serve`: the database's Prometheus gauges over HTTP, for a scraper.
 
-Every scrape reads the database with a bounded number of cheap queries (pgqueue/metrics.py,
+Every scrape reads the database with a bounded number of cheap queries (pgqueue/telemetry/metrics.py,
 Queue.gauges): jobs by stream and state, the oldest ready job's age, the op log, replicas'
 lag, schedules and workers. It runs until SIGTERM or SIGINT. A worker serves its own counters
 and histograms with `pgqueue worker --metrics-port`.
@@ -12,8 +12,8 @@ import threading
 
 import click
 
-from pgqueue import signals
-from pgqueue.metrics import MetricsServer, database_registry
+from pgqueue.runtime import signals
+from pgqueue.telemetry.metrics import MetricsServer, database_registry
 
 from .common import EXIT_UNAVAILABLE, dsn, fail, open_queue, say, shown_dsn
 

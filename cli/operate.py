@@ -12,7 +12,7 @@ import click
 from rich.text import Text
 
 import pgqueue
-from pgqueue import operate
+from pgqueue.client import operate
 from pgqueue.jsonview import history_json
 
 from .common import (

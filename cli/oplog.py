@@ -14,8 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import pgqueue
-from pgqueue import connection
-from pgqueue import oplog as pg_oplog
+from pgqueue.client import oplog as pg_oplog
+from pgqueue.db import connection
 from pgqueue.jsonview import op_json
 from pgqueue.models import OpPreview
 
@@ -144,7 +144,7 @@ def replay(source: str, target: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def prune(keep: float, stale_after: float, as_json: bool) -> None:
     """Delete old ops that every attached replica has confirmed, in batches."""
-    from pgqueue import replica
+    from pgqueue.replicas import replica
 
     from .common import dsn
 

@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from pgqueue import connection, replica
+from pgqueue.db import connection
+from pgqueue.replicas import replica
 
 from .common import EXIT_FAILED, console, fail, iso, print_json, say, table
 

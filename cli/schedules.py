@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 import pgqueue
-from pgqueue import schedule as schedule_mod
+from pgqueue.client import schedule as schedule_mod
 from pgqueue.jsonview import schedule_json
 
 from .common import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from pgqueue import queries
+from pgqueue.db import queries
 
 from .common import EXIT_FAILED, console, fail, print_json, say, say_lines, table
 

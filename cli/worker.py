@@ -16,9 +16,10 @@ from typing import Any
 import click
 
 import pgqueue
-from pgqueue import connection, maintain
-from pgqueue.logs import JsonFormatter
-from pgqueue.worker import HEARTBEAT_SECONDS
+from pgqueue.db import connection
+from pgqueue.maintenance import maintain
+from pgqueue.runtime.worker import HEARTBEAT_SECONDS
+from pgqueue.telemetry.logs import JsonFormatter
 
 from . import common
 

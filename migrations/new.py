@@ -2,15 +2,16 @@
 
     python -m pgqueue_migrations.new SLUG [--compatible] ["one-line description"]
 
-1. Writes versions/code/<head>.sql, a generated copy of the functions and views of
-   pgqueue/sql/<stage>.sql as they are now: the head revision's code from then on (its upgrade
-   and the next revision's downgrade load it). It refuses when that file already exists.
+1. Writes versions/code/<head>.sql: what the functions and views of pgqueue/sql/<stage>.sql
+   as they are now change against the frozen code below (frozen.py's hunks, nothing else):
+   the head revision's code from then on (its upgrade and the next revision's downgrade
+   rebuild and load it). It refuses when that file already exists.
 2. Writes versions/<next>_<slug>.py and empty <next>_<slug>.sql / .down.sql for the tables'
    delta (state only: functions and views are never written into a revision).
 
 Then: change pgqueue/sql/<stage>.sql (tables and functions, in their current form), write the
 same table change as a delta into the new .sql and its undo into .down.sql, set
-pgqueue.connection.SCHEMA_REVISION to the new id, and run tests/integration/test_catalog.py,
+pgqueue.db.connection.SCHEMA_REVISION to the new id, and run tests/integration/db/test_schema.py,
 which fails naming every object where the two paths disagree.
 """
 from __future__ import annotations
@@ -20,15 +21,19 @@ import re
 import sys
 from pathlib import Path
 
-from pgqueue import queries
+from pgqueue_migrations import frozen
+
+from pgqueue.db import queries
 
 VERSIONS = Path(__file__).resolve().parent / "versions"
 
 FROZEN_HEADER = """\
--- GENERATED FILE: do not edit. The functions and views of pgqueue schema revision {rev}: a
--- copy of the schema sections of pgqueue/sql/<stage>.sql, frozen by
--- `python -m pgqueue_migrations.new` when revision {next} was started. Loaded when a database
--- is upgraded to {rev} or downgraded to it; the current definitions live in pgqueue/sql/.
+-- GENERATED FILE: do not edit. What pgqueue schema revision {rev} changed in the functions and
+-- views, as hunks against the code of {below} (frozen by `python -m pgqueue_migrations.new`
+-- when revision {next} was started). Each hunk replaces chunks of that code (a statement
+-- with the comments above it, counted from 0) with the text below its header; the code of
+-- {rev} is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
+-- database is upgraded to {rev} or downgraded to it; the current definitions live in pgqueue/sql/.
 
 """
 
@@ -67,18 +72,20 @@ def head(versions: Path = VERSIONS) -> str:
 
 
 def freeze(revision: str, next_revision: str, versions: Path = VERSIONS) -> Path | None:
-    """Write versions/code/<revision>.sql from the current source; refuse to overwrite. When
-    the code is the same as the revision below's, write nothing (it shares that file)."""
-    from pgqueue_migrations.revision import code_file
-
+    """Write versions/code/<revision>.sql: the current source's changes against the frozen
+    code below; refuse to overwrite. When the code is the same as the revision below's, write
+    nothing (it shares that file)."""
     target = versions / "code" / f"{revision}.sql"
     if target.exists():
         raise SystemExit(f"{target} exists: revision {revision} is already frozen")
-    below = code_file(f"{int(revision) - 1:04d}", versions) if int(revision) > 1 else None
-    if below is not None and below.read_text(encoding="utf-8").endswith(queries.code_sql()):
+    below = frozen.frozen_files(versions, f"{int(revision) - 1:04d}")
+    hunks = frozen.delta(frozen.rebuild(versions, below[-1].stem) if below else "",
+                         queries.code_sql())
+    if below and not hunks:
         return None
     target.parent.mkdir(exist_ok=True)
-    target.write_text(FROZEN_HEADER.format(rev=revision, next=next_revision) + queries.code_sql(),
+    what = f"revision {below[-1].stem}" if below else "nothing (the first revision)"
+    target.write_text(FROZEN_HEADER.format(rev=revision, below=what, next=next_revision) + hunks,
                       encoding="utf-8")
     return target
 
@@ -97,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"slug must be snake_case (a-z, 0-9, _), got {args.slug!r}")
     down = head(versions)
     new = f"{int(down) + 1:04d}"
-    frozen = freeze(down, new, versions)
+    written = freeze(down, new, versions)
     module = versions / f"{new}_{args.slug}.py"
     module.write_text(MODULE.format(doc=args.description or args.slug.replace("_", " "), id=new,
                                     down=down, slug=args.slug, compatible=args.compatible),
@@ -105,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     for suffix, text in ((".sql", f"-- pgqueue {new}: the tables' delta (state only).\n"),
                          (".down.sql", f"-- Undo {new}'s tables.\n")):
         (versions / f"{new}_{args.slug}{suffix}").write_text(text, encoding="utf-8")
-    what = f"froze {frozen.name}" if frozen else f"code of {down} unchanged since the revision below"
+    what = f"froze {written.name}" if written else f"code of {down} unchanged since the revision below"
     print(f"{what}; wrote {module.name} and its .sql/.down.sql; now edit "
           f"pgqueue/sql/, the delta, and SCHEMA_REVISION = {new!r}")
     return 0

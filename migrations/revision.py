@@ -6,9 +6,10 @@ read: `versions/NNNN_slug.sql` up and `versions/NNNN_slug.down.sql` down. *Code*
 views) holds no data, so a revision never re-types a body: after its delta it reloads the code
 of the revision it lands on, and drops every pgqueue function or view that code does not
 define. The code of the newest revision is the current source, pgqueue/sql/<stage>.sql; the
-code of every older revision is a generated file, `versions/code/NNNN.sql`, frozen from the
-current source by `python -m pgqueue_migrations.new` before the source moves on (a revision
-that changed no code has none: it shares the newest frozen code below it).
+code of every older revision is rebuilt from generated files, `versions/code/NNNN.sql`, each
+holding only what its revision changed against the frozen code below it (frozen.py), written
+by `python -m pgqueue_migrations.new` before the source moves on (a revision that changed no
+code has none: it shares the newest frozen code below it).
 
 The code is loaded with CREATE OR REPLACE, which keeps each function's identity, so processes
 that are running while a database upgrades keep calling the functions they know (a rolling
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from alembic import op
+from pgqueue_migrations import frozen
 
-from pgqueue import queries
+from pgqueue.db import queries
 
 
 def _driver() -> Any:
@@ -54,9 +56,10 @@ def code_file(revision: str, versions: Path) -> Path | None:
 
 
 def code_of(revision: str, versions: Path) -> str:
-    """The functions and views of `revision`: its frozen file, or the current source."""
-    frozen = code_file(revision, versions)
-    return queries.code_sql() if frozen is None else frozen.read_text(encoding="utf-8")
+    """The functions and views of `revision`: the frozen deltas up to it applied in order, or
+    the current source for the head."""
+    found = code_file(revision, versions)
+    return queries.code_sql() if found is None else frozen.rebuild(versions, found.stem)
 
 
 #: Where a revision's code turns to privileges (pgqueue/sql/access.sql, the last stage): its

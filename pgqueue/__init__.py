@@ -10,10 +10,11 @@
 """
 from __future__ import annotations
 
-from pgqueue.aio.queue import AsyncQueue
-from pgqueue.aio.steps import AsyncStepContext
-from pgqueue.app import App, JobHandler, Step, StepJob
-from pgqueue.deploy import Parked
+from pgqueue.client.deploy import Parked
+from pgqueue.client.oplog import ReplayResult, replay
+from pgqueue.client.queue import Queue
+from pgqueue.client.queue_async import AsyncQueue
+from pgqueue.client.schedule import Schedule, TickResult
 from pgqueue.errors import (
     Cancelled,
     ConnectionFailed,
@@ -45,19 +46,18 @@ from pgqueue.models import (
     Op,
     StreamStats,
 )
-from pgqueue.oplog import ReplayResult, replay
-from pgqueue.queue import Queue
-from pgqueue.running import JobContext
-from pgqueue.schedule import Schedule, TickResult
-from pgqueue.steps import StepContext
-from pgqueue.worker import Worker
+from pgqueue.runtime.app import App, JobHandler, Step, StepJob
+from pgqueue.runtime.running import JobContext
+from pgqueue.runtime.steps import StepContext
+from pgqueue.runtime.steps_async import AsyncStepContext
+from pgqueue.runtime.worker import Worker
 
 __version__ = "0.1.0"
 
 
 def migrate(dsn: str) -> None:
     """Bring the database's pgqueue schema up to date (idempotent). Needs CREATE rights."""
-    from pgqueue import schema  # alembic is imported only when migrating
+    from pgqueue.db import schema  # alembic is imported only when migrating
 
     schema.migrate(dsn)
 

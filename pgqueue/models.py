@@ -415,3 +415,12 @@ class KindConfig:
                                                          row["rate_ms"] / 1000)
         return cls(row["stream"], row["kind"], row["quarantine_after"], row["max_concurrency"],
                    rate, row["max_per_key"])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a job would be parked as undecodable, and the particulars (its state_detail): the
+    compatibility rule's answer (pgqueue/runtime/compat.py), read by deploy-check too."""
+
+    reason: str
+    detail: dict[str, Any]

@@ -10,8 +10,9 @@ from typing import TypeVar
 
 from psycopg.types.json import Jsonb
 
-from pgqueue import connection, reclaim
-from pgqueue.queries import Conn
+from pgqueue.client import reclaim
+from pgqueue.db import connection
+from pgqueue.db.queries import Conn
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2030, 1, 1, tzinfo=UTC)

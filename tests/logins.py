@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from psycopg import sql as pg_sql
 from psycopg.conninfo import make_conninfo
 
-from pgqueue import access, connection, queries
+from pgqueue.db import access, connection, queries
 from tests.pgbed import Bed
 
 #: The short names tests use, lowest first; "none" holds no pgqueue role.

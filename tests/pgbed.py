@@ -16,8 +16,8 @@ from pathlib import Path
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue import connection, queries
-from pgqueue.embedded import EmbeddedServer
+from pgqueue.db import connection, queries
+from pgqueue.db.embedded import EmbeddedServer
 
 TEST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""An example Django project on pgqueue (tests/integration/test_django.py runs it):
+"""An example Django project on pgqueue (tests/integration/contrib/test_django.py runs it):
 
     SHOP_DSN="dbname=shop" python manage.py migrate
     SHOP_DSN="dbname=shop" python manage.py pgqueue db upgrade

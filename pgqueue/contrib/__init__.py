@@ -1,1 +1,2 @@
-"""Integrations with frameworks (optional: none is needed to import pgqueue)."""
+"""Integrations with frameworks (optional: none is needed to import pgqueue).
+May import: core, client."""

@@ -1,4 +1,5 @@
-"""The web dashboard and the HTTP API under it (the `dashboard` extra).
+"""The web dashboard and the HTTP API under it (the `dashboard` extra), on AsyncQueue.
+May import: core, db, client.
 
     from pgqueue.dashboard import create_app
     app = create_app(dsn, admin_token=None)   # an ASGI app: mount it, or `pgqueue dashboard`

@@ -14,13 +14,13 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pgqueue.aio import connection
-from pgqueue.aio.queue import AsyncQueue
+from pgqueue.client.queue_async import AsyncQueue
 from pgqueue.dashboard import api, pages
 from pgqueue.dashboard.auth import Auth
 from pgqueue.dashboard.context import Context
 from pgqueue.dashboard.data import Cache
 from pgqueue.dashboard.live import Broadcaster
+from pgqueue.db import connection_async as connection
 
 #: Only this site's own scripts, styles and images; no framing (clickjacking).
 SECURITY_HEADERS = {

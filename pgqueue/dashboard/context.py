@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from pgqueue.aio.queue import AsyncQueue
+from pgqueue.client.queue_async import AsyncQueue
 from pgqueue.dashboard.auth import Auth
 from pgqueue.dashboard.data import Cache
 from pgqueue.dashboard.live import Broadcaster

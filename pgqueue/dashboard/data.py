@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgqueue import jsonview
-from pgqueue.aio.observe import STALE_WORKER_SECONDS
-from pgqueue.aio.queue import AsyncQueue
+from pgqueue.client.observe_async import STALE_WORKER_SECONDS
+from pgqueue.client.queue_async import AsyncQueue
 from pgqueue.dashboard.params import JobFilter, Page
 from pgqueue.models import FINISHED_STATES, JOB_STATES, Checkpoint, Throughput
 

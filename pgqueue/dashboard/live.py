@@ -1,7 +1,7 @@
 """Live refresh: server-sent events woken by LISTEN/NOTIFY.
 
 One listener connection per dashboard process LISTENs on the channel every enqueue notifies
-(wakeup.NOTIFY_CHANNEL); each open page holds an event stream that says `refresh` when a
+(run.NOTIFY_CHANNEL); each open page holds an event stream that says `refresh` when a
 notification came (at most once a second, however many jobs arrive) and at least every
 REFRESH_SECONDS (acks, failures and operator actions notify nothing). The page's script
 closes its stream while the tab is hidden, so a hidden tab costs nothing.
@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import psycopg
 
-from pgqueue.aio import connection, run
+from pgqueue.db import connection_async as connection
+from pgqueue.db import run_async as run
 from pgqueue.errors import PgQueueError
-from pgqueue.wakeup import NOTIFY_CHANNEL
 
 log = logging.getLogger("pgqueue.dashboard")
 
@@ -72,7 +72,7 @@ class Broadcaster:
             try:
                 current = await self._leader()
                 async with await connection.connect(current) as conn:
-                    await run.listen(conn, NOTIFY_CHANNEL)
+                    await run.listen(conn, run.NOTIFY_CHANNEL)
                     delay = 0.5
                     while True:
                         async for _ in conn.notifies(timeout=LEADER_CHECK_SECONDS):

@@ -19,7 +19,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from pgqueue.aio.observe import KIND_WINDOW
+from pgqueue.client.observe_async import KIND_WINDOW
 from pgqueue.dashboard import auth, data, params
 from pgqueue.dashboard.context import context, status_for
 from pgqueue.models import JOB_STATES, VERBS

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pgqueue import validate
-from pgqueue.aio import observe, operate
-from pgqueue.aio.observe import MAX_PAGE
+from pgqueue.client import observe_async as observe
+from pgqueue.client import operate_async as operate
+from pgqueue.client.observe_async import MAX_PAGE
 
 #: Jobs per page unless `limit` says otherwise.
 PAGE = 50

@@ -1,1 +1,2 @@
-"""Runtime SQL, one file per lifecycle stage, as `-- name:` blocks (see pgqueue.queries)."""
+"""Runtime SQL and the current schema, one file per lifecycle stage, as `-- name:` blocks.
+May import: nothing."""

@@ -593,7 +593,7 @@ SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, en
        checkpoint_updated_at, schema_version, step_set_hash,
        nullif(crashes_by_step, '{}'::jsonb) AS crashes_by_step,  -- nothing to decode when none
        not_before,  -- when it became due (the worker's wait histogram)
-       trace_context,  -- the producer's, for the consumer span (pgqueue/tracing.py)
+       trace_context,  -- the producer's, for the consumer span (pgqueue/telemetry/tracing.py)
        rate_at_start  -- leased ahead, of a rate-limited kind: pgqueue.start_rated first
 FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
                    %(worker_instance)s::int, %(request)s::uuid, %(resent)s::boolean,

@@ -3,7 +3,7 @@
 
 -- schema: tables ----------------------------------------------------------------------------
 
--- Who runs the maintenance passes of this database (pgqueue/maintain.py): one claim, renewed
+-- Who runs the maintenance passes of this database (pgqueue/maintenance/maintain.py): one claim, renewed
 -- by its holder at every pass, that another runner takes once it lapses or once the holder's
 -- session is gone. Bookkeeping, not queue state: not in the op log. (It replaced a session
 -- advisory lock, which any login could take and hold, stopping reclaim and cron ticks.)

@@ -36,7 +36,7 @@ CREATE TABLE pgqueue.replica (
 
 -- A follower's progress, kept in the replica in the same transaction as the ops it applied:
 -- every op at or below low_seq is applied (or will never commit); mark_seq/mark_xmax are the
--- op-log head a poll read and an xid assigned after it (see pgqueue/follow.py).
+-- op-log head a poll read and an xid assigned after it (see pgqueue/replicas/follow.py).
 CREATE TABLE pgqueue.follow_state (
     name       text PRIMARY KEY,
     low_seq    bigint NOT NULL DEFAULT 0,

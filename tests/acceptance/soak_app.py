@@ -1,4 +1,4 @@
-"""The App the chaos soak (bench/soak.py) runs in its worker processes.
+"""The App the chaos soak (bench/soak/soak.py) runs in its worker processes.
 
 Every handler appends what it did to a JSON-lines ledger file of its own process, in the
 directory $PGQUEUE_SOAK_LEDGER (one `write` per line on an O_APPEND descriptor, so a line that

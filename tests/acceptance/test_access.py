@@ -17,7 +17,8 @@ from typing import Any
 from psycopg import sql as pg_sql
 
 import pgqueue
-from pgqueue import connection, schedule
+from pgqueue.client import schedule
+from pgqueue.db import connection
 from tests.acceptance.clihelp import ok, run
 from tests.acceptance.test_dashboard_cli import _dashboard, _post
 from tests.acceptance.test_metrics_cli import serve_and_scrape

@@ -3,7 +3,7 @@ stopped by `pgqueue jobs cancel ID` while they run, and a cancel of a job whose 
 SIGKILLed or SIGSTOPped, which then ends as cancelled at reclaim instead of running again.
 
 The workers renew every 10 s here, so a job that stops within a few seconds of the cancel
-was told by NOTIFY; the renewal's fallback is tested in tests/integration/test_cancel.py.
+was told by NOTIFY; the renewal's fallback is tested in tests/integration/client/test_cancel.py.
 The ledger (tests/acceptance/worker_app.py) says what each handler did, and in which process.
 """
 from __future__ import annotations

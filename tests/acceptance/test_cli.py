@@ -20,8 +20,10 @@ import pytest
 from click.testing import Result
 
 import pgqueue
-from pgqueue import connection, queries, replica, schema
-from pgqueue.embedded import EmbeddedServer
+from pgqueue.db import connection, queries, schema
+from pgqueue.db import dsn as dsn_module
+from pgqueue.db.embedded import EmbeddedServer
+from pgqueue.replicas import replica
 from tests.acceptance.clihelp import as_json, ok, run
 from tests.pgbed import Bed
 
@@ -518,7 +520,7 @@ def test_dsn_masks_the_password_unless_asked_and_psql_gets_it_from_the_environme
     assert "password=***" in shown and "hunter2" not in shown
     assert secret in ok(with_password, "dsn", "--show-password").stdout
     assert as_json(with_password, "dsn") == {"dsn": shown, "source": "--dsn or $PGQUEUE_DSN"}
-    conninfo, password = pgqueue.dsn.without_password(with_password)
+    conninfo, password = dsn_module.without_password(with_password)
     assert password == secret and "hunter2" not in conninfo
     job_id = enqueue(dsn, "default", "x")
     done = subprocess.run([sys.executable, "-m", "pgqueue", "--dsn", dsn, "psql", "-At", "-c",

@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 from psycopg.types.json import Jsonb
 
 import pgqueue
-from pgqueue import connection, queries
+from pgqueue.db import connection, queries
 from tests.acceptance.clihelp import run
 
 if TYPE_CHECKING:  # the installed name of the `cli` folder is pgqueue_cli (see clihelp)

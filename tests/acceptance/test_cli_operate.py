@@ -10,9 +10,9 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 import pgqueue
-from pgqueue import connection, queries
-from pgqueue.running import Held
-from pgqueue.steps import _run_steps
+from pgqueue.db import connection, queries
+from pgqueue.runtime.running import Held
+from pgqueue.runtime.steps import _run_steps
 from tests.acceptance.clihelp import ok, run
 
 STEPS = [{"name": "download", "version": 1}, {"name": "transform", "version": 1},

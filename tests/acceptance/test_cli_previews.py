@@ -8,7 +8,7 @@ import base64
 import time
 
 import pgqueue
-from pgqueue import observe
+from pgqueue.client import observe
 from tests.acceptance.clihelp import as_json, ok, run
 
 MIB = 1 << 20

@@ -1,6 +1,6 @@
 """`pgqueue replica ...` and `pgqueue oplog prune` end to end, in-process (CliRunner), with the
 leader on the bed's server and replicas on extra embedded servers (see
-tests/integration/replicas_fixtures.py). Outcomes are checked through the library and SQL, not
+tests/integration/replicas/replicas_fixtures.py). Outcomes are checked through the library and SQL, not
 only through what the commands print.
 """
 from __future__ import annotations
@@ -11,14 +11,15 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue import connection, replica
+from pgqueue.db import connection
+from pgqueue.replicas import replica
 
-pytest.register_assert_rewrite("tests.integration.replicas_fixtures")
-pytest_plugins = ["tests.integration.replicas_fixtures"]
+pytest.register_assert_rewrite("tests.integration.replicas.replicas_fixtures")
+pytest_plugins = ["tests.integration.replicas.replicas_fixtures"]
 
 from tests.acceptance.clihelp import as_json, ok, run  # noqa: E402
 from tests.dbhelp import wait_for  # noqa: E402
-from tests.integration.replicas_fixtures import Cluster, one, op_count  # noqa: E402
+from tests.integration.replicas.replicas_fixtures import Cluster, one, op_count  # noqa: E402
 
 PASSWORD = "cli-Secret-42"  # noqa: S105  (trust auth accepts any password)
 

@@ -19,9 +19,10 @@ import pytest
 from click.testing import Result
 
 import pgqueue
-from pgqueue import connection, schedule, settle
-from pgqueue import lease as lease_stage
-from pgqueue.queries import Conn
+from pgqueue.client import lease as lease_stage
+from pgqueue.client import schedule, settle
+from pgqueue.db import connection
+from pgqueue.db.queries import Conn
 from tests.acceptance.clihelp import as_json, ok, run
 from tests.dbhelp import wait_for
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from pgqueue import connection
-from pgqueue.worker import HEARTBEAT_SECONDS
+from pgqueue.db import connection
+from pgqueue.runtime.worker import HEARTBEAT_SECONDS
 from tests.acceptance.clihelp import as_json, ok
 from tests.acceptance.test_worker import Workers
 from tests.dbhelp import wait_for

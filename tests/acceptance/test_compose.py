@@ -24,8 +24,10 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
-from pgqueue import connection, embedded, replica, schedule
-from pgqueue.embedded import EmbeddedServer
+from pgqueue.client import schedule
+from pgqueue.db import connection, embedded
+from pgqueue.db.embedded import EmbeddedServer
+from pgqueue.replicas import replica
 from tests.acceptance.test_dashboard_cli import _post
 from tests.dbhelp import wait_for
 

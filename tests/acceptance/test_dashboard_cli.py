@@ -13,6 +13,8 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pgqueue
@@ -26,6 +28,28 @@ def _dashboard(dsn: str, *args: str) -> subprocess.Popen[str]:
     env.pop("PGQUEUE_ADMIN_TOKEN", None)
     return subprocess.Popen([sys.executable, "-m", "pgqueue", "dashboard", *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@contextmanager
+def _dashboard_at(command: list[str], dsn: str, cwd: Path) -> Iterator[str]:
+    """`pgqueue dashboard --port 0` run as `command` (read-only: no token) from `cwd`; the URL
+    it prints that it listens on. Stopped with SIGTERM at the end."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_ADMIN_TOKEN", "PYTHONPATH")}
+    proc = subprocess.Popen([*command, "dashboard", "--port", "0"], cwd=cwd,
+                            env={**env, "PGQUEUE_DSN": dsn}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
+        assert found, line + (proc.stderr.read() if proc.stderr and proc.poll() is not None else "")
+        yield found.group(1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 def _post(url: str, token: str | None) -> int:

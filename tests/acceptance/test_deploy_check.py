@@ -20,7 +20,7 @@ import pytest
 import pgqueue
 from tests.acceptance.clihelp import as_json, run
 from tests.dbhelp import wait_for
-from tests.integration.test_worker import register_step_set, running
+from tests.integration.runtime.test_worker import register_step_set, running
 
 NEW_CODE = '''
 import pgqueue

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import pgqueue
-from pgqueue import embedded
-from pgqueue.embedded import EmbeddedServer
+from pgqueue.db import embedded
+from pgqueue.db.embedded import EmbeddedServer
 from tests.acceptance.clihelp import run
 from tests.pgbed import TEST_SETTINGS
 

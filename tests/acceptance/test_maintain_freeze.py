@@ -9,7 +9,7 @@ import time
 import psycopg
 
 import pgqueue
-from pgqueue.maintain import FROZEN_RUNNER_SECONDS
+from pgqueue.maintenance.maintain import FROZEN_RUNNER_SECONDS
 from tests.acceptance.test_worker import Workers
 from tests.dbhelp import op_counts, wait_for
 

@@ -15,7 +15,7 @@ import psycopg
 
 import pgqueue
 from tests.dbhelp import wait_for
-from tests.integration.test_metrics import scrape
+from tests.integration.telemetry.test_metrics import scrape
 
 REPO = Path(__file__).resolve().parents[2]
 

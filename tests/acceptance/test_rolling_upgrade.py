@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pgqueue
-from pgqueue import connection, schema
+from pgqueue.db import connection, schema
 from tests.acceptance.test_worker import Ledger, Workers
 from tests.dbhelp import op_counts, wait_for
-from tests.integration.test_schema import migrations_with_probe
+from tests.integration.db.test_schema import migrations_with_probe
 
 JOBS = 600
 LONG_JOBS = 6  # each outlives several renewals, across the upgrade

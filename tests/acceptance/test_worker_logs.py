@@ -13,7 +13,7 @@ from typing import Any
 
 import pgqueue
 from tests.dbhelp import wait_for
-from tests.integration.test_worker import state
+from tests.integration.runtime.test_worker import state
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "PAYLOAD-MARKER-4711"  # a payload no log line may show

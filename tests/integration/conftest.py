@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from tests.integration.dashboard_help import TOKEN, dashboard
+from tests.integration.dashboard.dashboard_help import TOKEN, dashboard
 
 
 @pytest.fixture

@@ -7,14 +7,16 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import connection, oplog, replica
-from pgqueue.enqueue import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES
+from pgqueue.client import oplog
+from pgqueue.client.enqueue import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES
+from pgqueue.db import connection
+from pgqueue.replicas import replica
 from tests.dbhelp import op_counts, wait_for
 
-pytest_plugins = ["tests.integration.replicas_fixtures"]  # cluster, as test_replica.py has
+pytest_plugins = ["tests.integration.replicas.replicas_fixtures"]  # cluster, as test_replica.py has
 
-from tests.integration.replicas_fixtures import Cluster, one  # noqa: E402
-from tests.integration.test_replica import assert_identical  # noqa: E402
+from tests.integration.replicas.replicas_fixtures import Cluster, one  # noqa: E402
+from tests.integration.replicas.test_replica import assert_identical  # noqa: E402
 
 MiB = 1024 * 1024
 

@@ -1,7 +1,7 @@
 """Cron on wall-clock time (no database): which expressions and zones are accepted, and where
 each fire time lands on the UTC line, above all across daylight-saving changes.
 
-The rules under test (pgqueue/schedule.py): croniter's syntax, five fields or six with the
+The rules under test (pgqueue/client/schedule.py): croniter's syntax, five fields or six with the
 seconds LAST; each wall time is placed in the schedule's zone; a wall time skipped by a
 spring-forward gap fires at the same offset after the gap (02:30 becomes 03:30); an ambiguous
 wall time in a fall-back fires at its first occurrence; a UTC instant is never fired twice.
@@ -23,7 +23,7 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgqueue.schedule import (
+from pgqueue.client.schedule import (
     Schedule,
     check_cron,
     check_timezone,

@@ -1,10 +1,10 @@
-"""Showing and storing DSNs (pgqueue/dsn.py): no secret survives redact, masked shows that
+"""Showing and storing DSNs (pgqueue/db/dsn.py): no secret survives redact, masked shows that
 one is set. A replica's row keeps redact's form, and every reader may read that row."""
 from __future__ import annotations
 
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue import dsn
+from pgqueue.db import dsn
 
 FULL = ("host=db port=5433 dbname=app user=jobs password=s3cret-pw sslmode=require "
         "sslkey=/keys/client.key sslpassword=key-passphrase")

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from pgqueue.handlers import MAX_LOGGED_ERROR_CHARS, error_summary
 from pgqueue.models import Lease
-from pgqueue.running import Held
+from pgqueue.runtime.running import Held
+from pgqueue.telemetry.logs import MAX_LOGGED_ERROR_CHARS, error_summary
 
 
 class CustomError(Exception):

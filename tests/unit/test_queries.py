@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pgqueue import queries
+from pgqueue.db import queries, translate
 
-PKG = Path(queries.__file__).resolve().parent
+PKG = Path(queries.__file__).resolve().parent.parent
 
 
 def test_catalog_loads_every_stage() -> None:
@@ -18,19 +18,20 @@ def test_catalog_loads_every_stage() -> None:
 
 def test_every_query_named_in_code_exists() -> None:
     used: set[str] = set()
-    for path in PKG.glob("*.py"):
-        used |= set(re.findall(r'queries\.(?:fetch|fetch_one|scalar)\(\s*\w+,\s*"([a-z_]+)"',
-                               path.read_text()))
+    for path in PKG.rglob("*.py"):
+        used |= set(re.findall(
+            r'(?:queries|run)\.(?:fetch|fetch_tuples|fetch_one|scalar)\(\s*\w+,\s*"([a-z_]+)"',
+            path.read_text()))
     assert used, "found no query uses"
     missing = used - set(queries.catalog())
     assert not missing, missing
 
 
 def test_no_module_but_queries_and_run_executes_sql() -> None:
-    """queries.py (DDL helpers, scripts) and run.py (named queries; generated from its async
-    source aio/run.py) execute SQL; no other module does, async sources included."""
-    allowed = {"queries.py", "run.py", "aio/run.py"}
-    offenders = [str(p.relative_to(PKG)) for p in [*PKG.glob("*.py"), *PKG.glob("aio/*.py")]
+    """db/queries.py (DDL helpers, scripts) and db/run.py (named queries; generated from its
+    async source db/run_async.py) execute SQL; no other module does, async sources included."""
+    allowed = {"db/queries.py", "db/run.py", "db/run_async.py"}
+    offenders = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
                  if str(p.relative_to(PKG)) not in allowed
                  and re.search(r"\.execute\(|\.cursor\(", p.read_text())]
     assert offenders == []
@@ -93,15 +94,15 @@ def test_every_granted_function_is_defined_and_every_role_is_known() -> None:
 
 
 def test_a_refused_call_names_the_role_it_needs() -> None:
-    denied = queries._denied("permission denied for function lease", "web")
+    denied = translate._denied("permission denied for function lease", "web")
     assert denied.role == "pgqueue_worker"
     assert str(denied) == (
         "the role web may not call pgqueue.lease: that needs the pgqueue role pgqueue_worker "
         "(pgqueue_operator includes it); an administrator grants it: pgqueue db grant "
         "pgqueue_worker --to web (permission denied for function lease)")
-    helper = queries._denied("permission denied for function apply_op", "web")
+    helper = translate._denied("permission denied for function apply_op", "web")
     assert helper.role is None and "only the schema owner may" in str(helper)
-    ours = queries._denied("pgqueue.now is set to '2100-01-01': only the owner ...", None)
+    ours = translate._denied("pgqueue.now is set to '2100-01-01': only the owner ...", None)
     assert ours.role is None and str(ours).startswith("pgqueue.now is set")
 
 

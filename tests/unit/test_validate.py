@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pgqueue import newjobs, validate
+from pgqueue import validate
+from pgqueue.client import newjobs
 from pgqueue.models import NewJob
 
 UTC = dt.timezone.utc

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from pgqueue.wakeup import listen_loop
-from pgqueue.worker import Wakeup
+from pgqueue.runtime.wakeup import listen_loop
+from pgqueue.runtime.worker import Wakeup
 
 
 def test_a_wakeup_between_looking_and_waiting_is_not_lost() -> None:

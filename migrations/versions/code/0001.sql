@@ -1,8 +1,11 @@
--- GENERATED FILE: do not edit. The functions and views of pgqueue schema revision 0001,
--- as pg_get_functiondef / pg_get_viewdef print them from a database built by that revision's
--- original SQL files (commit dd754a4). Loaded by `migrations/revision.py` when a database is
--- upgraded to 0001 or downgraded to it; the current definitions live in pgqueue/sql/<stage>.sql.
+-- GENERATED FILE: do not edit. What pgqueue schema revision 0001 changed in the functions and
+-- views, as hunks against the code of nothing (the first revision) (frozen by `python -m pgqueue_migrations.new`
+-- when revision 0002 was started). Each hunk replaces chunks of that code (a statement
+-- with the comments above it, counted from 0) with the text below its header; the code of
+-- 0001 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
+-- database is upgraded to 0001 or downgraded to it; the current definitions live in pgqueue/sql/.
 
+-- @@ 0+0 replaces: nothing (adds)
 CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint)
  RETURNS pgqueue.job
  LANGUAGE plpgsql

@@ -1,8 +1,11 @@
--- GENERATED FILE: do not edit. The functions and views of pgqueue schema revision 0005: a
--- copy of the schema sections of pgqueue/sql/<stage>.sql, frozen by
--- `python -m pgqueue_migrations.new` when revision 0006 was started. Loaded when a database
--- is upgraded to 0005 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- GENERATED FILE: do not edit. What pgqueue schema revision 0005 changed in the functions and
+-- views, as hunks against the code of revision 0003 (frozen by `python -m pgqueue_migrations.new`
+-- when revision 0006 was started). Each hunk replaces chunks of that code (a statement
+-- with the comments above it, counted from 0) with the text below its header; the code of
+-- 0005 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
+-- database is upgraded to 0005 or downgraded to it; the current definitions live in pgqueue/sql/.
 
+-- @@ 0+1 replaces: CREATE OR REPLACE VIEW pgqueue.jobs AS
 -- core.sql: functions
 -- Every job pgqueue knows, live or dead, in one shape: what q.job() and operators read.
 CREATE OR REPLACE VIEW pgqueue.jobs AS
@@ -18,42 +21,7 @@ SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL
        cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
        concurrency_key, NULL
 FROM pgqueue.dead_letter;
-
-CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamptz) RETURNS bigint
-LANGUAGE sql STABLE PARALLEL SAFE
-AS $$ SELECT (extract(epoch FROM ts) * 1000)::bigint $$;
-
-CREATE OR REPLACE FUNCTION pgqueue.from_ms(ms bigint) RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE
-AS $$ SELECT 'epoch'::timestamptz + ms * interval '1 millisecond' $$;
-
--- The transaction's time, truncated to ms. Tests may pin it with SET pgqueue.now = '...';
--- nothing in production sets it.
-CREATE OR REPLACE FUNCTION pgqueue.now_ms() RETURNS timestamptz
-LANGUAGE sql STABLE
-AS $$
-    SELECT date_trunc('milliseconds',
-                      coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz, now()))
-$$;
-
-CREATE OR REPLACE FUNCTION pgqueue.b64(b bytea) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT translate(encode(b, 'base64'), E'\n', '') $$;
-
-CREATE OR REPLACE FUNCTION pgqueue.unb64(t text) RETURNS bytea
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT decode(t, 'base64') $$;
-
-CREATE OR REPLACE FUNCTION pgqueue.check_stream(p_stream text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    IF p_stream IS NULL OR length(p_stream) = 0 OR length(p_stream) > 200 THEN
-        RAISE EXCEPTION 'stream name must be 1 to 200 characters, got %', quote_nullable(left(p_stream, 40))
-            USING ERRCODE = '22023';
-    END IF;
-END
-$$;
+-- @@ 7+0 replaces: nothing (adds)
 
 -- Queue writes happen on the leader only; a replica names its leader in the refusal.
 CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void
@@ -73,20 +41,7 @@ BEGIN
     END IF;
 END
 $$;
-
--- The checkpoint as it travels in ops (cursor in base64).
-CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job) RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT jsonb_build_object(
-        'last_completed_step', j.last_completed_step,
-        'cursor_step', j.cursor_step,
-        'cursor', pgqueue.b64(j.cursor),
-        'updated_at_ms', pgqueue.to_ms(j.checkpoint_updated_at),
-        'schema_version', j.schema_version,
-        'step_set_hash', j.step_set_hash,
-        'crashes_by_step', j.crashes_by_step)
-$$;
+-- @@ 8+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_a
 
 -- The body every failure-like op (Nack, Reclaim) carries: the job's resulting values.
 CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamptz) RETURNS jsonb
@@ -105,27 +60,7 @@ AS $$
         'unstarted_reclaims', j.unstarted_reclaims,
         'at_ms', pgqueue.to_ms(p_at))
 $$;
-
--- The job's resulting state as generic ops carry it.
-CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job) RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT jsonb_build_object(
-        'job_id', j.id, 'state', j.state, 'attempts', j.attempts, 'max_attempts', j.max_attempts,
-        'not_before_ms', pgqueue.to_ms(j.not_before), 'last_error', j.last_error,
-        'state_reason', j.state_reason, 'state_detail', j.state_detail,
-        'checkpoint', pgqueue.checkpoint_json(j))
-$$;
-
--- Backoff after the n-th failure: about base * 2^n with +-25% jitter, capped.
-CREATE OR REPLACE FUNCTION pgqueue.backoff_ms(p_stream text, p_attempts int) RETURNS bigint
-LANGUAGE sql VOLATILE
-AS $$
-    SELECT least(c.cap, (c.base * power(2, least(p_attempts, 40)) * (0.75 + random() * 0.5)))::bigint
-    FROM (SELECT coalesce(sc.retry_base_ms, 1000) AS base, coalesce(sc.retry_cap_ms, 3600000) AS cap
-          FROM (SELECT 1) one
-          LEFT JOIN pgqueue.stream_config sc ON sc.stream = p_stream) c
-$$;
+-- @@ 11+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error
 
 -- Move a job row to dead_letter (leader and apply share this).
 CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error text, p_died_at timestamptz,
@@ -143,58 +78,7 @@ AS $$
         concurrency_key
     FROM gone
 $$;
-
-CREATE OR REPLACE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id bigint, p_extra jsonb DEFAULT '{}')
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF j.state <> 'leased' THEN
-        j.lease_id := NULL; j.worker_node := NULL; j.worker_instance := NULL;
-        j.lease_expires_at := NULL;
-    END IF;
-    UPDATE pgqueue.job
-    SET payload = j.payload, state = j.state, attempts = j.attempts,
-        max_attempts = j.max_attempts, not_before = j.not_before, last_error = j.last_error,
-        state_reason = j.state_reason, state_detail = j.state_detail, lease_id = j.lease_id,
-        worker_node = j.worker_node, worker_instance = j.worker_instance,
-        lease_expires_at = j.lease_expires_at, last_completed_step = j.last_completed_step,
-        cursor_step = j.cursor_step, cursor = j.cursor,
-        checkpoint_updated_at = j.checkpoint_updated_at, schema_version = j.schema_version,
-        step_set_hash = j.step_set_hash, crashes_by_step = j.crashes_by_step
-    WHERE id = j.id;
-    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-    VALUES (j.stream, p_op, j.id, p_lease_id, pgqueue.job_state_json(j) || p_extra);
-END
-$$;
-
--- The apply side of save_job: set every field the body carries.
-CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
-AS $$
-BEGIN
-    UPDATE pgqueue.job
-    SET payload = CASE WHEN b ? 'payload' THEN pgqueue.unb64(b ->> 'payload') ELSE payload END,
-        state = b ->> 'state', attempts = (b ->> 'attempts')::int,
-        max_attempts = (b ->> 'max_attempts')::int,
-        not_before = pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
-        last_error = b ->> 'last_error', state_reason = b ->> 'state_reason',
-        state_detail = nullif(b -> 'state_detail', 'null'::jsonb),
-        lease_id = CASE WHEN b ->> 'state' = 'leased' THEN lease_id END,
-        worker_node = CASE WHEN b ->> 'state' = 'leased' THEN worker_node END,
-        worker_instance = CASE WHEN b ->> 'state' = 'leased' THEN worker_instance END,
-        lease_expires_at = CASE WHEN b ->> 'state' = 'leased' THEN lease_expires_at END,
-        last_completed_step = b #>> '{checkpoint,last_completed_step}',
-        cursor_step = b #>> '{checkpoint,cursor_step}',
-        cursor = pgqueue.unb64(b #>> '{checkpoint,cursor}'),
-        checkpoint_updated_at = pgqueue.from_ms((b #>> '{checkpoint,updated_at_ms}')::bigint),
-        schema_version = (b #>> '{checkpoint,schema_version}')::int,
-        step_set_hash = b #>> '{checkpoint,step_set_hash}',
-        crashes_by_step = b #> '{checkpoint,crashes_by_step}'
-    WHERE id = p_job_id;
-END
-$$;
+-- @@ 14+0 replaces: nothing (adds)
 
 -- A leased job whose cancel was requested (pgqueue.cancel) ends as cancelled: deleted, its op
 -- Cancel (was leased, by whom, and the error when a failure ended it). Every end of such a
@@ -210,16 +94,7 @@ AS $$
         'job_id', j.id, 'was', 'leased', 'by', p_by,
         'requested_at_ms', pgqueue.to_ms(j.cancel_requested_at), 'error', p_error)));
 $$;
-
--- Load a leased job under lock, fenced by its lease id (NULL when the lease is not current).
-CREATE OR REPLACE FUNCTION pgqueue.leased_job(p_job_id bigint, p_lease_id bigint) RETURNS pgqueue.job
-LANGUAGE sql VOLATILE
-AS $$
-    SELECT pgqueue.require_leader();
-    SELECT * FROM pgqueue.job
-    WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
-    FOR UPDATE
-$$;
+-- @@ 15+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, , CREATE OR REPLACE FUNCTION pgqueue.check_dedup_free(j pgqueue.job) RETURNS void, CREATE OR REPLACE FUNCTION pgqueue.save_as_pending(j pgqueue.job, p_op text, p_c
 
 -- Load a job for an operator, under lock; PQ404 when it is not a live job, PQ422 when leased
 -- or not in one of p_states.
@@ -403,26 +278,7 @@ AS $$
         RETURNING 1)
     SELECT count(*) FROM d
 $$;
-
--- oplog.sql: functions
--- The whole body of an op: an Enqueue op's columns put back as the keys 0002 stored (job_id,
--- stream, kind, payload, priority, state, enqueued_at_ms, not_before_ms, dedup_key, attempts,
--- max_attempts, schema_version, next_job_id); any other op's body as stored. The state is the
--- one enqueue chose: scheduled when not_before is later than enqueued_at.
-CREATE OR REPLACE FUNCTION pgqueue.op_body(o pgqueue.op_log) RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT CASE WHEN o.op = 'Enqueue' AND o.payload IS NOT NULL THEN
-        o.body || jsonb_build_object(
-            'job_id', o.job_id, 'stream', o.stream, 'kind', o.kind,
-            'payload', pgqueue.b64(o.payload), 'priority', o.priority,
-            'state', CASE WHEN pgqueue.to_ms(o.not_before) > (o.body ->> 'enqueued_at_ms')::bigint
-                          THEN 'scheduled' ELSE 'pending' END,
-            'not_before_ms', pgqueue.to_ms(o.not_before), 'dedup_key', pgqueue.b64(o.dedup_key),
-            'max_attempts', o.max_attempts, 'schema_version', o.schema_version,
-            'next_job_id', o.job_id + 1)
-    ELSE o.body END
-$$;
+-- @@ 19+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_
 
 -- Apply one op's effect to the state tables. Ops carry resulting values, never increments.
 CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
@@ -550,46 +406,7 @@ BEGIN
     END CASE;
 END
 $$;
-
--- Ingest one op from another database's log (a whole op_log row): record it and apply it,
--- unless this database already holds that seq (delivering an op twice changes nothing) or its
--- transaction is already in a seeded state. Ops must arrive in the source's commit order; per
--- job that is seq order, because a transition holds the job's row lock when it appends its op.
-CREATE OR REPLACE FUNCTION pgqueue.ingest_op(o pgqueue.op_log) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
-AS $$
-BEGIN
-    INSERT INTO pgqueue.op_log SELECT o.*
-    ON CONFLICT (seq) DO NOTHING;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    IF NOT pgqueue.reflected(o.xid) THEN
-        PERFORM pgqueue.apply_op(o.op, o.job_id, o.lease_id, pgqueue.op_body(o));
-    END IF;
-    RETURN true;
-END
-$$;
-
--- Ingest a batch of ops (a jsonb array of op_log rows, as to_jsonb gives them) in array order.
--- Returns how many were new.
-CREATE OR REPLACE FUNCTION pgqueue.ingest_ops(p_ops jsonb) RETURNS int
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
-AS $$
-DECLARE
-    o pgqueue.op_log;
-    v_new int := 0;
-BEGIN
-    FOR o IN SELECT * FROM jsonb_populate_recordset(NULL::pgqueue.op_log, p_ops) LOOP
-        IF pgqueue.ingest_op(o) THEN
-            v_new := v_new + 1;
-        END IF;
-    END LOOP;
-    RETURN v_new;
-END
-$$;
+-- @@ 22+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void, CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NUL
 
 -- The start of a call that carries a request token (enqueue, enqueue_one, lease). Every such
 -- call first takes the token's transaction lock, so a call re-sent after its reply was lost
@@ -669,73 +486,7 @@ BEGIN
     RETURN n;
 END
 $$;
-
--- True when the op of transaction p_xid is already in a seeded replica's copied state.
-CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8) RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pgqueue
-AS $$ SELECT coalesce(pg_visible_in_snapshot(p_xid, n.seed_snapshot), false) FROM pgqueue.node n $$;
-
--- Seed a replica's table from rows of the leader's (jsonb, as to_jsonb gives them). Only the
--- queue-state tables and the op log; rows already present are an error (seed an empty replica).
-CREATE OR REPLACE FUNCTION pgqueue.seed_rows(p_table text, p_rows jsonb) RETURNS int
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pgqueue
-AS $$
-DECLARE
-    v_n int;
-BEGIN
-    IF p_table NOT IN ('job', 'dead_letter', 'stream_config', 'kind_config', 'step_set',
-                       'schedule', 'op_log') THEN
-        RAISE EXCEPTION 'seed_rows: % is not a queue-state table', quote_literal(p_table)
-            USING ERRCODE = '22023';
-    END IF;
-    EXECUTE format('INSERT INTO pgqueue.%I SELECT * FROM jsonb_populate_recordset(NULL::pgqueue.%I, $1)',
-                   p_table, p_table) USING p_rows;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
-END
-$$;
-
--- On a replica fed by logical replication: apply each op the subscription inserts into op_log,
--- unless its seq is already applied (ops arrive in commit order, not seq order, so never skip
--- by "seq <= last"). Only the apply worker runs with session_replication_role = replica, so
--- inserts by the follow reader or by hand are left to ingest_op. search_path is pinned: the
--- apply worker runs with an empty one.
-CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger() RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pgqueue
-AS $$
-BEGIN
-    IF current_setting('session_replication_role') <> 'replica' THEN
-        RETURN NEW;
-    END IF;
-    IF EXISTS (SELECT 1 FROM pgqueue.op_log WHERE seq = NEW.seq) THEN
-        RETURN NULL;
-    END IF;
-    IF NOT pgqueue.reflected(NEW.xid) THEN
-        PERFORM pgqueue.apply_op(NEW.op, NEW.job_id, NEW.lease_id, pgqueue.op_body(NEW));
-    END IF;
-    RETURN NEW;
-END
-$$;
-
--- The trigger exists only on replicas (attach creates it, promote drops it), so the leader's
--- hot path never pays for it.
-CREATE OR REPLACE FUNCTION pgqueue.enable_apply_trigger() RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log;
-    CREATE TRIGGER op_log_apply BEFORE INSERT ON pgqueue.op_log
-        FOR EACH ROW EXECUTE FUNCTION pgqueue.op_log_apply_trigger();
-    ALTER TABLE pgqueue.op_log ENABLE ALWAYS TRIGGER op_log_apply;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION pgqueue.disable_apply_trigger() RETURNS void
-LANGUAGE sql VOLATILE
-AS $$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $$;
+-- @@ 29+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT
 
 -- Where each registered replica stands, in ops and seconds behind this leader. With p_upto,
 -- only the ops up to that seq are examined (an index range, not the whole log): applied_seq is
@@ -850,53 +601,7 @@ BEGIN
     RETURN v_n;
 END
 $$;
-
--- queries -----------------------------------------------------------------------------------
-
--- steps.sql: functions
--- The ordered step names of a step set (NULL when unknown).
-CREATE OR REPLACE FUNCTION pgqueue.step_names(p_hash text) RETURNS text[]
-LANGUAGE sql STABLE
-AS $$
-    SELECT array_agg(e ->> 'name' ORDER BY o)
-    FROM pgqueue.step_set s, jsonb_array_elements(s.steps) WITH ORDINALITY AS t(e, o)
-    WHERE s.hash = p_hash
-$$;
-
--- Record a step set (once per hash).
-CREATE OR REPLACE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p_steps jsonb) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_now timestamptz := pgqueue.now_ms();
-BEGIN
-    PERFORM pgqueue.require_leader();
-    INSERT INTO pgqueue.step_set (hash, kind, steps, created_at)
-    VALUES (p_hash, p_kind, p_steps, v_now)
-    ON CONFLICT (hash) DO NOTHING;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    INSERT INTO pgqueue.op_log (stream, op, body)
-    VALUES ('', 'RegisterStepSet', jsonb_build_object('hash', p_hash, 'kind', p_kind,
-            'steps', p_steps, 'created_at_ms', pgqueue.to_ms(v_now)));
-    RETURN true;
-END
-$$;
-
--- schedule.sql: functions
-CREATE OR REPLACE FUNCTION pgqueue.schedule_json(c pgqueue.schedule) RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT jsonb_build_object(
-        'stream', c.stream, 'name', c.name, 'cron', c.cron, 'timezone', c.timezone,
-        'payload', pgqueue.b64(c.payload), 'kind', c.kind, 'priority', c.priority,
-        'max_attempts', c.max_attempts, 'catch_up', c.catch_up,
-        'misfire_grace_ms', c.misfire_grace_ms, 'paused', c.paused,
-        'next_run_at_ms', pgqueue.to_ms(c.next_run_at),
-        'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at),
-        'updated_at_ms', pgqueue.to_ms(c.updated_at))
-$$;
+-- @@ 33+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(, CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, 
 
 -- Create or change a schedule (the caller validated cron and zone and computed next_run_at).
 -- Refused (PQ422) when next_run_at is not after the schedule's last fired time: the caller
@@ -997,20 +702,7 @@ BEGIN
         'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at), 'fired', p_fired));
 END
 $$;
-
-CREATE OR REPLACE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    PERFORM pgqueue.require_leader();
-    DELETE FROM pgqueue.schedule WHERE stream = p_stream AND name = p_name;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no schedule % in stream %', p_name, p_stream USING ERRCODE = 'PQ404';
-    END IF;
-    INSERT INTO pgqueue.op_log (stream, op, body)
-    VALUES (p_stream, 'RemoveSchedule', jsonb_build_object('stream', p_stream, 'name', p_name));
-END
-$$;
+-- @@ 36+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue(, CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1374,38 +1066,7 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $$;
-
--- queries -----------------------------------------------------------------------------------
-
--- lease.sql: functions
--- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
--- at most p_limit per call: leasing does this itself, so a due job never waits for a
--- maintenance pass, and then leases in exact priority order.
-CREATE OR REPLACE FUNCTION pgqueue.promote_due(p_stream text, p_limit int DEFAULT 1000) RETURNS int
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_now timestamptz := pgqueue.now_ms();
-    v_n int;
-BEGIN
-    WITH due AS (
-        SELECT id FROM pgqueue.job
-        WHERE stream = p_stream AND state = 'scheduled' AND not_before <= v_now
-        ORDER BY not_before, id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    ), promoted AS (
-        UPDATE pgqueue.job j SET state = 'pending' FROM due WHERE j.id = due.id
-        RETURNING j.id, j.stream
-    ), logged AS (
-        INSERT INTO pgqueue.op_log (stream, op, job_id, body)
-        SELECT p.stream, 'Promote', p.id, jsonb_build_object('job_id', p.id, 'state', 'pending')
-        FROM promoted p ORDER BY p.id
-    )
-    SELECT count(*) INTO v_n FROM promoted;
-    RETURN v_n;
-END
-$$;
+-- @@ 39+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(, CREATE OR REPLACE FUNCTION pgqueue.renew(
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -1864,37 +1525,7 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
 END
 $$;
-
--- queries -----------------------------------------------------------------------------------
-
--- settle.sql: functions
--- Ack: the job is done and deleted; its history stays in op_log. Returns the ids acked.
-CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    PERFORM pgqueue.require_leader();
-    RETURN QUERY
-    -- Rows are locked in id order first, so two statements over overlapping jobs (a batched
-    -- ack and a renewal round of the same worker) wait for each other instead of deadlocking.
-    WITH locked AS MATERIALIZED (
-        SELECT j.id FROM pgqueue.job j
-        JOIN unnest(p_job_ids, p_lease_ids) AS t(job_id, lease_id)
-          ON j.id = t.job_id AND j.lease_id = t.lease_id
-        WHERE j.state = 'leased'
-        ORDER BY j.id
-        FOR UPDATE OF j
-    ), gone AS (
-        DELETE FROM pgqueue.job j USING locked l WHERE j.id = l.id
-        RETURNING j.id, j.lease_id, j.stream
-    ), logged AS (
-        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-        SELECT g.stream, 'Ack', g.id, g.lease_id, '{}'::jsonb  -- job and lease: the row's columns
-        FROM gone g ORDER BY g.id
-    )
-    SELECT g.id FROM gone g;
-END
-$$;
+-- @@ 42+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_er, CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids, CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id 
 
 -- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
 -- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL. A job whose
@@ -2026,26 +1657,7 @@ BEGIN
     RETURN true;
 END
 $$;
-
--- Worker: store an upcast payload and its new schema version as the job resumes.
-CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
-                               p_schema_version int) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
-BEGIN
-    PERFORM pgqueue.require_leader();
-    IF j.id IS NULL THEN
-        RETURN false;
-    END IF;
-    j.payload := p_payload;
-    j.schema_version := p_schema_version;
-    PERFORM pgqueue.save_job(j, 'Upcast', p_lease_id,
-                             jsonb_build_object('payload', pgqueue.b64(p_payload)));
-    RETURN true;
-END
-$$;
+-- @@ 46+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RET, CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS 
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -2197,133 +1809,7 @@ BEGIN
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
 END
 $$;
-
--- queries -----------------------------------------------------------------------------------
-
--- operate.sql: functions
--- Operator: a quarantined or undecodable job runs again (optionally forgetting its crashes).
-CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false)
-RETURNS pgqueue.job
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', ARRAY['quarantined', 'undecodable']);
-BEGIN
-    PERFORM pgqueue.require_leader();
-    IF p_reset_crashes THEN
-        j.crashes_by_step := '{}';
-    END IF;
-    RETURN pgqueue.save_as_pending(j, 'Release', false);
-END
-$$;
-
--- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
-CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETURNS pgqueue.job
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'rewind',
-                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
-    v_names text[] := pgqueue.step_names(j.step_set_hash);
-    v_pos int;
-BEGIN
-    PERFORM pgqueue.require_leader();
-    IF v_names IS NULL THEN
-        RAISE EXCEPTION 'cannot rewind job %: it has no recorded step list (it never ran as a step job)',
-            p_job_id USING ERRCODE = 'PQ422';
-    END IF;
-    v_pos := array_position(v_names, p_to_step);
-    IF v_pos IS NULL THEN
-        RAISE EXCEPTION 'cannot rewind job % to step %: its steps are %', p_job_id,
-            quote_literal(p_to_step), array_to_string(v_names, ', ') USING ERRCODE = 'PQ422';
-    END IF;
-    j.last_completed_step := CASE WHEN v_pos > 1 THEN v_names[v_pos - 1] END;
-    j.cursor_step := NULL;
-    j.cursor := NULL;
-    RETURN pgqueue.save_as_pending(j, 'Rewind', true);
-END
-$$;
-
--- Operator: drop the checkpoint and run the job from step one (only when asked).
-CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'restart',
-                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
-BEGIN
-    PERFORM pgqueue.require_leader();
-    j.last_completed_step := NULL;
-    j.cursor_step := NULL;
-    j.cursor := NULL;
-    j.step_set_hash := NULL;
-    j.crashes_by_step := '{}';
-    RETURN pgqueue.save_as_pending(j, 'Restart', true);
-END
-$$;
-
--- Operator: count the step in progress as completed without running it, and go on.
-CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.job
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'skip a step of',
-                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
-    v_names text[] := pgqueue.step_names(j.step_set_hash);
-    v_next int;
-BEGIN
-    PERFORM pgqueue.require_leader();
-    IF v_names IS NULL THEN
-        RAISE EXCEPTION 'cannot skip a step of job %: it has no recorded step list', p_job_id
-            USING ERRCODE = 'PQ422';
-    END IF;
-    v_next := coalesce(array_position(v_names, j.last_completed_step), 0) + 1;
-    IF v_next > cardinality(v_names) THEN
-        RAISE EXCEPTION 'cannot skip a step of job %: all its steps are completed', p_job_id
-            USING ERRCODE = 'PQ422';
-    END IF;
-    j.last_completed_step := v_names[v_next];
-    j.cursor_step := NULL;
-    j.cursor := NULL;
-    RETURN pgqueue.save_as_pending(j, 'SkipStep', true,
-                                   jsonb_build_object('skipped', v_names[v_next]));
-END
-$$;
-
--- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
--- its last completed step, matched by name in the new list.
-CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint) RETURNS pgqueue.job
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'accept the step set of', ARRAY['undecodable']);
-    v_hash text;
-    v_names text[];
-BEGIN
-    PERFORM pgqueue.require_leader();
-    IF j.state_reason IS DISTINCT FROM 'step_set_changed' THEN
-        RAISE EXCEPTION 'cannot accept the step set of job %: it is undecodable for %, not step_set_changed',
-            p_job_id, coalesce(j.state_reason, 'no recorded reason') USING ERRCODE = 'PQ422';
-    END IF;
-    v_hash := j.state_detail ->> 'new_hash';
-    v_names := pgqueue.step_names(v_hash);
-    IF v_names IS NULL THEN
-        RAISE EXCEPTION 'cannot accept the step set of job %: new step set % is not registered',
-            p_job_id, coalesce(v_hash, '?') USING ERRCODE = 'PQ422';
-    END IF;
-    IF j.last_completed_step IS NOT NULL AND array_position(v_names, j.last_completed_step) IS NULL THEN
-        RAISE EXCEPTION 'cannot accept the step set of job %: its last completed step % is not in the new list (%); use rewind or restart',
-            p_job_id, quote_literal(j.last_completed_step), array_to_string(v_names, ', ')
-            USING ERRCODE = 'PQ422';
-    END IF;
-    IF j.cursor_step IS NOT NULL AND array_position(v_names, j.cursor_step) IS NULL THEN
-        j.cursor_step := NULL;
-        j.cursor := NULL;
-    END IF;
-    j.step_set_hash := v_hash;
-    RETURN pgqueue.save_as_pending(j, 'AcceptStepSet', false);
-END
-$$;
+-- @@ 53+4 replaces: CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS void, CREATE OR REPLACE FUNCTION pgqueue.configure_stream(, CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_, CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval,
 
 -- Operator: cancel a job. One that is not leased (live or dead) is removed for good at once
 -- ('cancelled'). One a worker holds is asked to stop ('requested'): the request is recorded
@@ -2619,5 +2105,3 @@ BEGIN
     RETURN v_n;
 END
 $$;
-
--- queries -----------------------------------------------------------------------------------

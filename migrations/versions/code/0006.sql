@@ -1,31 +1,11 @@
--- GENERATED FILE: do not edit. The functions and views of pgqueue schema revision 0006: a
--- copy of the schema sections of pgqueue/sql/<stage>.sql, frozen by
--- `python -m pgqueue_migrations.new` when revision 0007 was started. Loaded when a database
--- is upgraded to 0006 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- GENERATED FILE: do not edit. What pgqueue schema revision 0006 changed in the functions and
+-- views, as hunks against the code of revision 0005 (frozen by `python -m pgqueue_migrations.new`
+-- when revision 0007 was started). Each hunk replaces chunks of that code (a statement
+-- with the comments above it, counted from 0) with the text below its header; the code of
+-- 0006 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
+-- database is upgraded to 0006 or downgraded to it; the current definitions live in pgqueue/sql/.
 
--- core.sql: functions
--- Every job pgqueue knows, live or dead, in one shape: what q.job() and operators read.
-CREATE OR REPLACE VIEW pgqueue.jobs AS
-SELECT id, stream, kind, state, payload, priority, attempts, max_attempts, not_before,
-       enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
-       worker_instance, lease_expires_at, NULL::timestamptz AS died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at
-FROM pgqueue.job
-UNION ALL
-SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL, enqueued_at,
-       dedup_key, last_error, NULL, NULL, NULL, NULL, NULL, NULL, died_at, last_completed_step,
-       cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
-       concurrency_key, NULL
-FROM pgqueue.dead_letter;
-
-CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamptz) RETURNS bigint
-LANGUAGE sql STABLE PARALLEL SAFE
-AS $$ SELECT (extract(epoch FROM ts) * 1000)::bigint $$;
-
-CREATE OR REPLACE FUNCTION pgqueue.from_ms(ms bigint) RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE
-AS $$ SELECT 'epoch'::timestamptz + ms * interval '1 millisecond' $$;
+-- @@ 3+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.now_ms() RETURNS timestamptz
 
 -- The time pinned with SET pgqueue.now = '...' (tests, and a pass run for a given time), or
 -- NULL. Only the schema owner's sessions (or a superuser's) may pin it: the transitions run
@@ -55,25 +35,7 @@ LANGUAGE sql STABLE
 AS $$
     SELECT date_trunc('milliseconds', coalesce(pgqueue.pinned_now(), now()))
 $$;
-
-CREATE OR REPLACE FUNCTION pgqueue.b64(b bytea) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT translate(encode(b, 'base64'), E'\n', '') $$;
-
-CREATE OR REPLACE FUNCTION pgqueue.unb64(t text) RETURNS bytea
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT decode(t, 'base64') $$;
-
-CREATE OR REPLACE FUNCTION pgqueue.check_stream(p_stream text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    IF p_stream IS NULL OR length(p_stream) = 0 OR length(p_stream) > 200 THEN
-        RAISE EXCEPTION 'stream name must be 1 to 200 characters, got %', quote_nullable(left(p_stream, 40))
-            USING ERRCODE = '22023';
-    END IF;
-END
-$$;
+-- @@ 7+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void
 
 -- Queue writes happen on the leader only; a replica names its leader in the refusal.
 CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void
@@ -95,100 +57,7 @@ BEGIN
     END IF;
 END
 $$;
-
--- The checkpoint as it travels in ops (cursor in base64).
-CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job) RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT jsonb_build_object(
-        'last_completed_step', j.last_completed_step,
-        'cursor_step', j.cursor_step,
-        'cursor', pgqueue.b64(j.cursor),
-        'updated_at_ms', pgqueue.to_ms(j.checkpoint_updated_at),
-        'schema_version', j.schema_version,
-        'step_set_hash', j.step_set_hash,
-        'crashes_by_step', j.crashes_by_step)
-$$;
-
--- The body every failure-like op (Nack, Reclaim) carries: the job's resulting values.
-CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamptz) RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT jsonb_build_object(
-        'job_id', j.id,
-        'state', p_state,
-        'attempts', j.attempts,
-        'max_attempts', j.max_attempts,
-        'not_before_ms', pgqueue.to_ms(j.not_before),
-        'last_error', j.last_error,
-        'state_reason', j.state_reason,
-        'state_detail', j.state_detail,
-        'crashes_by_step', j.crashes_by_step,
-        'unstarted_reclaims', j.unstarted_reclaims,
-        'at_ms', pgqueue.to_ms(p_at))
-$$;
-
--- The job's resulting state as generic ops carry it.
-CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job) RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT jsonb_build_object(
-        'job_id', j.id, 'state', j.state, 'attempts', j.attempts, 'max_attempts', j.max_attempts,
-        'not_before_ms', pgqueue.to_ms(j.not_before), 'last_error', j.last_error,
-        'state_reason', j.state_reason, 'state_detail', j.state_detail,
-        'checkpoint', pgqueue.checkpoint_json(j))
-$$;
-
--- Backoff after the n-th failure: about base * 2^n with +-25% jitter, capped.
-CREATE OR REPLACE FUNCTION pgqueue.backoff_ms(p_stream text, p_attempts int) RETURNS bigint
-LANGUAGE sql VOLATILE
-AS $$
-    SELECT least(c.cap, (c.base * power(2, least(p_attempts, 40)) * (0.75 + random() * 0.5)))::bigint
-    FROM (SELECT coalesce(sc.retry_base_ms, 1000) AS base, coalesce(sc.retry_cap_ms, 3600000) AS cap
-          FROM (SELECT 1) one
-          LEFT JOIN pgqueue.stream_config sc ON sc.stream = p_stream) c
-$$;
-
--- Move a job row to dead_letter (leader and apply share this).
-CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error text, p_died_at timestamptz,
-                             p_crashes jsonb) RETURNS void
-LANGUAGE sql VOLATILE
-AS $$
-    WITH gone AS (DELETE FROM pgqueue.job WHERE id = p_job_id RETURNING *)
-    INSERT INTO pgqueue.dead_letter (id, stream, kind, payload, priority, enqueued_at, dedup_key,
-        attempts, max_attempts, last_error, died_at, last_completed_step, cursor_step, cursor,
-        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, max_attempts_given,
-        concurrency_key)
-    SELECT id, stream, kind, payload, priority, enqueued_at, dedup_key,
-        p_attempts, max_attempts, p_error, p_died_at, last_completed_step, cursor_step, cursor,
-        checkpoint_updated_at, schema_version, step_set_hash, p_crashes, max_attempts_given,
-        concurrency_key
-    FROM gone
-$$;
-
-CREATE OR REPLACE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id bigint, p_extra jsonb DEFAULT '{}')
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF j.state <> 'leased' THEN
-        j.lease_id := NULL; j.worker_node := NULL; j.worker_instance := NULL;
-        j.lease_expires_at := NULL;
-    END IF;
-    UPDATE pgqueue.job
-    SET payload = j.payload, state = j.state, attempts = j.attempts,
-        max_attempts = j.max_attempts, not_before = j.not_before, last_error = j.last_error,
-        state_reason = j.state_reason, state_detail = j.state_detail, lease_id = j.lease_id,
-        worker_node = j.worker_node, worker_instance = j.worker_instance,
-        lease_expires_at = j.lease_expires_at, last_completed_step = j.last_completed_step,
-        cursor_step = j.cursor_step, cursor = j.cursor,
-        checkpoint_updated_at = j.checkpoint_updated_at, schema_version = j.schema_version,
-        step_set_hash = j.step_set_hash, crashes_by_step = j.crashes_by_step
-    WHERE id = j.id;
-    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-    VALUES (j.stream, p_op, j.id, p_lease_id, pgqueue.job_state_json(j) || p_extra);
-END
-$$;
+-- @@ 14+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RET
 
 -- The apply side of save_job: set every field the body carries.
 CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RETURNS void
@@ -217,199 +86,7 @@ BEGIN
     WHERE id = p_job_id;
 END
 $$;
-
--- A leased job whose cancel was requested (pgqueue.cancel) ends as cancelled: deleted, its op
--- Cancel (was leased, by whom, and the error when a failure ended it). Every end of such a
--- lease but an ack comes here (the handler stopping, a nack, a reclaim, a give-back,
--- parking), so a cancelled job never runs again.
-CREATE OR REPLACE FUNCTION pgqueue.finish_cancel(j pgqueue.job, p_by text, p_error text DEFAULT NULL)
-RETURNS void
-LANGUAGE sql VOLATILE
-AS $$
-    DELETE FROM pgqueue.job WHERE id = j.id;
-    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-    VALUES (j.stream, 'Cancel', j.id, j.lease_id, jsonb_strip_nulls(jsonb_build_object(
-        'job_id', j.id, 'was', 'leased', 'by', p_by,
-        'requested_at_ms', pgqueue.to_ms(j.cancel_requested_at), 'error', p_error)));
-$$;
-
--- Load a leased job under lock, fenced by its lease id (NULL when the lease is not current).
-CREATE OR REPLACE FUNCTION pgqueue.leased_job(p_job_id bigint, p_lease_id bigint) RETURNS pgqueue.job
-LANGUAGE sql VOLATILE
-AS $$
-    SELECT pgqueue.require_leader();
-    SELECT * FROM pgqueue.job
-    WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
-    FOR UPDATE
-$$;
-
--- Load a job for an operator, under lock; PQ404 when it is not a live job, PQ422 when leased
--- or not in one of p_states.
-CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, p_states text[]) RETURNS pgqueue.job
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    j pgqueue.job;
-BEGIN
-    PERFORM pgqueue.require_leader();
-    SELECT * INTO j FROM pgqueue.job WHERE id = p_job_id FOR UPDATE;
-    IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM pgqueue.dead_letter WHERE id = p_job_id) THEN
-            RAISE EXCEPTION 'cannot % job %: it is a dead letter (requeue it first)', p_action, p_job_id
-                USING ERRCODE = 'PQ422';
-        END IF;
-        RAISE EXCEPTION 'no live job %', p_job_id USING ERRCODE = 'PQ404';
-    END IF;
-    IF NOT j.state = ANY (p_states) THEN
-        -- p_action completes "cannot ... job N"; the verb is named as the CLI names it
-        RAISE EXCEPTION 'cannot % job %: it is %, and % applies only to % jobs', p_action, p_job_id,
-            j.state, CASE p_action WHEN 'skip a step of' THEN 'skip-step'
-                                   WHEN 'accept the step set of' THEN 'accept-step-set'
-                                   ELSE p_action END,
-            array_to_string(p_states, ' or ') USING ERRCODE = 'PQ422';
-    END IF;
-    RETURN j;
-END
-$$;
-
--- The live job (pending, scheduled or leased) that holds a dedup key in a stream, other than
--- p_id; NULL when none is visible to the statement that asks.
-CREATE OR REPLACE FUNCTION pgqueue.dedup_holder(p_stream text, p_key bytea, p_id bigint) RETURNS bigint
-LANGUAGE sql STABLE
-AS $$
-    SELECT id FROM pgqueue.job
-    WHERE stream = p_stream AND dedup_key = p_key AND id <> p_id
-      AND state IN ('pending', 'scheduled', 'leased')
-    LIMIT 1
-$$;
-
--- Refuse an operator's move to pending because a live job holds the key: PQ409, with the
--- holder in DETAIL (holder=ID) when it is known, which queries.translate turns into
--- DedupConflict.holder. p_doing completes "cannot ...".
-CREATE OR REPLACE FUNCTION pgqueue.refuse_dedup(p_doing text, p_holder bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF p_holder IS NULL THEN
-        RAISE EXCEPTION 'cannot %: a live job holds its dedup key', p_doing
-            USING ERRCODE = 'PQ409';
-    END IF;
-    RAISE EXCEPTION 'cannot %: live job % holds its dedup key', p_doing, p_holder
-        USING ERRCODE = 'PQ409', DETAIL = format('holder=%s', p_holder);
-END
-$$;
-
--- A parked or rewound job goes back to pending: refuse when a live job holds its dedup key.
--- This sees committed holders only; save_as_pending catches the one an open transaction adds.
-CREATE OR REPLACE FUNCTION pgqueue.check_dedup_free(j pgqueue.job) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_holder bigint;
-BEGIN
-    IF j.dedup_key IS NULL OR j.state IN ('pending', 'scheduled', 'leased') THEN
-        RETURN;
-    END IF;
-    v_holder := pgqueue.dedup_holder(j.stream, j.dedup_key, j.id);
-    IF v_holder IS NOT NULL THEN
-        PERFORM pgqueue.refuse_dedup(format('return job %s to pending', j.id), v_holder);
-    END IF;
-END
-$$;
-
--- An operator's change sends the job back to pending at once: refuse when a live job took
--- its dedup key meanwhile, clear the parking reason, save, and log the op. A holder enqueued
--- by a transaction still open at the check makes the UPDATE wait for it; when that commits,
--- the dedup index refuses the UPDATE, and that is reported like a committed holder (PQ409
--- naming it), never as a raw unique violation.
-CREATE OR REPLACE FUNCTION pgqueue.save_as_pending(j pgqueue.job, p_op text, p_checkpoint_changed boolean,
-                                        p_extra jsonb DEFAULT '{}') RETURNS pgqueue.job
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_index text;
-BEGIN
-    PERFORM pgqueue.check_dedup_free(j);
-    IF p_checkpoint_changed THEN
-        j.checkpoint_updated_at := pgqueue.now_ms();
-    END IF;
-    j.state := 'pending';
-    j.not_before := pgqueue.now_ms();
-    j.state_reason := NULL;
-    j.state_detail := NULL;
-    BEGIN
-        PERFORM pgqueue.save_job(j, p_op, NULL, p_extra);
-    EXCEPTION WHEN unique_violation THEN
-        GET STACKED DIAGNOSTICS v_index = CONSTRAINT_NAME;
-        IF v_index IS DISTINCT FROM 'job_dedup_idx' THEN
-            RAISE;
-        END IF;
-        -- a new statement, a new snapshot: the holder that just committed is visible
-        PERFORM pgqueue.refuse_dedup(format('return job %s to pending', j.id),
-                                     pgqueue.dedup_holder(j.stream, j.dedup_key, j.id));
-    END;
-    RETURN j;
-END
-$$;
-
--- observe.sql: functions
--- The statement triggers behind job_count_delta: the rows a statement removed count -1 in
--- their (stream, state), the rows it wrote +1, nothing is written for no net change (a
--- renewal). They run on every path that writes jobs, replicas' apply included (ENABLE ALWAYS).
-CREATE OR REPLACE FUNCTION pgqueue.count_jobs() RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, state, count(*) FROM new_rows GROUP BY stream, state;
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, state, -count(*) FROM old_rows GROUP BY stream, state;
-    ELSE
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, state, sum(d) FROM (
-            SELECT stream, state, 1 AS d FROM new_rows
-            UNION ALL SELECT stream, state, -1 FROM old_rows) c
-        GROUP BY stream, state HAVING sum(d) <> 0;
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION pgqueue.count_dead_letters() RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, 'dead', count(*) FROM new_rows GROUP BY stream;
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, 'dead', -count(*) FROM old_rows GROUP BY stream;
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE OR REPLACE TRIGGER job_count_insert AFTER INSERT ON pgqueue.job
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
-CREATE OR REPLACE TRIGGER job_count_update AFTER UPDATE ON pgqueue.job
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
-CREATE OR REPLACE TRIGGER job_count_delete AFTER DELETE ON pgqueue.job
-    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
-CREATE OR REPLACE TRIGGER dead_letter_count_insert AFTER INSERT ON pgqueue.dead_letter
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
-    EXECUTE FUNCTION pgqueue.count_dead_letters();
-CREATE OR REPLACE TRIGGER dead_letter_count_delete AFTER DELETE ON pgqueue.dead_letter
-    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
-    EXECUTE FUNCTION pgqueue.count_dead_letters();
-ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_insert;
-ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_update;
-ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_delete;
-ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_insert;
-ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_delete;
+-- @@ 34+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.fold_job_counts() RETURNS bigint
 
 -- Add the deltas written so far into job_count (concurrent folds each take other rows).
 -- Returns how many delta rows it folded.
@@ -427,26 +104,7 @@ AS $$
         RETURNING 1)
     SELECT count(*) FROM d
 $$;
-
--- oplog.sql: functions
--- The whole body of an op: an Enqueue op's columns put back as the keys 0002 stored (job_id,
--- stream, kind, payload, priority, state, enqueued_at_ms, not_before_ms, dedup_key, attempts,
--- max_attempts, schema_version, next_job_id); any other op's body as stored. The state is the
--- one enqueue chose: scheduled when not_before is later than enqueued_at.
-CREATE OR REPLACE FUNCTION pgqueue.op_body(o pgqueue.op_log) RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT CASE WHEN o.op = 'Enqueue' AND o.payload IS NOT NULL THEN
-        o.body || jsonb_build_object(
-            'job_id', o.job_id, 'stream', o.stream, 'kind', o.kind,
-            'payload', pgqueue.b64(o.payload), 'priority', o.priority,
-            'state', CASE WHEN pgqueue.to_ms(o.not_before) > (o.body ->> 'enqueued_at_ms')::bigint
-                          THEN 'scheduled' ELSE 'pending' END,
-            'not_before_ms', pgqueue.to_ms(o.not_before), 'dedup_key', pgqueue.b64(o.dedup_key),
-            'max_attempts', o.max_attempts, 'schema_version', o.schema_version,
-            'next_job_id', o.job_id + 1)
-    ELSE o.body END
-$$;
+-- @@ 36+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_, CREATE OR REPLACE FUNCTION pgqueue.ingest_op(o pgqueue.op_log) RETURNS boolean, CREATE OR REPLACE FUNCTION pgqueue.ingest_ops(p_ops jsonb) RETURNS int
 
 -- Apply one op's effect to the state tables. Ops carry resulting values, never increments.
 CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
@@ -614,56 +272,7 @@ BEGIN
     RETURN v_new;
 END
 $$;
-
--- The start of a call that carries a request token (enqueue, enqueue_one, lease). Every such
--- call first takes the token's transaction lock, so a call re-sent after its reply was lost
--- waits here until its first attempt has ended; a re-sent one then gets the seq and
--- transaction of the op its first attempt committed (NULLs when none did: it runs as a first
--- attempt). The unique index on op_log.request stays the backstop: a first attempt that
--- reaches the server only after its re-send committed fails there instead of applying twice.
-CREATE OR REPLACE FUNCTION pgqueue.request_begin(p_request uuid, p_resent boolean,
-                                                 OUT seq bigint, OUT xid xid8)
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('pgqueue.request'), hashtext(p_request::text));
-    IF p_resent THEN
-        SELECT o.seq, o.xid INTO seq, xid FROM pgqueue.op_log o WHERE o.request = p_request;
-    END IF;
-END
-$$;
-
--- The next ops after p_after as op_log rows in jsonb, in seq order: at most p_limit, and no
--- more once about 64 MiB of payloads and bodies are in (always at least one), so that a batch
--- of large jobs never outgrows one jsonb value (1 GB) on its way to ingest_ops. With
--- p_committed_only, only ops whose transaction finished before this snapshot began (the
--- follow reader: no later commit can appear below them). A short batch is not the end of the
--- log; an empty one is.
-CREATE OR REPLACE FUNCTION pgqueue.op_log_batch(p_after bigint, p_limit int,
-                                                p_committed_only boolean)
-RETURNS TABLE (seq bigint, op jsonb)
-LANGUAGE sql STABLE
-AS $$
-    WITH sized AS (
-        SELECT o.seq, coalesce(octet_length(o.payload), 0) + octet_length(o.body::text) AS size
-        FROM pgqueue.op_log o
-        WHERE o.seq > p_after
-          AND (NOT p_committed_only
-               -- ops from before this database's promotion: committed, another leader's xid
-               OR o.seq <= (SELECT n.promoted_through FROM pgqueue.node n)
-               OR o.xid < pg_snapshot_xmin(pg_current_snapshot()))
-        ORDER BY o.seq
-        LIMIT p_limit
-    ), kept AS (
-        SELECT w.seq FROM (
-            SELECT sized.seq, coalesce(sum(sized.size) OVER (
-                       ORDER BY sized.seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                   AS before
-            FROM sized) w
-        WHERE w.before <= 67108864
-    )
-    SELECT o.seq, to_jsonb(o) FROM pgqueue.op_log o JOIN kept k ON k.seq = o.seq ORDER BY o.seq
-$$;
+-- @@ 41+4 replaces: CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NUL, CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8) RETURNS boolean, CREATE OR REPLACE FUNCTION pgqueue.seed_rows(p_table text, p_rows jsonb) RETURNS, CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger() RETURNS trigger
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -745,23 +354,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-
--- The trigger exists only on replicas (attach creates it, promote drops it), so the leader's
--- hot path never pays for it.
-CREATE OR REPLACE FUNCTION pgqueue.enable_apply_trigger() RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log;
-    CREATE TRIGGER op_log_apply BEFORE INSERT ON pgqueue.op_log
-        FOR EACH ROW EXECUTE FUNCTION pgqueue.op_log_apply_trigger();
-    ALTER TABLE pgqueue.op_log ENABLE ALWAYS TRIGGER op_log_apply;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION pgqueue.disable_apply_trigger() RETURNS void
-LANGUAGE sql VOLATILE
-AS $$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $$;
+-- @@ 47+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT, CREATE OR REPLACE FUNCTION pgqueue.touch_replicas(p_every interval DEFAULT inter
 
 -- Where each registered replica stands, in ops and seconds behind this leader. With p_upto,
 -- only the ops up to that seq are examined (an index range, not the whole log): applied_seq is
@@ -880,18 +473,7 @@ BEGIN
     RETURN v_n;
 END
 $$;
-
--- queries -----------------------------------------------------------------------------------
-
--- steps.sql: functions
--- The ordered step names of a step set (NULL when unknown).
-CREATE OR REPLACE FUNCTION pgqueue.step_names(p_hash text) RETURNS text[]
-LANGUAGE sql STABLE
-AS $$
-    SELECT array_agg(e ->> 'name' ORDER BY o)
-    FROM pgqueue.step_set s, jsonb_array_elements(s.steps) WITH ORDINALITY AS t(e, o)
-    WHERE s.hash = p_hash
-$$;
+-- @@ 50+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p
 
 -- Record a step set (once per hash).
 CREATE OR REPLACE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p_steps jsonb) RETURNS boolean
@@ -915,20 +497,7 @@ BEGIN
     RETURN true;
 END
 $$;
-
--- schedule.sql: functions
-CREATE OR REPLACE FUNCTION pgqueue.schedule_json(c pgqueue.schedule) RETURNS jsonb
-LANGUAGE sql STABLE
-AS $$
-    SELECT jsonb_build_object(
-        'stream', c.stream, 'name', c.name, 'cron', c.cron, 'timezone', c.timezone,
-        'payload', pgqueue.b64(c.payload), 'kind', c.kind, 'priority', c.priority,
-        'max_attempts', c.max_attempts, 'catch_up', c.catch_up,
-        'misfire_grace_ms', c.misfire_grace_ms, 'paused', c.paused,
-        'next_run_at_ms', pgqueue.to_ms(c.next_run_at),
-        'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at),
-        'updated_at_ms', pgqueue.to_ms(c.updated_at))
-$$;
+-- @@ 52+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(, CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, , CREATE OR REPLACE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text) R
 
 -- Create or change a schedule (the caller validated cron and zone and computed next_run_at).
 -- Refused (PQ422) when next_run_at is not after the schedule's last fired time: the caller
@@ -1126,68 +695,7 @@ AS $$
                   RETURNING 1)
     SELECT count(*)::int FROM gone
 $$;
-
--- queries -----------------------------------------------------------------------------------
-
--- enqueue.sql: functions
--- The ids an enqueue call returned, found again from its ops when the call is re-sent with
--- its request token (its first op at p_seq, written by transaction p_xid). Inputs without a
--- dedup key got the call's key-less jobs in input order; an input with a key got the job the
--- call inserted with it, or else the live job that held the key then (NULL when that holder
--- has finished since: the library then says the call may have committed).
-CREATE OR REPLACE FUNCTION pgqueue.request_enqueued(p_seq bigint, p_xid xid8, p_stream text,
-                                                    p_dedup_keys bytea[], p_n int)
-RETURNS bigint[]
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    v_plain  bigint[];
-    v_result bigint[] := array_fill(NULL::bigint, ARRAY[p_n]);
-    v_next   int := 1;
-    v_key    bytea;
-    v_id     bigint;
-BEGIN
-    -- the call's ops sit at or after its first op; its transaction is the one that wrote it
-    v_plain := ARRAY(SELECT o.job_id FROM pgqueue.op_log o
-                     WHERE o.seq >= p_seq AND o.xid = p_xid AND o.op = 'Enqueue'
-                       AND o.dedup_key IS NULL ORDER BY o.seq);
-    FOR i IN 1 .. p_n LOOP
-        v_key := p_dedup_keys[i];
-        IF v_key IS NULL THEN
-            v_result[i] := v_plain[v_next];
-            v_next := v_next + 1;
-        ELSE
-            v_id := NULL;
-            SELECT o.job_id INTO v_id FROM pgqueue.op_log o
-            WHERE o.seq >= p_seq AND o.xid = p_xid AND o.op = 'Enqueue' AND o.dedup_key = v_key
-            ORDER BY o.seq LIMIT 1;
-            IF v_id IS NULL THEN
-                SELECT j.id INTO v_id FROM pgqueue.job j
-                WHERE j.stream = p_stream AND j.dedup_key = v_key
-                  AND j.state IN ('pending', 'scheduled', 'leased');
-            END IF;
-            v_result[i] := v_id;
-        END IF;
-    END LOOP;
-    RETURN v_result;
-END
-$$;
-
--- Enqueue: returns one id per input, in input order. A job whose dedup_key is held by a live
--- job of the stream is not inserted; its slot returns the holder's id. Each statement of this
--- function takes a fresh snapshot (READ COMMITTED), so a holder committed by a concurrent
--- enqueuer is found by the lookup that follows the conflict, in the same round trip.
--- An Enqueue op's own body (its job's fields are the op row's columns): what every op of the
--- call shares, and the job's trace context and concurrency key when it has them (a
--- replica's job gets them too).
--- pgqueue.enqueue writes the same CASE inline: called per row, the function cost 9 % of a
--- batch of 1,000.
-CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(p_shared jsonb, p_trace jsonb,
-                                                p_concurrency_key text) RETURNS jsonb
-LANGUAGE sql IMMUTABLE
-AS $$ SELECT CASE WHEN p_trace IS NULL AND p_concurrency_key IS NULL THEN p_shared
-                  ELSE p_shared || jsonb_strip_nulls(jsonb_build_object(
-                      'trace', p_trace, 'concurrency_key', p_concurrency_key)) END $$;
+-- @@ 57+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue(, CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
@@ -1493,38 +1001,7 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $$;
-
--- queries -----------------------------------------------------------------------------------
-
--- lease.sql: functions
--- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
--- at most p_limit per call: leasing does this itself, so a due job never waits for a
--- maintenance pass, and then leases in exact priority order.
-CREATE OR REPLACE FUNCTION pgqueue.promote_due(p_stream text, p_limit int DEFAULT 1000) RETURNS int
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_now timestamptz := pgqueue.now_ms();
-    v_n int;
-BEGIN
-    WITH due AS (
-        SELECT id FROM pgqueue.job
-        WHERE stream = p_stream AND state = 'scheduled' AND not_before <= v_now
-        ORDER BY not_before, id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    ), promoted AS (
-        UPDATE pgqueue.job j SET state = 'pending' FROM due WHERE j.id = due.id
-        RETURNING j.id, j.stream
-    ), logged AS (
-        INSERT INTO pgqueue.op_log (stream, op, job_id, body)
-        SELECT p.stream, 'Promote', p.id, jsonb_build_object('job_id', p.id, 'state', 'pending')
-        FROM promoted p ORDER BY p.id
-    )
-    SELECT count(*) INTO v_n FROM promoted;
-    RETURN v_n;
-END
-$$;
+-- @@ 60+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -1662,11 +1139,7 @@ BEGIN
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
-
--- The bucket a rate limit's window counts leases in: a twentieth of the window, at least 1 ms.
-CREATE OR REPLACE FUNCTION pgqueue.rate_bucket_ms(p_window_ms bigint) RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT greatest(1, p_window_ms / 20) $$;
+-- @@ 62+20 replaces: CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(, CREATE OR REPLACE FUNCTION pgqueue.start_rated(p_job_id bigint, p_lease_id bigin, CREATE OR REPLACE FUNCTION pgqueue.renew(, CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]), CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_er, CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids, CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id , CREATE OR REPLACE FUNCTION pgqueue.end_cancelled(p_job_id bigint, p_lease_id big, CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_, CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000, CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RET, CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS , CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes bool, CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETUR, CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job, CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.jo, CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint) RETURNS pgqu, CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS text, CREATE OR REPLACE FUNCTION pgqueue.configure_stream(, CREATE OR REPLACE FUNCTION pgqueue.configure_kind_settings(p_stream text, p_kind
 
 -- A limited kind's lock, held to the end of the transaction: a lease counts the kind under it
 -- (taken without waiting: a kind another lease is counting is left to that one), and so does
@@ -2659,25 +2132,7 @@ BEGIN
     RETURN true;
 END
 $$;
-
--- The one writer of kind_config (configure_kind_settings and the op's apply): the row as given, or
--- none when it sets nothing.
-CREATE OR REPLACE FUNCTION pgqueue.save_kind_config(p pgqueue.kind_config) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF num_nonnulls(p.quarantine_after, p.max_concurrency, p.rate_count, p.rate_ms,
-                    p.max_per_key) = 0 THEN
-        DELETE FROM pgqueue.kind_config WHERE stream = p.stream AND kind = p.kind;
-        RETURN;
-    END IF;
-    INSERT INTO pgqueue.kind_config AS k VALUES (p.*)
-    ON CONFLICT (stream, kind) DO UPDATE
-    SET quarantine_after = excluded.quarantine_after, max_concurrency = excluded.max_concurrency,
-        rate_count = excluded.rate_count, rate_ms = excluded.rate_ms,
-        max_per_key = excluded.max_per_key;
-END
-$$;
+-- @@ 83+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_, CREATE OR REPLACE FUNCTION pgqueue.apply_to_jobs(p_verb text, p_job_ids bigint[], CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval,
 
 -- The previous release's call (its workers register quarantine_after=N): sets that alone.
 CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after int)
@@ -2870,5 +2325,3 @@ GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqu
     pgqueue.configure_stream, pgqueue.upsert_schedule, pgqueue.remove_schedule,
     pgqueue.lock_schedule, pgqueue.prune_op_log
     TO pgqueue_operator;
-
--- queries -----------------------------------------------------------------------------------

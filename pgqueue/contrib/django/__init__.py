@@ -5,14 +5,14 @@
 - `python manage.py pgqueue ...` runs any pgqueue command (`worker` included) with Django set
   up, so handlers can use the ORM.
 - `queue(stream)` is a process-wide Queue on that database; enqueue in your transaction with
-  `conn=django.db.connection` inside `transaction.atomic()` (pgqueue/callers.py).
+  `conn=django.db.connection` inside `transaction.atomic()` (pgqueue/db/callers.py).
 """
 from __future__ import annotations
 
 import os
 import threading
 
-from pgqueue.queue import Queue
+from pgqueue.client.queue import Queue
 
 __all__ = ["dsn", "queue"]
 

@@ -1,0 +1,1 @@
+"""The peers benchmarks (bench/README.md)."""

@@ -1,0 +1,101 @@
+# Generated from pgqueue/client/lease_async.py (python -m pgqueue.generate): edit that file.
+"""Lease and renew: hand jobs to a worker under a fencing lease id, and keep them.
+
+A renewal extends many leases in one statement and carries each job's checkpoint in the same
+UPDATE, so step boundaries cost no extra round trip and the update stays HOT.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from pgqueue import validate
+from pgqueue.db import run
+from pgqueue.models import Checkpoint, Lease, Renewed
+
+
+def lease(
+    conn: run.Conn,
+    stream: str,
+    limit: int,
+    visibility_timeout: float,
+    worker_node: int,
+    worker_instance: int,
+    request: uuid.UUID | None = None,
+    resent: bool = False,
+    start: int | None = None,
+) -> list[Lease]:
+    """Lease up to `limit` jobs of `stream` for `visibility_timeout` seconds. A call `resent`
+    with the same `request` token returns the leases its first attempt granted that are still
+    current, instead of leasing more. `start`: how many of the returned jobs (in order) the
+    caller starts at once; the others are leased ahead (Lease.started False) until a renewal
+    says they started (None: all count as started)."""
+    validate.stream(stream)
+    validate.integer(limit, "limit", low=1, high=100_000)
+    vt_ms = validate.to_ms(visibility_timeout, "visibility_timeout", positive=True)
+    validate.integer(worker_node, "worker_node", low=-(2**31), high=2**31 - 1)
+    validate.integer(worker_instance, "worker_instance", low=-(2**31), high=2**31 - 1)
+    if start is not None:
+        validate.integer(start, "start", low=0, high=100_000)
+    rows = run.fetch_tuples(conn, "lease_jobs", {
+        "stream": stream, "limit": limit, "visibility_ms": vt_ms,
+        "worker_node": worker_node, "worker_instance": worker_instance, "request": request,
+        "resent": resent, "start": start,
+    })
+    vt = vt_ms / 1000.0
+    return [Lease.from_lease_row(r, vt) for r in rows]
+
+
+def renew_many(
+    conn: run.Conn,
+    items: Sequence[tuple[Lease, float | None, Checkpoint | None]],
+    started: Sequence[bool] | None = None,
+) -> dict[int, dt.datetime]:
+    """Renew (lease, visibility_timeout or None for the lease's own, checkpoint or None) in one
+    statement; `started[i]` True says the i-th lease's handler has started (a job leased ahead).
+    Returns {lease_id: new expiry} for the leases still current; absent = lost."""
+    return {lease_id: r.expires_at
+            for lease_id, r in (renew_leases(conn, items, started)).items()}
+
+
+def renew_leases(
+    conn: run.Conn,
+    items: Sequence[tuple[Lease, float | None, Checkpoint | None]],
+    started: Sequence[bool] | None = None,
+) -> dict[int, Renewed]:
+    """renew_many, saying of each lease still current whether its job's cancel was requested."""
+    if not items:
+        return {}
+    if started is not None and len(started) != len(items):
+        raise ValueError(f"started has {len(started)} flags for {len(items)} leases")
+    params: dict[str, list[Any]] = {"job_ids": [], "lease_ids": [], "visibility_ms": [],
+                                    "checkpoints": []}
+    for held, vt, checkpoint in items:
+        if not isinstance(held, Lease):
+            raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"checkpoint must be a pgqueue.Checkpoint, got {type(checkpoint).__name__}")
+        params["job_ids"].append(held.job_id)
+        params["lease_ids"].append(held.lease_id)
+        params["visibility_ms"].append(validate.to_ms(
+            held.visibility_timeout if vt is None else vt, "visibility_timeout", positive=True))
+        params["checkpoints"].append(None if checkpoint is None else Jsonb(checkpoint.to_json()))
+    rows = run.fetch(conn, "renew_leases", {
+        **params, "started": None if started is None else [bool(s) for s in started]})
+    return {r["lease_id"]: Renewed(r["expires_at"], bool(r["cancel_requested"])) for r in rows}
+
+
+def cancel_requested(conn: run.Conn, leases: Sequence[Lease]) -> set[int]:
+    """Of these leases, still current, those whose job an operator asked to cancel: a read
+    by primary key, writing nothing (what a NOTIFY pgqueue_cancel, which any login may send,
+    makes a worker look up)."""
+    if not leases:
+        return set()
+    rows = run.fetch(conn, "cancel_requested", {
+        "job_ids": [held.job_id for held in leases],
+        "lease_ids": [held.lease_id for held in leases]})
+    return {int(r["lease_id"]) for r in rows}

@@ -1,0 +1,183 @@
+"""Operator transitions on one job: release, rewind, restart, skip a step, accept a new step
+set, cancel. Each is a SQL function that refuses a job in a state where it makes no sense
+(InvalidState, JobNotFound, DedupConflict) and logs its op. `act` runs one by its verb name
+(models.VERBS: the names the CLI and the HTTP API use), `act_on_jobs` one on every job of a
+filter through the same SQL functions."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pgqueue import validate
+from pgqueue.client import deadletter_async as deadletter
+from pgqueue.client import observe_async as observe
+from pgqueue.db import run_async as run
+from pgqueue.errors import InvalidState, JobNotFound
+from pgqueue.models import VERBS, BulkResult
+
+
+def _job_id(job_id: int) -> int:
+    return validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
+
+
+async def release(conn: run.AsyncConn, job_id: int, *, reset_crashes: bool = False) -> None:
+    """A quarantined or undecodable job runs again."""
+    await run.fetch(conn, "release_job", {"job_id": _job_id(job_id), "reset_crashes": reset_crashes})
+
+
+async def rewind(conn: run.AsyncConn, job_id: int, to_step: str) -> None:
+    """The job's next run starts at `to_step`."""
+    if not isinstance(to_step, str) or not to_step:
+        raise ValueError("to_step must be a step name")
+    validate.step_name(to_step, "to_step")
+    await run.fetch(conn, "rewind_job", {"job_id": _job_id(job_id), "to_step": to_step})
+
+
+async def restart(conn: run.AsyncConn, job_id: int) -> None:
+    """Drop the checkpoint: the job runs from step one."""
+    await run.fetch(conn, "restart_job", {"job_id": _job_id(job_id)})
+
+
+async def skip_step(conn: run.AsyncConn, job_id: int) -> str:
+    """Count the step in progress as done without running it; returns the skipped step."""
+    row = await run.fetch_one(conn, "skip_step_job", {"job_id": _job_id(job_id)})
+    assert row is not None
+    return str(row["last_completed_step"])
+
+
+async def accept_step_set(conn: run.AsyncConn, job_id: int) -> None:
+    """Accept the new step list of a job parked as step_set_changed."""
+    await run.fetch(conn, "accept_step_set_job", {"job_id": _job_id(job_id)})
+
+
+async def cancel(conn: run.AsyncConn, job_id: int) -> str:
+    """Cancel a job: one that is not leased (live or dead) is removed for good ("cancelled");
+    a leased one is asked to stop ("requested": its worker ends it as cancelled)."""
+    return str(await run.scalar(conn, "cancel_job", {"job_id": _job_id(job_id)}))
+
+
+async def configure_stream(conn: run.AsyncConn, stream: str, *, retry_base: float | None = None,
+                           retry_cap: float | None = None, quarantine_after: int | None = None,
+                           max_payload_bytes: int | None = None) -> None:
+    """Set a stream's retry backoff (seconds), crash quarantine threshold and payload limit
+    (bytes, 1 to 64 MiB; 16 MiB unless set). None leaves a setting as it is."""
+    validate.stream(stream)
+    if max_payload_bytes is not None:
+        from pgqueue.client.enqueue import MAX_PAYLOAD_BYTES
+
+        validate.integer(max_payload_bytes, "max_payload_bytes", low=1, high=MAX_PAYLOAD_BYTES)
+    await run.fetch(conn, "configure_stream", {
+        "max_payload_bytes": max_payload_bytes,
+        "stream": stream,
+        "retry_base_ms": None if retry_base is None else validate.to_ms(retry_base, "retry_base"),
+        "retry_cap_ms": None if retry_cap is None else validate.to_ms(retry_cap, "retry_cap"),
+        "quarantine_after": None if quarantine_after is None
+        else validate.integer(quarantine_after, "quarantine_after", low=1),
+    })
+
+
+def check_verb(verb: str, to_step: str | None, *, name: str = "verb") -> str | None:
+    """An operator verb checked, and the step it goes back to: rewind needs one, no other verb
+    takes one (the library's, the CLI's and the HTTP API's one rule; `name`: the parameter's
+    name in the caller's terms)."""
+    if verb not in VERBS:
+        raise ValueError(f"{name} must be one of {', '.join(VERBS)}, got {verb[:40]!r}")
+    if verb == "rewind":
+        if not isinstance(to_step, str) or not to_step:
+            raise ValueError("to_step is required: the name of the step to rewind to")
+        return validate.step_name(to_step, "to_step")
+    if to_step is not None:
+        raise ValueError(f"to_step is for rewind only, not {verb}")
+    return None
+
+
+async def act(conn: run.AsyncConn, verb: str, job_id: int, *, to_step: str | None = None) -> None:
+    """Run the operator verb named `verb` on one job (JobNotFound: no such job; InvalidState:
+    the verb does not fit the job's state)."""
+    step = check_verb(verb, to_step)
+    if verb == "requeue":
+        try:
+            await deadletter.requeue(conn, job_id)
+        except JobNotFound:
+            job = await observe.job(conn, job_id)
+            if job is None:
+                raise
+            raise InvalidState(f"cannot requeue job {job_id}: it is {job.state}, not dead; only "
+                               f"dead letters are requeued") from None
+        return
+    if verb == "release":
+        await release(conn, job_id)
+    elif verb == "rewind":
+        assert step is not None
+        await rewind(conn, job_id, step)
+    elif verb == "restart":
+        await restart(conn, job_id)
+    elif verb == "skip-step":
+        await skip_step(conn, job_id)
+    elif verb == "accept-step-set":
+        await accept_step_set(conn, job_id)
+    else:
+        await cancel(conn, job_id)
+
+
+#: Jobs per statement of a bulk action: each its own subtransaction, one commit per batch, and
+#: below Postgres's 64 subtransactions per transaction (past them every session slows down).
+BULK_BATCH = 50
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What a verb did to one batch of jobs beyond doing it: the jobs it did not fit, with
+    why, and the leased jobs a cancel asked to stop."""
+
+    refused: dict[int, str]
+    requested: list[int]
+
+
+async def apply_to_jobs(conn: run.AsyncConn, verb: str, job_ids: Sequence[int], *,
+                        to_step: str | None = None, stream: str | None = None,
+                        state: str | None = None, kind: str | None = None) -> BatchOutcome:
+    """One verb on each job still matching the filter (stream, state, kind; None: any), each
+    locked, checked and changed in its own subtransaction of one statement."""
+    step = check_verb(verb, to_step)
+    where = observe.job_filter(stream, state, kind)
+    ids = [_job_id(i) for i in job_ids]
+    if len(ids) > BULK_BATCH:
+        raise ValueError(f"job_ids: at most {BULK_BATCH} at a time, got {len(ids)}")
+    rows = await run.fetch(conn, "apply_verb_to_jobs", {
+        "verb": verb, "job_ids": ids, "to_step": step, **where})
+    return BatchOutcome(
+        refused={int(r["job_id"]): str(r["refused"]) for r in rows if r["outcome"] == "refused"},
+        requested=[int(r["job_id"]) for r in rows if r["outcome"] == "requested"])
+
+
+async def act_on_jobs(conn: run.AsyncConn, verb: str, *, stream: str | None = None,
+                      state: str | None = None, kind: str | None = None,
+                      through: int | None = None, to_step: str | None = None,
+                      batch: int = BULK_BATCH) -> BulkResult:
+    """Run `verb` on every job of a filter with an id of at most `through` (JobCount.newest
+    from the count shown before confirming: later jobs are left), newest first, a batch per
+    statement. Each job is checked against the filter again under its row lock: one that
+    left it meanwhile, or that the verb no longer fits, is counted as refused."""
+    check_verb(verb, to_step)
+    observe.job_filter(stream, state, kind)
+    validate.integer(batch, "batch", low=1, high=BULK_BATCH)
+    done = refused = requested = 0
+    reasons: list[tuple[int, str]] = []
+    after: int | None = None
+    while True:
+        ids = await observe.jobs_page_ids(conn, stream=stream, state=state, kind=kind,
+                                          after=after, through=through, limit=batch)
+        if not ids:
+            break
+        batch_outcome = await apply_to_jobs(conn, verb, ids, to_step=to_step, stream=stream,
+                                            state=state, kind=kind)
+        failed = batch_outcome.refused
+        done += len(ids) - len(failed) - len(batch_outcome.requested)
+        refused += len(failed)
+        requested += len(batch_outcome.requested)
+        reasons.extend(list(failed.items())[:BulkResult.MAX_REASONS - len(reasons)])
+        after = ids[-1]
+        if len(ids) < batch:
+            break
+    return BulkResult(verb, done, refused, reasons, requested)

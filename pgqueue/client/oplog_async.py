@@ -1,0 +1,72 @@
+"""The op log: read it, and replay one database's log into another.
+
+Replay reads the source inside one REPEATABLE READ snapshot and takes every op that snapshot
+sees committed, in seq order: for any one job that is commit order, because every transition
+appends its op while holding the job's row lock. The target
+applies each op with pgqueue.apply_op (the same function replicas use) and records its seq,
+so replaying twice changes nothing.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgqueue import validate
+from pgqueue.db import connection_async as connection
+from pgqueue.db import run_async as run
+from pgqueue.models import Op
+
+BATCH = 2000
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a replay did: ops read from the source, and how many were new to the target."""
+
+    read: int
+    applied: int
+    last_seq: int
+
+
+async def tail(conn: run.AsyncConn, *, limit: int = 20, stream: str | None = None,
+               job_id: int | None = None) -> list[Op]:
+    """The newest ops, newest first."""
+    validate.integer(limit, "limit", low=1, high=1_000_000)
+    rows = await run.fetch(conn, "oplog_tail", {"limit": limit, "stream": stream, "job_id": job_id})
+    return [Op(**r) for r in rows]
+
+
+async def counts(conn: run.AsyncConn) -> dict[str, int]:
+    """Ops in the log by kind."""
+    return {r["op"]: r["count"] for r in await run.fetch(conn, "oplog_counts")}
+
+
+async def replay(source_dsn: str, target_dsn: str, *, batch: int = BATCH,
+                 progress: Callable[[int], None] | None = None) -> ReplayResult:
+    """Apply the source's whole committed op log to the (migrated) target."""
+    read = applied = last = 0
+    async with await connection.connect(source_dsn, autocommit=False) as src, \
+            await connection.connect(target_dsn, autocommit=False) as dst:
+        await src.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        await src.set_read_only(True)
+        await connection.check_schema(src)  # opens the snapshot every batch below reads from
+        await connection.check_schema(dst)
+        await dst.commit()
+        while True:
+            rows = await run.fetch(src, "oplog_visible_batch", {"after": last, "limit": batch})
+            if not rows:
+                break
+            applied += int(await run.scalar(
+                dst, "oplog_ingest", {"ops": Jsonb([r["op"] for r in rows])}) or 0)
+            await dst.commit()
+            read += len(rows)
+            last = rows[-1]["seq"]
+            if progress is not None:
+                progress(len(rows))
+        await run.fetch(dst, "advance_sequences")
+        await dst.commit()
+        await src.rollback()
+    return ReplayResult(read=read, applied=applied, last_seq=last)

@@ -1,0 +1,249 @@
+# Generated from pgqueue/client/queue_async.py (python -m pgqueue.generate): edit that file.
+"""AsyncQueue, and Queue generated from it: the public API over one stream of one database.
+
+A thin facade: each method validates its arguments, borrows a pooled autocommit connection
+and calls one stage module, so every call is one statement and one round trip. This module
+holds producing and consuming (enqueue, lease, renew, ack, nack, reclaim); the operator-side
+calls are in queue_operate.py, and which calls run again after a lost connection in
+failover.py.
+
+AsyncQueue connects at `async with` or at its first call (a constructor cannot await); Queue
+connects in its constructor, so a bad DSN or schema fails there.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, TypeVar
+
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from pgqueue import validate
+from pgqueue.client import enqueue, lease, reclaim, settle
+from pgqueue.client.queue_operate import QueueOperations
+from pgqueue.db import callers, connection
+from pgqueue.db.failover import follow_leader
+from pgqueue.db.run import Conn
+from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
+from pgqueue.models import Checkpoint, Lease, NewJob
+from pgqueue.telemetry import tracing
+
+R = TypeVar("R")
+
+
+class Queue(QueueOperations):
+    """One stream of a pgqueue database. Safe to share (between tasks; Queue: between
+    threads); use as a context manager or close().
+
+    `dsn` may be a list of DSNs (a leader and its replicas): the queue uses the one in leader
+    role and moves on when it turns out to be a replica."""
+
+    def __init__(self, dsn: str | Sequence[str], stream: str = "default", *,
+                 pool_size: int = 4) -> None:
+        self.dsns = connection.dsn_list(dsn)
+        self.stream = validate.stream(stream)
+        self._pool_size = validate.integer(pool_size, "pool_size", low=1, high=1000)
+        self._lock = threading.Lock()
+        self.dsn = self.dsns[0]
+        self._pool: ConnectionPool[Any] | None = None
+        self._parent: Queue | None = None  # for_stream: whose pool this queue uses
+        self._open()  # Queue connects now: a bad DSN or schema fails here
+
+    def for_stream(self, stream: str) -> Queue:
+        """This queue on another stream, sharing its connection pool and leader (closing it
+        leaves the pool open): one pool for a tool that works on many streams."""
+        other = copy.copy(self)
+        other.stream = validate.stream(stream)
+        other._parent = self._parent or self
+        return other
+
+    def _open(self) -> ConnectionPool[Any]:
+        """The pool on the leader, opened on first use."""
+        if self._parent is not None:
+            return self._parent._open()
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self.dsn = connection.find_leader(self.dsns)
+                    self._pool = connection.open_pool(
+                        self.dsn, max_size=self._pool_size, name=f"pgqueue:{self.stream}")
+        return self._pool
+
+    def _move_to_leader(self) -> bool:
+        """Switch the pool to the current leader; False when there is no other to go to."""
+        if self._parent is not None:
+            return self._parent._move_to_leader()
+        if len(self.dsns) < 2:
+            return False
+        with self._lock:
+            try:
+                leader = connection.find_leader(self.dsns)
+            except PgQueueError:
+                return False
+            if leader == self.dsn and self._pool is not None:
+                return False
+            old, self.dsn = self._pool, leader
+            self._pool = connection.open_pool(leader, max_size=self._pool_size,
+                                              name=f"pgqueue:{self.stream}")
+        if old is not None:
+            old.close()
+        return True
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pool (a for_stream queue leaves its parent's open)."""
+        if self._parent is None and self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> Queue:
+        self._open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[Conn]:
+        """Borrow a pooled autocommit connection (for stage functions and tools)."""
+        pool = self._open()
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise ConnectionFailed(
+                f"no connection to Postgres at {connection.describe((self._parent or self).dsn)}: {exc}"
+            ) from None
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        payload: Any,
+        *,
+        kind: str | None = None,
+        priority: int = 0,
+        delay: float | dt.timedelta | None = None,
+        not_before: dt.datetime | None = None,
+        dedup_key: str | bytes | None = None,
+        max_attempts: int | None = None,
+        schema_version: int | None = None,
+        concurrency_key: str | None = None,
+        conn: object | None = None,
+    ) -> int:
+        """Enqueue one job; returns its id (or the id of the live job holding dedup_key).
+        `concurrency_key` (up to 200 characters): what the kind's max_per_key counts.
+
+        With `conn`, the job is written in the caller's transaction and exists only if the
+        caller commits: a psycopg Connection, a SQLAlchemy Connection or Session (psycopg
+        dialect), or Django's connection inside transaction.atomic() (callers.py). Without
+        it, AsyncQueue's concurrent calls share a transaction while every pooled connection
+        is busy (aio/coalesce.py); each returns once its job is committed."""
+        job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
+                     dedup_key=dedup_key, max_attempts=max_attempts,
+                     schema_version=schema_version, concurrency_key=concurrency_key)
+        with tracing.producing(self.stream, 1) as trace:
+            return self._enqueue_job(job, trace, conn=conn)
+
+    @follow_leader(idempotent=False, token=True)
+    def _enqueue_job(self, job: NewJob, trace: dict[str, str] | None = None, *,
+                     conn: object | None = None, _request: uuid.UUID | None = None,
+                     _resent: bool = False) -> int:
+        """One job in one transaction (the caller's with `conn`), one round trip; `trace`:
+        the producer span's context it carries."""
+        if conn is not None:
+            mine = callers.psycopg_connection(conn)
+            return enqueue.enqueue_one(mine, self.stream, job, trace=trace)
+        with self.connection() as own:
+            return enqueue.enqueue_one(own, self.stream, job, request=_request,
+                                       resent=_resent, trace=trace)
+
+    def enqueue_many(self, jobs: Sequence[NewJob], *,
+                     conn: object | None = None) -> list[int]:
+        """Enqueue a batch in one round trip; ids in input order (dedup as for enqueue)."""
+        count = len(jobs) if isinstance(jobs, Sequence) else 0
+        with tracing.producing(self.stream, count) as trace:
+            return self._enqueue_jobs(jobs, None if trace is None else [trace] * count,
+                                      conn=conn)
+
+    @follow_leader(idempotent=False, token=True)
+    def _enqueue_jobs(self, jobs: Sequence[NewJob],
+                      traces: Sequence[dict[str, str] | None] | None = None, *,
+                      conn: object | None = None, _request: uuid.UUID | None = None,
+                      _resent: bool = False) -> list[int]:
+        """A batch in one transaction (the caller's with `conn`), one round trip; `traces`:
+        the producer spans' contexts, one per job."""
+        if conn is not None:
+            mine = callers.psycopg_connection(conn)
+            return enqueue.enqueue_many(mine, self.stream, jobs, traces=traces)
+        with self.connection() as own:
+            return enqueue.enqueue_many(own, self.stream, jobs, request=_request,
+                                        resent=_resent, traces=traces)
+
+    # -- lease and settle --------------------------------------------------------------------
+
+    @follow_leader(idempotent=False, token=True)
+    def lease(self, limit: int = 1, *, visibility_timeout: float = 30.0, worker_node: int = 0,
+              worker_instance: int = 0, _request: uuid.UUID | None = None,
+              _resent: bool = False) -> list[Lease]:
+        """Lease up to `limit` ready jobs, highest priority first, FIFO within a priority."""
+        with self.connection() as conn:
+            return lease.lease(conn, self.stream, limit, visibility_timeout, worker_node,
+                               worker_instance, _request, _resent)
+
+    @follow_leader(idempotent=True)
+    def renew(self, lease_: Lease, *, visibility_timeout: float | None = None,
+              checkpoint: Checkpoint | None = None) -> dt.datetime:
+        """Extend a lease (by its own visibility timeout unless given) and write the checkpoint
+        in the same UPDATE. Raises LeaseLost when the lease is no longer current."""
+        renewed = self.renew_many([(lease_, visibility_timeout, checkpoint)])
+        if lease_.lease_id not in renewed:
+            raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
+        return renewed[lease_.lease_id]
+
+    @follow_leader(idempotent=True)
+    def renew_many(
+        self, items: Sequence[tuple[Lease, float | None, Checkpoint | None]]
+    ) -> dict[int, dt.datetime]:
+        """Renew many leases in one statement; {lease_id: expiry} for those still current."""
+        with self.connection() as conn:
+            return lease.renew_many(conn, items)
+
+    @follow_leader(idempotent=True)
+    def ack(self, lease_: Lease) -> None:
+        """The job is done: delete it. Raises LeaseLost when the lease is no longer current."""
+        acked = self.ack_many([lease_])
+        if lease_.job_id not in acked:
+            raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
+
+    @follow_leader(idempotent=False, flag_retry=True)
+    def ack_many(self, leases: Sequence[Lease], *, _retried: bool = False) -> set[int]:
+        """Ack many leases in one statement; returns the job ids acked."""
+        with self.connection() as conn:
+            return settle.ack_many(conn, leases, retried=_retried)
+
+    @follow_leader(idempotent=False, flag_retry=True)
+    def nack(self, lease_: Lease, *, error: str | None = None,
+             retry_in: float | dt.timedelta | None = None, _retried: bool = False) -> bool:
+        """Record a failure; returns True when the job went to the dead letters. Retries after
+        exactly `retry_in` seconds, or the stream's backoff (a job whose cancel was requested
+        ends as cancelled instead: `job()` finds it no more). Raises LeaseLost when stale."""
+        with self.connection() as conn:
+            state = settle.nack(conn, lease_, error,
+                                None if retry_in is None else validate.seconds(retry_in, "retry_in"),
+                                retried=_retried)
+        if state is None:
+            raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
+        return state == "dead"
+
+    @follow_leader(idempotent=True)
+    def reclaim_expired(self) -> int:
+        """Return every expired lease, of every stream, to pending (or dead, or quarantined)."""
+        with self.connection() as conn:
+            return reclaim.reclaim_expired(conn)

@@ -1,0 +1,59 @@
+# Generated from pgqueue/client/settle_async.py (python -m pgqueue.generate): edit that file.
+"""Settle a lease: ack (done, deleted), nack (one failure: retry with backoff, or dead), or
+end it as cancelled (its handler stopped on an operator's cancel).
+
+Both are fenced by the lease id: a stale lease changes nothing and the caller learns it.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pgqueue import validate
+from pgqueue.db import run
+from pgqueue.models import Lease
+
+
+def ack_many(conn: run.Conn, leases: Sequence[Lease], *,
+             retried: bool = False) -> set[int]:
+    """Ack leases in one statement; returns the job ids acked (the others were lost). A call
+    `retried` after a lost reply also counts the acks its first attempt committed."""
+    if not leases:
+        return set()
+    for held in leases:
+        if not isinstance(held, Lease):
+            raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
+    params = {"job_ids": [held.job_id for held in leases],
+              "lease_ids": [held.lease_id for held in leases]}
+    acked = {r[0] for r in run.fetch_tuples(conn, "ack_jobs", params)}
+    if retried and len(acked) < len(leases):
+        acked |= {r[0] for r in run.fetch_tuples(conn, "acked_before", params)}
+    return acked
+
+
+def nack(conn: run.Conn, held: Lease, error: str | None, retry_in: float | None,
+         max_attempts: int | None = None, *, retried: bool = False) -> str | None:
+    """Record one failure (max_attempts, when given, replaces the job's limit first). Returns
+    the state the job went to: "pending" or "scheduled" (it will be retried), "dead", or
+    "cancelled" (a cancel was requested: never retried); None: the lease was no longer current
+    (nothing changed)."""
+    if not isinstance(held, Lease):
+        raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
+    if error is not None and not isinstance(error, str):
+        raise TypeError(f"error must be a str, got {type(error).__name__}")
+    error = validate.error_text(error)  # what a failure said must not stop its nack
+    retry_ms = None if retry_in is None else validate.to_ms(retry_in, "retry_in")
+    row = run.fetch_one(conn, "nack_job", {
+        "job_id": held.job_id, "lease_id": held.lease_id, "error": error, "retry_in_ms": retry_ms,
+        "max_attempts": None if max_attempts is None
+        else validate.integer(max_attempts, "max_attempts", low=0),
+    })
+    if row is None and retried:  # its first attempt may have committed before the reply was lost
+        row = run.fetch_one(conn, "nacked_before",
+                                {"job_id": held.job_id, "lease_id": held.lease_id})
+    return None if row is None else str(row["state"])
+
+
+def end_cancelled(conn: run.Conn, held: Lease) -> bool:
+    """The handler stopped on a cancel: the job ends as cancelled. False: the lease was lost."""
+    return bool(run.scalar(conn, "end_cancelled",
+                           {"job_id": held.job_id, "lease_id": held.lease_id}))

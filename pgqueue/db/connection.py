@@ -1,0 +1,115 @@
+# Generated from pgqueue/db/connection_async.py (python -m pgqueue.generate): edit that file.
+"""Connections: open them with errors that name the server (never the password), and check
+that the database carries the schema this library was written for.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool
+
+from pgqueue.db import run
+from pgqueue.db.dsn import describe, dsn_list, redact
+from pgqueue.errors import ConnectionFailed, NotLeader, SchemaMissing, SchemaTooNew
+
+__all__ = ["DISTRIBUTION", "SCHEMA_REVISION", "check_schema", "connect", "conninfo_to_dict",
+           "describe", "dsn_list", "find_leader", "open_pool", "redact"]
+Conn = psycopg.Connection[Any]
+
+#: The alembic revision this library's SQL was written against (revision ids are integers).
+#: A database at a newer revision is accepted when every revision past this one was marked
+#: backward-compatible (pgqueue.schema_history.compatible_from says so).
+SCHEMA_REVISION = "0008"
+#: The name this library is installed by (the import name and the command are `pgqueue`; the
+#: distribution name `pgqueue` on PyPI belongs to an unrelated project).
+DISTRIBUTION = "pgqueue-py"
+
+
+def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> Conn:
+    """Open one connection; a failure raises ConnectionFailed naming host and port."""
+    try:
+        return psycopg.Connection.connect(dsn, autocommit=autocommit, **kwargs)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"dsn: cannot parse the connection string: {exc}") from None
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ConnectionFailed(f"cannot connect to Postgres at {describe(dsn)}: {reason}") from None
+
+
+def check_schema(conn: Conn) -> None:
+    """Refuse a database without the schema, with one older than this library needs, or with
+    a newer one that is not backward-compatible with it (a rolling upgrade runs the previous
+    release on a compatible newer schema)."""
+    revision = run.scalar(conn, "schema_revision")
+    if revision is None:
+        raise SchemaMissing(
+            "the database has no pgqueue schema; run `pgqueue db upgrade` (or pgqueue.migrate(dsn))"
+        )
+    if int(revision) < int(SCHEMA_REVISION):
+        raise SchemaMissing(
+            f"the database's pgqueue schema is revision {revision}, older than the "
+            f"{SCHEMA_REVISION} this library needs; run `pgqueue db upgrade`"
+        )
+    if int(revision) > int(SCHEMA_REVISION):
+        since = run.scalar(conn, "schema_compatible_from")
+        if since is None or int(since) > int(SCHEMA_REVISION):
+            raise SchemaTooNew(
+                f"the database's pgqueue schema is revision {revision}, newer than this "
+                f"library's {SCHEMA_REVISION} and not compatible with it (it runs code of "
+                f"revision {since or revision} on); upgrade the {DISTRIBUTION} package "
+                f"(pip install -U {DISTRIBUTION})"
+            )
+
+
+def _read_committed(conn: Conn) -> None:
+    """A new pooled connection runs at READ COMMITTED, whatever the server's default (the
+    kinds' limits need it: pgqueue.lease); once per connection, not per call."""
+    run.fetch(conn, "session_read_committed")
+
+
+def open_pool(dsn: str, *, max_size: int = 4,
+              name: str = "pgqueue") -> ConnectionPool[Any]:
+    """A checked pool of autocommit connections: reachability and schema are verified first,
+    so a bad DSN or schema fails here with a clear message instead of a pool timeout."""
+    with connect(dsn) as conn:
+        check_schema(conn)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=max(1, max_size),
+        kwargs={"autocommit": True},
+        configure=_read_committed,
+        name=name,
+        open=False,
+        # No check on checkout: it would cost a round trip per call. A connection broken by a
+        # server restart fails on use, is discarded when returned, and the call is retried.
+        reconnect_timeout=60.0,
+    )
+    try:
+        pool.open(wait=True, timeout=30.0)
+    except BaseException:  # a timeout, or the caller cancelled: no pool tasks outlive it
+        pool.close()
+        raise
+    return pool
+
+
+def find_leader(dsns: Sequence[str], *, connect_timeout: int = 5) -> str:
+    """The first DSN whose database is in leader role. Unreachable ones are passed over;
+    with one DSN it is returned as is (its role is checked by every write)."""
+    if len(dsns) == 1:
+        return dsns[0]
+    problems: list[str] = []
+    for dsn in dsns:
+        try:
+            with connect(dsn, connect_timeout=connect_timeout) as conn:
+                row = run.fetch_one(conn, "node_get")
+        except (ConnectionFailed, SchemaMissing) as exc:
+            problems.append(str(exc))
+            continue
+        if row is not None and row["role"] == "leader":
+            return dsn
+        problems.append(f"{describe(dsn)} is a replica")
+    raise NotLeader("no leader among the given databases: " + "; ".join(problems))

@@ -1,0 +1,81 @@
+# Generated from pgqueue/db/run_async.py (python -m pgqueue.generate): edit that file.
+"""Executing the named queries of pgqueue/sql (the loader is statements.py, the errors
+translate.py, the DDL helpers queries.py): every statement a stage module or the Queue runs
+goes through these four, and LISTEN; a transaction block through `transaction`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql as pg_sql
+from psycopg.rows import RowFactory, dict_row, tuple_row
+from typing_extensions import LiteralString
+
+from pgqueue.db.statements import Params, get
+from pgqueue.db.translate import translate
+
+R = TypeVar("R")
+#: The channel pgqueue's enqueues NOTIFY (pgqueue/sql/enqueue.sql): idle workers and the
+#: dashboard's live refresh LISTEN on it.
+NOTIFY_CHANNEL = "pgqueue_jobs"
+Conn = psycopg.Connection[Any]
+
+
+def _run(conn: Conn, name: str, params: Params,
+         row_factory: RowFactory[R]) -> list[R]:
+    query = get(name)
+    sql: LiteralString = query.sql
+    try:
+        with conn.cursor(row_factory=row_factory) as cur:
+            cur.execute(sql, params, prepare=None if query.prepare else False)
+            return cur.fetchall() if cur.description is not None else []
+    except psycopg.Error as exc:
+        raise translate(exc, conn.info.user, query) from exc
+
+
+@contextmanager
+def transaction(conn: Conn) -> Iterator[None]:
+    """conn.transaction() (a savepoint inside one), whose BEGIN, COMMIT and ROLLBACK raise
+    pgqueue's errors too: a connection lost at the commit is ConnectionFailed, never a raw
+    psycopg error."""
+    try:
+        with conn.transaction():
+            yield
+    except psycopg.Error as exc:
+        raise translate(exc, conn.info.user) from exc
+
+
+def fetch(conn: Conn, name: str, params: Params = None) -> list[dict[str, Any]]:
+    """Run a named query and return its rows as dicts."""
+    return _run(conn, name, params, dict_row)
+
+
+def fetch_tuples(conn: Conn, name: str,
+                 params: Params = None) -> list[tuple[Any, ...]]:
+    """Run a named query and return its rows as tuples, in the query's column order: for the
+    hot paths (a lease of 500 rows: no dict per row)."""
+    return _run(conn, name, params, tuple_row)
+
+
+def fetch_one(conn: Conn, name: str,
+              params: Params = None) -> dict[str, Any] | None:
+    """Run a named query and return its first row, or None."""
+    rows = fetch(conn, name, params)
+    return rows[0] if rows else None
+
+
+def scalar(conn: Conn, name: str, params: Params = None) -> Any:
+    """Run a named query and return the first column of its first row (None when no row)."""
+    row = fetch_one(conn, name, params)
+    return None if row is None else next(iter(row.values()))
+
+
+def listen(conn: Conn, channel: str) -> None:
+    """LISTEN on a channel (the name goes through psycopg.sql.Identifier)."""
+    try:
+        conn.execute(pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel)))
+    except psycopg.Error as exc:
+        raise translate(exc) from exc

@@ -1,0 +1,132 @@
+"""The reader of pgqueue/sql/<stage>.sql: named queries, and the schema sections in install order.
+
+Each stage file holds, in this order, the current schema objects of that lifecycle stage and
+the runtime queries that call them:
+
+    -- schema: tables ------    tables, indexes, sequences (state: changed by revision deltas)
+    CREATE TABLE ...
+    -- schema: functions ---    functions and views (code: CREATE OR REPLACE, reloaded whole)
+    CREATE OR REPLACE FUNCTION pgqueue.lease(...) ...
+    -- name: lease_jobs         the named runtime queries
+    -- Lease up to %(limit)s jobs of a stream.
+    SELECT ...
+
+Query names are unique across files. Pure (no I/O but reading the package's files): run.py
+executes what this module reads, queries.py adds the few statements built with psycopg.sql.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_TABLES = re.compile(r"^-- schema: tables\b.*$", re.MULTILINE)
+_FUNCTIONS = re.compile(r"^-- schema: functions\b.*$", re.MULTILINE)
+_PER_CALL = re.compile(r"^--\s*planned per call\b", re.MULTILINE)
+_COMMENT = re.compile(r"--[^\n]*")
+_CALLS = re.compile(r"\bpgqueue\.([a-z_][a-z0-9_]*)\s*\(")
+_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|TRUNCATE|LOCK|setval|FOR (UPDATE|SHARE))\b")
+#: The order a fresh database installs the stages in: every stage's tables first, then every
+#: stage's functions (SQL-language bodies are checked at creation, so helpers come first).
+SCHEMA_STAGES = ("core", "observe", "schema", "oplog", "replica", "steps", "schedule", "worker",
+                 "enqueue", "lease", "settle", "reclaim", "deadletter", "operate", "maintain",
+                 "access")  # last: its grants name the functions the others define
+Params = Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Query:
+    """A named statement from a stage's .sql file. `prepare` is False for a statement marked
+    `-- planned per call`: one whose optional filters decide the index, so a plan cached for
+    one set of arguments (psycopg prepares a statement after 5 runs) would be wrong for others."""
+
+    name: str
+    stage: str
+    sql: str
+    prepare: bool = True
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        """The pgqueue functions the statement calls (what a refused call needs the rights to)."""
+        return tuple(dict.fromkeys(_CALLS.findall(_COMMENT.sub("", self.sql))))
+
+    @property
+    def writes(self) -> bool:
+        """Whether the statement writes or locks a table itself (not through a function):
+        only the schema owner's statements do (migrations, replica tasks)."""
+        return _WRITES.search(_COMMENT.sub("", self.sql)) is not None
+
+
+@cache
+def catalog() -> dict[str, Query]:
+    """Every named query of every pgqueue/sql/*.sql file, by name."""
+    found: dict[str, Query] = {}
+    for entry in sorted(resources.files("pgqueue.sql").iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        stage = entry.name[: -len(".sql")]
+        text = entry.read_text(encoding="utf-8")
+        parts = _NAME.split(text)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise RuntimeError(f"query {name!r} is defined twice ({found[name].stage}, {stage})")
+            found[name] = Query(name=name, stage=stage, sql=body.strip().rstrip(";"),
+                                prepare=_PER_CALL.search(body) is None)
+    return found
+
+
+@dataclass(frozen=True)
+class SchemaPart:
+    """The current schema objects of one stage file: its tables and its functions."""
+
+    stage: str
+    tables: str
+    functions: str
+
+
+def stage_text(stage: str) -> str:
+    return resources.files("pgqueue.sql").joinpath(f"{stage}.sql").read_text(encoding="utf-8")
+
+
+@cache
+def schema_parts() -> tuple[SchemaPart, ...]:
+    """The schema sections of every stage file, in install order (SCHEMA_STAGES)."""
+    parts = []
+    for stage in SCHEMA_STAGES:
+        text = stage_text(stage)
+        first_query = _NAME.search(text)
+        ddl = text[: first_query.start()] if first_query else text
+        tables_at, functions_at = _TABLES.search(ddl), _FUNCTIONS.search(ddl)
+        tables = ddl[tables_at.end(): functions_at.start() if functions_at else len(ddl)] \
+            if tables_at else ""
+        functions = ddl[functions_at.end():] if functions_at else ""
+        if not tables.strip() and not functions.strip():
+            raise RuntimeError(f"pgqueue/sql/{stage}.sql has no '-- schema:' section")
+        parts.append(SchemaPart(stage, tables.strip("\n") + "\n", functions.strip("\n") + "\n"))
+    return tuple(parts)
+
+
+def install_sql() -> str:
+    """The whole current schema as one script: every stage's tables, then every function."""
+    tables = [f"-- {p.stage}.sql: tables\n{p.tables}" for p in schema_parts() if p.tables.strip()]
+    code = [f"-- {p.stage}.sql: functions\n{p.functions}" for p in schema_parts()
+            if p.functions.strip()]
+    return "\n".join(tables + code)
+
+
+def code_sql() -> str:
+    """The current functions and views of every stage (what a revision's code reload runs)."""
+    return "\n".join(f"-- {p.stage}.sql: functions\n{p.functions}" for p in schema_parts()
+                     if p.functions.strip())
+
+
+def get(name: str) -> Query:
+    """The named query; KeyError names what is missing."""
+    try:
+        return catalog()[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r}") from None

@@ -1,0 +1,227 @@
+"""Maintenance: the periodic passes a queue needs (reclaim expired leases, fire due cron
+ticks, forget dead workers), run inside workers under an election (a claim row, renewed at
+every pass: pgqueue.claim_maintenance) or by `pgqueue maintain`.
+
+Every pass is idempotent and safe to run from many places at once: reclaim re-checks each
+lease's expiry under its row lock, so the election only avoids wasted work.
+
+On a replica the leader's share of a pass (reclaim, cron ticks, op-log pruning: writes a
+replica refuses) is skipped, not failed: `pgqueue maintain` pointed at a replica keeps doing
+the local work (the worker registry, vacuum) and takes up the rest once it is promoted.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from pgqueue.client import reclaim, schedule
+from pgqueue.db import connection, queries
+from pgqueue.errors import NotLeader, PgQueueError
+from pgqueue.replicas import replica
+
+log = logging.getLogger("pgqueue.maintain")
+
+#: Workers silent for this long are dropped from the registry.
+WORKER_TTL_SECONDS = 600.0
+#: Ops pruned per statement, and statements per maintenance pass at most (200,000 ops a pass).
+OPLOG_PRUNE_BATCH = 10_000
+OPLOG_PRUNE_BATCHES = 20
+#: Vacuum the job table when this many dead row versions (or a fifth of the live ones) piled
+#: up: autovacuum wakes once a minute, too late for a queue table (see NOTES: 248 MB vs 43 MB).
+VACUUM_DEAD_ROWS = 5000
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one maintenance pass did."""
+
+    reclaimed: int
+    workers_pruned: int
+    schedules_fired: int = 0
+    ops_pruned: int = 0
+    vacuumed: bool = False
+    #: False when the database is a replica: the leader's share of the pass was skipped.
+    leader: bool = True
+    #: the jobs reclaimed, with their new state (for the worker's metrics and logs)
+    reclaimed_jobs: tuple[reclaim.Reclaimed, ...] = ()
+
+
+def run_pass(conn: queries.Conn) -> PassResult:
+    """One pass of every maintenance task, in batches until each comes back short."""
+    fired = ops = 0
+    reclaimed: list[reclaim.Reclaimed] = []
+    leader = replica.is_leader(conn)
+    if leader:
+        try:
+            reclaimed, fired, ops = _leader_pass(conn)
+        except NotLeader:
+            # demoted between the role check and a write: the next pass sees the new role
+            log.info("maintenance: this database became a replica; leader tasks skipped")
+            leader = False
+    pruned = int(queries.scalar(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
+    queries.fetch(conn, "fold_job_counts")  # the job counts' deltas, added up (observe.sql)
+    if reclaimed:
+        _log_reclaimed(reclaimed)
+    return PassResult(reclaimed=len(reclaimed), workers_pruned=pruned, schedules_fired=fired,
+                      ops_pruned=ops, vacuumed=vacuum_if_needed(conn), leader=leader,
+                      reclaimed_jobs=tuple(reclaimed))
+
+
+def _log_reclaimed(reclaimed: list[reclaim.Reclaimed]) -> None:
+    """One line for the pass, and one per job it quarantined or buried."""
+    by_state: dict[str, int] = {}
+    for r in reclaimed:
+        by_state[r.state] = by_state.get(r.state, 0) + 1
+    log.info("maintenance: reclaimed %d expired lease(s) (%s)", len(reclaimed),
+             ", ".join(f"{n} {state}" for state, n in sorted(by_state.items())),
+             extra={"pgqueue": {"event": "reclaimed", "count": len(reclaimed), **by_state}})
+    for r in reclaimed:
+        if r.state == "quarantined":
+            log.warning("maintenance: job %d (kind %s) quarantined: step %r crashed %d time(s)",
+                        r.job_id, r.kind, r.step, r.crashes or 0, extra={"pgqueue": {
+                            "event": "quarantined", "stream": r.stream, "kind": r.kind,
+                            "job_id": r.job_id, "outcome": "quarantined", "step": r.step,
+                            "crashes": r.crashes}})
+        elif r.state == "dead":
+            log.warning("maintenance: job %d (kind %s) dead: its lease expired on its last "
+                        "attempt", r.job_id, r.kind, extra={"pgqueue": {
+                            "event": "dead", "stream": r.stream, "kind": r.kind,
+                            "job_id": r.job_id, "outcome": "dead"}})
+
+
+def _leader_pass(conn: queries.Conn) -> tuple[list[reclaim.Reclaimed], int, int]:
+    """The writes only a leader makes: (leases reclaimed, cron ticks fired, ops pruned)."""
+    reclaimed = reclaim.reclaim_expired_jobs(conn)
+    ticks = schedule.tick(conn)
+    replica.touch(conn)
+    # no waiting for a logical replica's slot here: ops are kept a week anyway, and a wait
+    # would hold this pass (and its snapshot) back; a busy queue writes ops faster than one
+    # batch a second would remove them, hence several batches
+    # ops a week old, once every replica seen within a day applied them (pgqueue.prune_old_ops:
+    # the bounds are the database's, so a worker's role prunes nothing younger)
+    ops = replica.prune_old_batches(conn, batch=OPLOG_PRUNE_BATCH,
+                                    max_batches=OPLOG_PRUNE_BATCHES)
+    return reclaimed, ticks.fired, ops
+
+
+#: Whether each role may VACUUM the job table, as found (asked once per role and process).
+_MAY_VACUUM: dict[str, bool] = {}
+
+
+def may_vacuum(conn: queries.Conn) -> bool:
+    """Whether the connected role may VACUUM the job table (its owner may; a pgqueue role may
+    not). Said once, at WARNING, when it may not."""
+    user = conn.info.user
+    if user not in _MAY_VACUUM:
+        _MAY_VACUUM[user] = bool(queries.scalar(conn, "may_vacuum_job"))
+        if not _MAY_VACUUM[user]:
+            log.warning("maintenance: the role %s may not VACUUM pgqueue.job (its owner may): "
+                        "dead row versions are left to `pgqueue maintain` run as the owner (it "
+                        "vacuums whoever runs the passes), or to autovacuum", user)
+    return _MAY_VACUUM[user]
+
+
+def vacuum_if_needed(conn: queries.Conn) -> bool:
+    """VACUUM the job table when dead row versions piled up and the role may; True when it
+    did."""
+    if not may_vacuum(conn):
+        return False
+    row = queries.fetch_one(conn, "job_dead_tuples")
+    if row is None or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    dead, live = int(row["dead"] or 0), int(row["live"] or 0)
+    if dead < max(VACUUM_DEAD_ROWS, live // 5):
+        return False
+    queries.vacuum(conn, "job")
+    log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)
+    return True
+
+
+#: A runner frozen this long loses the election (at least, or three intervals if longer): the
+#: server ends its idle session. So while any one process is frozen (SIGSTOP, a long pause),
+#: reclaim and cron ticks resume within this plus one interval.
+FROZEN_RUNNER_SECONDS = 5.0
+
+
+class Maintainer:
+    """Runs passes every `interval` seconds while elected (one runner per database). The
+    election is a claim renewed at every pass for FROZEN_RUNNER_SECONDS (or three intervals),
+    which another runner takes once it lapses or once its holder's session is gone; the
+    server also closes the session once it sits idle that long, so a frozen runner cannot
+    keep it. No login can hold it from outside (as one could an advisory lock)."""
+
+    def __init__(self, dsn: str, *, interval: float = 1.0, elect: bool = True,
+                 on_pass: Callable[[PassResult], None] | None = None) -> None:
+        """
+        :param on_pass: called with each pass's result (a worker's metrics count reclaims).
+        """
+        self.on_pass = on_pass
+        self.dsn = dsn
+        self.interval = interval
+        self.elect = elect
+        self.elected = False
+        self.passes = 0
+        self._holder = uuid.uuid4()
+        self._ttl_ms = int(max(FROZEN_RUNNER_SECONDS, 3 * interval) * 1000)
+        self._stop = threading.Event()
+        self._conn: queries.Conn | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                if self.elected and not self._conn.closed:
+                    # the next pass elsewhere takes over at once, not once the claim lapses
+                    queries.fetch(self._conn, "release_maintenance", {"holder": self._holder})
+            except Exception:
+                log.debug("releasing the maintenance claim failed", exc_info=True)
+            try:
+                self._conn.close()
+            except Exception:
+                log.debug("closing maintenance connection failed", exc_info=True)
+        self._conn = None
+        self.elected = False
+
+    def tick(self) -> PassResult | None:
+        """Try to be elected, and run one pass if so; None when another runner holds it."""
+        if self._conn is None or self._conn.closed:
+            self._conn = connection.connect(self.dsn)
+            self.elected = False
+            queries.fetch(self._conn, "maintenance_session", {"timeout": f"{self._ttl_ms}ms"})
+        if self.elect:  # every pass renews the claim; one that lapsed may have been taken
+            self.elected = bool(queries.scalar(self._conn, "claim_maintenance", {
+                "holder": self._holder, "ttl_ms": self._ttl_ms}))
+            if not self.elected:
+                # the elected runner may be a worker whose role may not VACUUM the job table:
+                # a runner that may (the owner's `pgqueue maintain`) keeps it small regardless
+                vacuum_if_needed(self._conn)
+                return None
+        result = run_pass(self._conn)
+        self.passes += 1
+        if self.on_pass is not None:
+            self.on_pass(result)
+        return result
+
+    def run(self) -> None:
+        """Loop until stop(); survives lost connections (the lock is re-contested)."""
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.tick()
+                except PgQueueError as exc:
+                    log.warning("maintenance pass failed: %s", exc)
+                    self._drop_connection()
+                except Exception:
+                    # A bug in one pass must not stop reclaiming for good: log and go on.
+                    log.exception("maintenance pass failed unexpectedly")
+                    self._drop_connection()
+                self._stop.wait(self.interval)
+        finally:
+            self._drop_connection()

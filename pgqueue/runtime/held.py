@@ -1,0 +1,442 @@
+"""Held leases: the worker's table of the jobs it has leased and not yet let go of.
+
+A lease is held from the lease call that returned it until its ack is written, its handler
+ends without an ack (nack, undecodable, lost), or the drain gives it back. While held it
+counts against the worker's capacity and is renewed. This module owns that table and the
+thread roles that work on many held leases at once: capacity reservations for the lease
+loops, the acker's batched acks, and the drain's give-back (the renewer's batched renewal
+is renewer.py). The lifecycle that starts these threads is in worker.py; the per-job writes
+a running job makes are in settler.py.
+
+Lock discipline
+---------------
+The worker's locks, in the one order a thread may take them (never the reverse):
+
+1. ``Held.write_lock``, one per job (running.py): serialises the database writes about that
+   job (renewal, checkpoint write, nack, upcast, mark undecodable, give-back), so a renewal
+   carrying an older checkpoint can never land after a step-boundary write. Held across the
+   write's database round trip; that is what it is for. A handler thread takes only its own
+   job's; the renewer and the drain take many, always in ascending lease id, so they cannot
+   deadlock each other.
+2. ``Held.state_lock``, one per job (running.py): guards the in-memory checkpoint and its
+   version counters (``version``, ``flushed_version``). Held for a few attribute reads and
+   writes: alone by the handler thread (``advance``), or inside ``write_lock`` to snapshot
+   before a write and mark it flushed after.
+3. ``WorkerDb._failover_lock`` (worker_db.py): one failover at a time. Held across connecting to
+   the candidate leaders; taken inside a ``write_lock`` when that write finds a replica.
+
+And leaves, never held while taking another lock, a database round trip, or a log call:
+
+- ``HeldLeases._lock``, one per worker: guards ``_held`` (the table), ``_reserved``
+  (capacity promised to lease calls in flight) and ``_processed``. Held for dict and
+  counter operations only (not even a queue put).
+- the ``Wakeup`` condition (wakeup.py): guards its generation counter.
+
+Who touches the table: the lease loops (``reserve`` before a lease call, ``admit`` after
+it); handler threads (``release`` of a job that ended without an ack; ``ack`` hands one to
+the acker, without the lock); the acker (``release`` per ack batch); the renewer
+(renewer.py: copies the table with ``snapshot``, then takes write locks); the drain, on the
+main thread after the lease loops ended (``acks_pending``, ``unfinished``, ``give_back``);
+any thread (``len``, ``processed``).
+
+On the hot path no job takes the table lock on its own: a lease loop takes it twice per
+lease batch and the acker once per ack batch.
+
+Flags shared between threads are ``running.Flag``: one-way (never cleared), so any thread may
+set or read one without a lock. ``Held.lost`` is set by whoever learns the lease is gone
+(renewer, acker, settler, drain) and read by the handler thread. ``Held.cancelled`` is set
+(``Held.request_cancel``, which takes no lock) by whoever reads from the job's row that an
+operator cancelled it: the renewer (after releasing its write locks; a NOTIFY only makes it
+renew at once) or a checkpoint write; the handler reads it at its next advance or step
+boundary, and an async job's hook cancels its task on the loop. ``Held.acking`` is set once
+by the handler thread when it hands the job to the acker; from then only the acker releases
+the job, and the renewer goes on renewing it until it is released (an ack in flight keeps its
+lease: a slow or stuck acker must not let a finished job expire and be charged a crash). A
+renewal that finds an acking job's row gone does not mark it lost: the ack removed it, or the
+acker finds out and says so.
+
+Prefetch: ``Held.started`` is a Flag the handler thread sets when it starts the job;
+``Held.start_said`` (whether the database counts the lease as started: said by the lease, or
+by a write since) is written under the job's ``write_lock`` by the write that said it (the
+renewer's round, or the settler's checkpoint write). ``reserve`` gives a lease a `start`
+count only when no other lease is in flight, and holds back the other lease loops until its
+jobs are queued (``admit``): the jobs the lease said started are the first the free handler
+threads take. The automatic prefetch reads the handlers' mean running time, which handler
+threads write without a lock (``ran``).
+
+``Held.claim()`` (one-way, taken atomically without a lock) decides who owns the start of a
+job: the handler thread takes it just before it runs the job, the drain takes it for every
+job it gives back, before the give-back. The first taker wins. A handler thread that loses
+skips the job (the drain returns it); a drain that loses is giving back a job that is already
+running past the grace period (its handler's next write or ``advance`` finds the lease lost,
+and its result is discarded). So no job is started after the drain returned it.
+"""
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+
+from pgqueue.client import lease, settle
+from pgqueue.db import queries
+from pgqueue.runtime.running import Held
+
+if TYPE_CHECKING:
+    from pgqueue.telemetry.metrics import WorkerMetrics
+
+# The worker's logger: these lines are the worker's, and operators filter on its name.
+log = logging.getLogger("pgqueue.worker")
+
+
+T = TypeVar("T")
+
+#: Acks carry on past the worker's finish (the drain waits for them), up to their deadline.
+_NEVER = threading.Event()
+ACK_BATCH = 1000
+HEARTBEAT_SECONDS = 5.0
+#: Automatic prefetch (the default): as many jobs ahead of the handlers as they finish in
+#: AUTO_PREFETCH_SECONDS, from the mean time a handler took (concurrency x seconds / mean), at
+#: most AUTO_PREFETCH_MAX. Known after the first jobs, so a deep queue of short jobs is leased
+#: in batches of thousands from the second lease on (few round trips and commits per job),
+#: while a worker whose jobs take seconds holds a few ahead, and one with jobs of minutes none.
+AUTO_PREFETCH_SECONDS = 0.25
+AUTO_PREFETCH_MAX = 4000
+#: The weight of each new handler time in the mean (an exponential moving average).
+DURATION_WEIGHT = 0.1
+
+
+class Reservation(NamedTuple):
+    """Capacity promised to one lease call: `want` jobs, of which the first `start` go to
+    handler threads that are free now (the lease says they started; the others are leased
+    ahead until a renewal says their handler started)."""
+
+    want: int
+    start: int
+    #: refused because another loop's lease, whose jobs start at once, is in flight: wait
+    #: for it (HeldLeases.wait_started), not for the wake-up, which it does not bump
+    blocked: bool = False
+
+
+def attempt_of(attempt: int, max_attempts: int) -> str:
+    """`attempt 2 of 25`, or `attempt 2, no limit` (max_attempts 0)."""
+    return (f"attempt {attempt} of {max_attempts}" if max_attempts > 0
+            else f"attempt {attempt}, no limit")
+
+
+def label(held: Held, max_attempts: int | None = None) -> str:
+    """How the worker's log lines name a held job: `job 17 (kind mail, attempt 1 of 25)`,
+    never with its payload. The attempt is this lease's; `max_attempts` replaces the job's."""
+    lease_ = held.lease
+    limit = lease_.max_attempts if max_attempts is None else max_attempts
+    return f"job {lease_.job_id} (kind {lease_.kind}, {attempt_of(lease_.attempts + 1, limit)})"
+
+
+def lease_fields(held: Held, event: str) -> dict[str, dict[str, object]]:
+    """A log record's structured fields about a lost lease (`--log-format json`)."""
+    lease_ = held.lease
+    return {"pgqueue": {"event": event, "stream": lease_.stream, "kind": lease_.kind,
+                        "job_id": lease_.job_id, "attempt": lease_.attempts + 1,
+                        "outcome": "lost", "lease_id": lease_.lease_id}}
+
+
+class Db(Protocol):
+    """One database call on the worker's pool, failing over when it finds a replica."""
+
+    def __call__(self, fn: Callable[[queries.Conn], T], /) -> T: ...
+
+
+class RetryDb(Protocol):
+    """A database call retried with backoff; None when it gave up: the worker finished (or
+    `until` was set) or the deadline passed."""
+
+    def __call__(self, fn: Callable[[queries.Conn], T], what: str, /, *,
+                 deadline: float | None = None,
+                 until: threading.Event | None = None) -> T | None: ...
+
+
+class HeldLeases:
+    """The leases one worker holds, by lease id, and the batched writes about them."""
+
+    def __init__(self, *, concurrency: int, prefetch: int | None, lease_loops: int, db: Db,
+                 retry_db: RetryDb, freed: Callable[[], None],
+                 worker_id: Callable[[], int], start_slots: int | None = None,
+                 metrics: WorkerMetrics | None = None) -> None:
+        """
+        :param concurrency: handler slots (threads, or coroutines on the event loop); at most
+            this many held jobs run at once.
+        :param start_slots: the slots a lease may say its jobs start in at once: all of
+            `concurrency` (None) when the slots are of one kind. With slots of two kinds
+            (threads and coroutines), which of a lease's jobs find a free slot depends on
+            their kinds, unknown before it returns; but while fewer than the smaller kind's
+            slot count are busy, that many more jobs of any kinds find a free slot each: the
+            smaller kind's count is given.
+        :param prefetch: jobs held beyond those, leased ahead; None: automatic (see
+            AUTO_PREFETCH_SECONDS).
+        :param lease_loops: how many lease loops share the capacity.
+        :param freed: called after leases were let go of (wakes the lease loops).
+        :param worker_id: the worker's registry id, for log lines (it changes on failover).
+        """
+        self._concurrency = concurrency
+        self._start_slots = concurrency if start_slots is None else start_slots
+        self._metrics = metrics
+        self._prefetch = prefetch
+        self._loops = lease_loops
+        #: the mean handler time in seconds (None: no job ran yet); written by handler
+        #: threads without a lock (a lost update among racing threads only skips a sample)
+        self._mean_run: float | None = None
+        self._starting = False              # a lease with start > 0 is in flight
+        self._db = db
+        self._retry_db = retry_db
+        self._freed = freed
+        self._worker_id = worker_id
+        self._lock = threading.Lock()
+        self._started = threading.Condition(self._lock)  # `_starting` went back to False
+        self._held: dict[int, Held] = {}
+        self._reserved = 0
+        self._processed = 0
+        # SimpleQueue (C) rather than Queue: two hand-offs per job, no task_done/join needed
+        self._acks: queue_mod.SimpleQueue[Held | None] = queue_mod.SimpleQueue()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    @property
+    def processed(self) -> int:
+        """Jobs let go of so far (acked, nacked, lost or undecodable)."""
+        with self._lock:
+            return self._processed
+
+    # -- the lease loops ---------------------------------------------------------------------
+
+    @property
+    def prefetch(self) -> int:
+        """How many jobs may be held ahead of the handlers now."""
+        with self._lock:
+            return self._prefetch_now()
+
+    def _prefetch_now(self) -> int:
+        """Under the lock: the fixed prefetch, or the automatic one."""
+        if self._prefetch is not None:
+            return self._prefetch
+        mean = self._mean_run
+        if mean is None:
+            return 0
+        return int(min(AUTO_PREFETCH_MAX, self._concurrency * AUTO_PREFETCH_SECONDS
+                       / max(mean, 1e-6)))
+
+    def begin(self, held: Held) -> bool:
+        """A handler (thread or coroutine) is about to run `held`: True when it won the job's
+        claim (the drain may have given it back first), and the job counts as started."""
+        if not held.claim():
+            return False
+        if not held.lease.rate_at_start:  # else once pgqueue.start_rated counted it
+            held.started.set()  # the renewer's next round says so, if the lease did not
+        return True
+
+    def end(self, held: Held, seconds: float) -> None:
+        """The handler is done with `held` after `seconds`: let go of it unless the acker has
+        it (the acker releases acked jobs once their ack is written)."""
+        self.ran(held, seconds)
+        if not held.acking.is_set():
+            self.release(held)
+
+    def ran(self, held: Held, seconds: float) -> None:
+        """A handler ran a job for `seconds` (the automatic prefetch follows the mean; the
+        metrics, when on, record it and the job's wait from its due time to its start)."""
+        mean = self._mean_run
+        self._mean_run = seconds if mean is None else (
+            mean + DURATION_WEIGHT * (seconds - mean))
+        if self._metrics is not None:
+            self._metrics.ran(held.lease, seconds)
+
+    def reserve(self) -> Reservation:
+        """Capacity for one lease call: what is free, at most one lease loop's share, and how
+        many of those jobs free handler threads start at once. The caller must `admit` it,
+        whatever the lease call does.
+
+        `start` is what the handlers leave free once they have taken the jobs queued for them
+        (a job waiting for its ack holds no thread). It is given only to a lease with no
+        other in flight, and no other lease is made until its jobs are queued, so no job
+        leased ahead can be queued before them."""
+        with self._lock:
+            if self._starting:
+                return Reservation(0, 0, blocked=True)
+            busy = len(self._held) - self._acks.qsize()
+            capacity = self._concurrency + self._prefetch_now()
+            share = -(-capacity // self._loops)
+            want = min(share, capacity - len(self._held) - self._reserved)
+            if want <= 0:
+                return Reservation(0, 0)
+            start = 0
+            if self._reserved == 0:
+                start = max(0, min(want, self._start_slots - busy))
+            self._reserved += want
+            self._starting = start > 0
+            return Reservation(want, start)
+
+    def admit(self, reservation: Reservation, fresh: list[Held],
+              hand_out: Callable[[Held], None]) -> None:
+        """Give back a reservation, hold the leases its lease call returned and queue them
+        for the handler threads, in the order returned (the first `start` were said started)."""
+        with self._lock:
+            self._reserved -= reservation.want
+            for held in fresh:
+                self._held[held.lease.lease_id] = held
+        try:
+            for held in fresh:
+                hand_out(held)
+        finally:
+            if reservation.start:
+                # Other lease loops refused meanwhile wait on this, not on the wake-up: a bump
+                # of its generation would also end this loop's own wait at once, and an idle
+                # worker would call the lease without pause.
+                with self._lock:
+                    self._starting = False
+                    self._started.notify_all()
+
+    def wait_started(self, timeout: float) -> None:
+        """Wait until no lease whose jobs start at once is in flight (at most `timeout`)."""
+        with self._lock:
+            self._started.wait_for(lambda: not self._starting, timeout)
+
+    # -- letting go --------------------------------------------------------------------------
+
+    def release(self, *done: Held) -> None:
+        """Stop holding these jobs: their capacity is free again (each counted under the
+        outcome that was decided for it)."""
+        with self._lock:
+            for held in done:
+                self._held.pop(held.lease.lease_id, None)
+            self._processed += len(done)
+        if self._metrics is not None:
+            for held in done:
+                self._metrics.job_finished(held.lease, held.outcome)
+        self._freed()
+
+    def held_by_stream(self) -> dict[str, int]:
+        """How many leases this worker holds now, by stream."""
+        with self._lock:
+            snapshot = list(self._held.values())
+        counts: dict[str, int] = {}
+        for h in snapshot:
+            counts[h.lease.stream] = counts.get(h.lease.stream, 0) + 1
+        return counts
+
+    def holds(self, lease_id: int) -> bool:
+        """Whether this worker holds the lease `lease_id` (a NOTIFY of a cancel names the
+        lease; every worker hears it, only its holder renews at once)."""
+        with self._lock:
+            return lease_id in self._held
+
+    def ack(self, held: Held) -> None:
+        """Hand a finished job to the acker; it stays held (and renewed) until then."""
+        held.acking.set()
+        self._acks.put(held)
+
+    def stop_acker(self) -> None:
+        """The acker writes what it was handed so far, then returns."""
+        self._acks.put(None)
+
+    def ack_loop(self) -> None:
+        """The acker thread: one statement for whatever finished meanwhile."""
+        while True:
+            first = self._acks.get()
+            batch = [] if first is None else [first]
+            stop = first is None
+            while len(batch) < ACK_BATCH:
+                try:
+                    more = self._acks.get_nowait()
+                except queue_mod.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            if batch:
+                try:
+                    self._ack_batch(batch)
+                except Exception:
+                    # never let the acker die: these leases expire and their jobs are
+                    # reclaimed (at-least-once), later acks go on
+                    log.exception("worker %s: ack of %d job(s) failed", self._worker_id(),
+                                  len(batch))
+                    for h in batch:
+                        h.lost.set()
+                    self.release(*batch)
+            if stop:
+                return
+
+    def _ack_batch(self, batch: list[Held]) -> None:
+        deadline = time.monotonic() + min(h.visibility_timeout for h in batch)
+        acked = self._retry_db(lambda c: settle.ack_many(c, [h.lease for h in batch]),
+                               f"ack of {len(batch)} job(s)", deadline=deadline, until=_NEVER)
+        for h in batch:
+            if acked is not None and h.lease.job_id in acked:
+                h.outcome = "acked"
+            else:
+                h.lost.set()
+                why = "" if acked is not None else " (it expired before the ack was written)"
+                log.warning("worker %s: %s finished, but its lease %s was lost%s: it will run "
+                            "again", self._worker_id(), label(h), h.lease.lease_id, why,
+                            extra=lease_fields(h, "lost"))
+        self.release(*batch)
+
+    # -- the renewer (renewer.py) and the drain ---------------------------------------------
+
+    def snapshot(self) -> list[Held]:
+        """The leases held now (a copy: the caller takes their write locks, never the table's)."""
+        with self._lock:
+            return list(self._held.values())
+
+    def acks_pending(self) -> bool:
+        """Whether a job handed to the acker is still waiting for its ack to be written."""
+        with self._lock:
+            snapshot = list(self._held.values())
+        return any(h.acking.is_set() for h in snapshot)
+
+    def unfinished(self) -> list[Held]:
+        """The held jobs not handed to the acker."""
+        with self._lock:
+            snapshot = list(self._held.values())
+        return [h for h in snapshot if not h.acking.is_set()]
+
+    def give_back(self, remaining: Iterable[Held]) -> None:
+        """Flush the checkpoints of unfinished jobs and give their leases back (no attempt).
+        Each job's claim is taken first: one not started yet never will be; one already
+        running (past the grace period) learns at its next write that its lease is gone."""
+        held = sorted(remaining, key=lambda h: h.lease.lease_id)
+        running = [h for h in held if not h.claim()]
+        for h in running:
+            log.warning("worker %s: %s still running after the grace period: its lease is "
+                        "given back and its result will be discarded", self._worker_id(),
+                        label(h))
+        for h in held:
+            h.write_lock.acquire()
+            h.lost.set()  # from here on the handler's advance() raises: no work past the snapshot
+        try:
+            items = [(h.lease, h.visibility_timeout, h.snapshot()[0]) for h in held]
+
+            def give(conn: queries.Conn) -> list[dict[str, Any]]:
+                lease.renew_many(conn, items)
+                return queries.fetch(conn, "return_leases", {
+                    "job_ids": [h.lease.job_id for h in held],
+                    "lease_ids": [h.lease.lease_id for h in held]})
+
+            returned = self._retry_db(give, "return leases", deadline=time.monotonic() + 10.0)
+            log.info("worker %s: returned %d unfinished job(s)", self._worker_id(),
+                     len(returned or []), extra={"pgqueue": {
+                         "event": "returned", "count": len(returned or [])}})
+            if self._metrics is not None and returned:
+                given = {int(r["id"]): str(r["state"]) for r in returned}
+                for h in held:
+                    if h.lease.job_id in given:  # pending: returned; or cancelled
+                        self._metrics.job_finished(
+                            h.lease, "cancelled" if given[h.lease.job_id] == "cancelled"
+                            else "returned")
+        finally:
+            for h in held:
+                h.write_lock.release()

@@ -1,0 +1,121 @@
+"""The worker's lease loops: lease jobs up to the free capacity and hand them to the handlers.
+
+Each loop reserves capacity (held.py), leases that many jobs of one stream after the other in
+one statement (saying how many start at once), holds them and hands them out, in the order
+returned. It wakes on LISTEN/NOTIFY (wakeup.py), a freed slot, or the poll interval. A failed
+lease call is retried with backoff; an unexpected error is logged and the loop goes on after
+a pause, so the worker never stops leasing while its handlers, renewals and acks still run.
+The worker (worker.py) runs one loop on its main thread, and a second on a thread of its own
+when its capacity is large.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+
+from pgqueue.client import lease
+from pgqueue.db import queries
+from pgqueue.errors import PgQueueError
+from pgqueue.models import Lease
+from pgqueue.runtime.app import App
+from pgqueue.runtime.held import HeldLeases, Reservation, RetryDb
+from pgqueue.runtime.running import Held
+from pgqueue.runtime.wakeup import Wakeup
+
+# The worker's logger: these lines are the worker's, and operators filter on its name.
+log = logging.getLogger("pgqueue.worker")
+
+#: The pause before a loop that failed unexpectedly runs again.
+RESTART_SECONDS = 1.0
+
+
+class LeaseLoops:
+    """What every lease loop of one worker shares; `forever(turn)` is one loop."""
+
+    def __init__(self, *, app: App, streams: Sequence[str], leases: HeldLeases, wake: Wakeup,
+                 stopping: threading.Event, retry_db: RetryDb,
+                 hand_out: Callable[[Held], None], poll_interval: float,
+                 visibility_timeout: float, node: int, worker_id: Callable[[], int]) -> None:
+        """
+        :param hand_out: queues a held job for the slots of its kind (the worker's).
+        :param worker_id: the worker's registry id (it changes on failover).
+        """
+        self._app = app
+        self._streams = list(streams)
+        self._leases = leases
+        self._wake = wake
+        self._stopping = stopping
+        self._retry_db = retry_db
+        self._hand_out = hand_out
+        self._poll_interval = poll_interval
+        self._visibility_timeout = visibility_timeout
+        self._node = node
+        self._worker_id = worker_id
+
+    def loop(self, turn: int = 0) -> None:
+        """Lease while there is capacity, one stream after the other, until stop."""
+        delay = 0.1
+        while not self._stopping.is_set():
+            seen = self._wake.generation
+            reservation = self._leases.reserve()
+            if reservation.blocked:
+                self._leases.wait_started(self._poll_interval)
+                continue
+            if reservation.want == 0:
+                self._wake.wait(seen, self._poll_interval)
+                continue
+            stream = self._streams[turn % len(self._streams)]
+            turn += 1
+            try:
+                got = self.take(stream, reservation)
+                delay = 0.1
+            except PgQueueError as exc:
+                log.warning("worker %s: lease failed (%s); retrying in %.1fs",
+                            self._worker_id(), exc, delay)
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if got < reservation.want and turn % len(self._streams) == 0:
+                # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.
+                self._wake.wait(seen, self._poll_interval)
+
+    def take(self, stream: str, reservation: Reservation) -> int:
+        """Lease up to the reserved number of jobs of `stream` (saying how many start at
+        once) and hand them to the handlers; the reservation is given back whatever happens.
+        Returns how many were leased."""
+        fresh: list[Held] = []
+        # One token for the call and its re-sends: a lease whose reply was lost returns the
+        # leases its first attempt granted, which are not left to expire and be charged.
+        request = uuid.uuid4()
+        sent: list[bool] = []  # the first call is not a re-send; every later one is
+
+        def take(conn: queries.Conn) -> list[Lease]:
+            resent = bool(sent)
+            sent.append(True)
+            return lease.lease(conn, stream, reservation.want, self._visibility_timeout,
+                               self._node, self._worker_id(), request, resent, reservation.start)
+
+        try:
+            got = self._retry_db(take, "lease", until=self._stopping) or []
+            for leased in got:
+                handler = self._app.handlers.get(leased.kind or "")
+                vt = (handler.visibility_timeout if handler and handler.visibility_timeout
+                      else self._visibility_timeout)
+                fresh.append(Held(leased, vt))
+        finally:
+            self._leases.admit(reservation, fresh, self._hand_out)
+        return len(fresh)
+
+    def forever(self, turn: int) -> None:
+        """A lease loop (the main thread's is turn 0) until stop(): an unexpected error is
+        logged and the loop goes on after a pause, so the worker neither stops leasing nor
+        ends with its handlers, renewals and acks still running."""
+        while not self._stopping.is_set():
+            try:
+                self.loop(turn)
+            except Exception:
+                log.exception("worker %s: lease loop %d failed unexpectedly; restarting it in "
+                              "%.0fs", self._worker_id(), turn, RESTART_SECONDS)
+                self._stopping.wait(RESTART_SECONDS)

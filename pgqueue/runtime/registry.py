@@ -1,0 +1,47 @@
+"""The worker registry: a worker announces itself (and what its handlers need the database to
+know), heartbeats, and says goodbye. `pgqueue workers` and the metrics read it; maintenance
+forgets a worker silent for ten minutes."""
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+
+from psycopg.types.json import Jsonb
+
+from pgqueue.db import queries
+from pgqueue.runtime.app import App
+from pgqueue.runtime.jobdefs import StepJob
+
+
+def register(conn: queries.Conn, *, node: int, streams: Sequence[str],
+             concurrency: int) -> int | None:
+    """Register this process as a worker; its registry id (a lease's worker_instance)."""
+    row = queries.fetch_one(conn, "register_worker", {
+        "node": node, "host": socket.gethostname(), "pid": os.getpid(),
+        "streams": list(streams), "concurrency": concurrency})
+    return None if row is None else int(row["id"])
+
+
+def register_handlers(conn: queries.Conn, app: App, streams: Sequence[str]) -> None:
+    """Record the App's step lists and the kind settings its handlers name (quarantine
+    thresholds, limits) where reclaim, the lease and a resumed job's compatibility check can
+    see them; settings a handler leaves unnamed stay as configure_kind set them."""
+    for handler in app.handlers.values():
+        if isinstance(handler, StepJob) and handler.steps:
+            queries.fetch(conn, "register_step_set", {
+                "hash": handler.step_set_hash, "kind": handler.kind,
+                "steps": Jsonb(handler.step_list)})
+        settings = handler.kind_settings()
+        if settings:
+            for stream in streams:
+                queries.fetch(conn, "configure_kind", {
+                    "stream": stream, "kind": handler.kind, "settings": Jsonb(settings)})
+
+
+def heartbeat(conn: queries.Conn, worker_id: int) -> None:
+    queries.fetch(conn, "heartbeat_worker", {"id": worker_id})
+
+
+def deregister(conn: queries.Conn, worker_id: int) -> None:
+    queries.fetch(conn, "deregister_worker", {"id": worker_id})

@@ -1,0 +1,112 @@
+"""The worker's database: a connection pool on the leader among its DSNs, one call with
+failover (a pool timeout or a replica's refusal moves the pool to the leader), and calls
+retried with backoff until they succeed or the worker stops.
+
+Lock: `_failover_lock` lets one failover happen at a time. It is held across connecting to the
+candidate leaders (that is the point: nobody else opens a pool meanwhile) and guards nothing
+else, so no other lock is taken while it is held (see held.py's lock discipline). `dsn` and
+`pool` are rebound only under it; a reader uses the reference it read.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from pgqueue.db import connection, queries
+from pgqueue.errors import ConnectionFailed, Contention, NotLeader, PgQueueError
+
+log = logging.getLogger("pgqueue.worker")
+
+T = TypeVar("T")
+
+
+class WorkerDb:
+    """The pool and its failover; `moved(leader)` is called after the pool moved."""
+
+    def __init__(self, dsns: Sequence[str], *, pool_size: int, worker_id: Callable[[], int],
+                 finished: threading.Event, moved: Callable[[str], None]) -> None:
+        self.dsns = list(dsns)
+        self.dsn = self.dsns[0]
+        self.pool: ConnectionPool[Any] | None = None
+        self._pool_size = pool_size
+        self._worker_id = worker_id
+        self._finished = finished
+        self._moved = moved
+        self._failover_lock = threading.Lock()
+
+    def _open_pool(self, dsn: str) -> ConnectionPool[Any]:
+        return connection.open_pool(dsn, max_size=self._pool_size, name="pgqueue-worker")
+
+    def open(self) -> ConnectionPool[Any]:
+        """Find the leader and open the pool on it."""
+        self.dsn = connection.find_leader(self.dsns)
+        self.pool = self._open_pool(self.dsn)
+        return self.pool
+
+    def failover(self) -> None:
+        """The database turned out to be a replica: move to the leader among self.dsns.
+
+        Several threads can find out at once; the lock lets one of them move and the others
+        then see the new leader (see the module docstring)."""
+        with self._failover_lock:
+            try:
+                leader = connection.find_leader(self.dsns)
+            except PgQueueError as exc:
+                log.warning("worker %s: no leader to move to yet: %s", self._worker_id(), exc)
+                return
+            if leader == self.dsn:
+                return
+            old = self.pool
+            self.dsn = leader
+            self.pool = self._open_pool(leader)
+        if old is not None:
+            old.close()
+        log.warning("worker %s: moved to the leader at %s", self._worker_id(),
+                    connection.describe(leader),
+                    extra={"pgqueue": {"event": "failover", "leader": connection.describe(leader)}})
+        self._moved(leader)
+
+    def db(self, fn: Callable[[queries.Conn], T]) -> T:
+        pool = self.pool
+        assert pool is not None
+        try:
+            with pool.connection(timeout=10.0) as conn:
+                return fn(conn)
+        except PoolTimeout as exc:
+            if len(self.dsns) > 1:
+                self.failover()
+            raise ConnectionFailed(
+                f"no connection to Postgres at {connection.describe(self.dsn)}: {exc}") from None
+        except NotLeader as exc:
+            if len(self.dsns) < 2:
+                raise
+            self.failover()
+            raise ConnectionFailed(f"{exc}; moving to the leader") from None
+
+    def retry(self, fn: Callable[[], T], what: str, *, deadline: float | None = None,
+               until: threading.Event | None = None) -> T | None:
+        """Call fn until it succeeds; None when the worker finishes, `until` is set, or the
+        deadline passes first."""
+        delay = 0.1
+        until = until or self._finished
+        while True:
+            try:
+                return fn()
+            except (ConnectionFailed, PoolTimeout, Contention) as exc:
+                if until.is_set() or (deadline is not None and time.monotonic() > deadline):
+                    log.warning("worker %s: giving up on %s: %s", self._worker_id(), what, exc)
+                    return None
+                log.warning("worker %s: %s failed (%s); retrying in %.1fs",
+                            self._worker_id(), what, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def retry_db(self, fn: Callable[[queries.Conn], T], what: str, *,
+                  deadline: float | None = None, until: threading.Event | None = None) -> T | None:
+        """One database call, retried as `retry` does (held.RetryDb)."""
+        return self.retry(lambda: self.db(fn), what, deadline=deadline, until=until)

@@ -1,0 +1,36 @@
+"""The database's gauges: what a metrics scrape and Queue.gauges report, by a bounded number of
+cheap queries (no scan of the job table, whose size grows with the queue).
+"""
+from __future__ import annotations
+
+from pgqueue import validate
+from pgqueue.db import run_async as run
+from pgqueue.errors import PgQueueError
+from pgqueue.models import QueueGauges
+
+#: A worker whose heartbeat is older than this is stale (three heartbeats, as `pgqueue workers`).
+STALE_WORKER_SECONDS = 15.0
+
+
+async def gauges(conn: run.AsyncConn, *, stale_after: float = STALE_WORKER_SECONDS) -> QueueGauges:
+    """The figures a metrics scrape reports, by a bounded number of cheap queries: the job
+    counts the writes keep (folded first where the database is writable), one index probe per
+    stream for the oldest ready job, the op log's seq range, and the small tables (schedules,
+    workers, replicas)."""
+    validate.seconds(stale_after, "stale_after", positive=True)
+    try:
+        await run.fetch(conn, "fold_job_counts")
+    except PgQueueError:
+        pass  # a read-only database: the deltas are summed below all the same
+    jobs = {(r["stream"], r["state"]): int(r["count"])
+            for r in await run.fetch(conn, "gauge_job_counts")}
+    schedules = {(r["stream"], bool(r["paused"])): int(r["count"])
+                 for r in await run.fetch(conn, "gauge_schedules")}
+    streams = sorted({s for s, _ in jobs} | {s for s, _ in schedules})
+    oldest = {r["stream"]: r["age_seconds"] for r in await run.fetch(
+        conn, "gauge_oldest_pending", {"streams": streams})}
+    ops = int(await run.scalar(conn, "gauge_op_log") or 0)
+    row = await run.fetch_one(conn, "gauge_workers", {"stale_after": stale_after})
+    workers = {"live": int(row["live"]) if row else 0, "stale": int(row["stale"]) if row else 0}
+    replicas = await run.fetch(conn, "replica_status", {"stale_after": 86400.0, "wait": 0.0})
+    return QueueGauges(streams, jobs, oldest, ops, schedules, workers, replicas)

@@ -1,0 +1,316 @@
+"""The worker where it used to go quiet or die (issue 11): what it logs when a job fails, is
+lost or is undecodable; background threads that survive an unexpected error; acks in flight
+that keep their leases; and a job the shutdown drain and a starting handler both wanted.
+
+Faults are injected by monkeypatching one call (a renewal round, a lease call, the acker's
+statement, a handler thread's start) and the evidence is the op log and the log records.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import pgqueue
+from pgqueue.client import lease, settle
+from pgqueue.runtime.handlers import HandlerThreads
+from pgqueue.runtime.held import HeldLeases
+from pgqueue.runtime.leasing import LeaseLoops
+from pgqueue.runtime.renewer import Renewer
+from pgqueue.runtime.running import Held
+from tests.dbhelp import force_reclaim, wait_for
+from tests.integration.runtime.test_worker import gone, job, op_names, running, state
+
+WORKER_LOG = "pgqueue.worker"
+
+
+def lines(caplog: pytest.LogCaptureFixture, *needles: str,
+          level: int = logging.WARNING) -> list[logging.LogRecord]:
+    """The worker's records at `level` whose message contains every needle."""
+    return [r for r in caplog.records
+            if r.name == WORKER_LOG and r.levelno == level
+            and all(n in r.getMessage() for n in needles)]
+
+
+# -- 1. what a failure, a lost lease and an undecodable job log ---------------------------------
+
+
+def test_a_failed_job_is_logged_with_kind_attempt_error_and_when_it_retries(
+        dsn: str, q: pgqueue.Queue, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger=WORKER_LOG)
+    q.configure_stream(retry_base=2.0)  # first retry after 4 s +-25 %
+    app = pgqueue.App()
+
+    @app.job("flaky")
+    def flaky(job: pgqueue.JobContext) -> None:
+        raise RuntimeError("disk on fire 42 at postgresql://bob:s3cret@db.example/app "
+                           "(password=hunter2)\n" + "x" * 5000)
+
+    job_id = q.enqueue({"card": "PAYLOAD-SECRET-4111"}, kind="flaky")
+    with running(app, dsn):
+        (record,) = wait_for(lambda: lines(caplog, f"job {job_id} "), 10, "the failure's log line")
+    message = record.getMessage()
+    assert f"job {job_id} (kind flaky, attempt 1 of 25)" in message
+    assert "RuntimeError: disk on fire 42" in message
+    match = re.search(r"retry at (\S+) \(in (\d+\.\d)s\)", message)
+    assert match, message
+    assert 2.5 <= float(match[2]) <= 5.5, message
+    assert dt.datetime.fromisoformat(match[1]) == job(q, job_id).not_before
+    for secret in ("s3cret", "hunter2", "PAYLOAD-SECRET", "card"):
+        assert secret not in message
+    assert len(message) < 600 and "\n" not in message
+
+
+def test_a_job_that_goes_dead_is_logged_as_dead_with_the_limit_that_applied(
+        dsn: str, q: pgqueue.Queue, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger=WORKER_LOG)
+    q.configure_stream(retry_base=60.0)
+    app = pgqueue.App()
+
+    @app.job("doomed", max_attempts=1)
+    def doomed(job: pgqueue.JobContext) -> None:
+        raise ValueError("no such customer")
+
+    job_id = q.enqueue("x", kind="doomed")  # no limit of its own: the handler's applies
+    own = q.enqueue("y", kind="doomed", max_attempts=5)  # its own limit wins
+    with running(app, dsn):
+        (record,) = wait_for(lambda: lines(caplog, f"job {job_id} "), 10, "the failure's log line")
+        (other,) = wait_for(lambda: lines(caplog, f"job {own} "), 10, "the other failure's line")
+    message = record.getMessage()
+    assert state(q, job_id) == "dead"
+    assert f"job {job_id} (kind doomed, attempt 1 of 1)" in message
+    assert "ValueError: no such customer" in message
+    assert "dead" in message and "retry" not in message
+    assert f"job {own} (kind doomed, attempt 1 of 5)" in other.getMessage()
+    assert "retry at" in other.getMessage() and state(q, own) == "scheduled"
+
+
+def test_a_lost_lease_is_logged_with_kind_and_attempt(
+        dsn: str, q: pgqueue.Queue, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger=WORKER_LOG)
+    app = pgqueue.App()
+    entered = threading.Event()
+
+    @app.job("slow")
+    def slow(job: pgqueue.JobContext) -> None:
+        if job.attempts == 0:
+            entered.set()
+            wait_for(lambda: job.lease_lost, 10, "a renewal to find the lease gone")
+
+    job_id = q.enqueue("x", kind="slow")
+    with running(app, dsn, visibility_timeout=5, renew_interval=0.2, maintenance=False):
+        assert entered.wait(10)
+        wait_for(lambda: force_reclaim(dsn) == 1, 5, "the reclaim behind the worker's back")
+        wait_for(lambda: gone(q, job_id), 10, "the job to finish on a new lease")
+    assert lines(caplog, f"job {job_id} (kind slow, attempt 1 of 25)", "lost")
+
+
+def test_an_undecodable_job_is_logged_with_kind_attempt_and_reason(
+        dsn: str, q: pgqueue.Queue, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger=WORKER_LOG)
+    app = pgqueue.App()
+    app.job("known")(lambda job: None)
+    job_id = q.enqueue("?", kind="mystery")
+    with running(app, dsn):
+        wait_for(lambda: state(q, job_id) == "undecodable", 10, "the job to be parked")
+    assert lines(caplog, f"job {job_id} (kind mystery, attempt 1 of 25)", "undecodable",
+                 "unknown_kind")
+
+
+# -- 2. background threads survive an unexpected error ------------------------------------------
+
+
+def test_the_renewer_logs_an_unexpected_error_and_keeps_renewing(
+        dsn: str, q: pgqueue.Queue, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the renewer thread died on a non-PgQueueError and every lease then expired."""
+    caplog.set_level(logging.WARNING, logger=WORKER_LOG)
+    renew_round = Renewer.round
+    broken = threading.Event()
+
+    def break_once(self: Renewer) -> None:
+        if self._leases.snapshot() and not broken.is_set():
+            broken.set()
+            raise RuntimeError("a bug in the renewal round")
+        renew_round(self)
+
+    monkeypatch.setattr(Renewer, "round", break_once)
+    app = pgqueue.App()
+    app.job("long")(lambda job: time.sleep(3.0))
+    job_id = q.enqueue("x", kind="long")
+    with running(app, dsn, visibility_timeout=1.0, renew_interval=0.25, maintenance_interval=0.1):
+        wait_for(lambda: gone(q, job_id), 10, "the ack")
+    assert broken.is_set()
+    names = op_names(q, job_id)
+    assert "Reclaim" not in names and names.count("Lease") == 1 and names[-1] == "Ack", names
+    assert names.count("Renew") >= 6
+    (failed,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert failed.threadName == "pgqueue-renewer" and failed.exc_info is not None
+    assert "a bug in the renewal round" in str(failed.exc_info[1])
+
+
+def test_the_main_lease_loop_logs_an_unexpected_error_and_keeps_leasing(
+        dsn: str, q: pgqueue.Queue, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the error left run() and the worker stopped."""
+    caplog.set_level(logging.WARNING, logger=WORKER_LOG)
+    lease_call = lease.lease
+    broken = threading.Event()
+
+    def break_once(*args: Any, **kwargs: Any) -> list[pgqueue.Lease]:
+        if not broken.is_set():
+            broken.set()
+            raise RuntimeError("a bug in the lease call")
+        return lease_call(*args, **kwargs)
+
+    monkeypatch.setattr(lease, "lease", break_once)
+    app = pgqueue.App()
+    done = threading.Event()
+    app.job("ping")(lambda job: done.set())
+    with running(app, dsn, prefetch=0, maintenance=False) as worker:  # one lease loop
+        assert worker.lease_loops == 1
+        wait_for(broken.is_set, 10, "the broken lease call")
+        q.enqueue("x", kind="ping")
+        assert done.wait(10), "the lease loop did not go on"
+    (failed,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "lease loop" in failed.getMessage() and failed.exc_info is not None
+
+
+class Crash(BaseException):
+    """Something no loop catches (as KeyboardInterrupt would be)."""
+
+
+def test_a_main_lease_loop_that_raises_does_not_leave_the_drain_waiting_forever(
+        dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: with two lease loops, the drain joined the second one, which only stops once
+    `_stopping` is set, and nothing set it."""
+    lease_loop = LeaseLoops.loop
+    leased = threading.Event()
+
+    def crash_the_main_loop(self: LeaseLoops, turn: int = 0) -> None:
+        if turn == 0:
+            assert leased.wait(10)
+            raise Crash
+        lease_loop(self, turn)
+
+    monkeypatch.setattr(LeaseLoops, "loop", crash_the_main_loop)
+    app = pgqueue.App()
+
+    @app.job("slow")
+    def slow(job: pgqueue.JobContext) -> None:
+        leased.set()
+        time.sleep(0.05)
+
+    ids = q.enqueue_many([pgqueue.NewJob(b"x", kind="slow") for _ in range(50)])
+    worker = pgqueue.Worker(app, dsn, concurrency=4, prefetch=300, poll_interval=0.05,
+                            maintenance=False, grace_period=1.0)
+    assert worker.lease_loops == 2
+    raised: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive(), "the drain is still waiting for the second lease loop"
+    assert len(raised) == 1 and isinstance(raised[0], Crash)
+    for job_id in ids:  # acked, or given back without a spent attempt
+        info = q.job(job_id)
+        assert info is None or (info.state, info.attempts) == ("pending", 0), info
+
+
+# -- 3. acks in flight keep their leases ------------------------------------------------------
+
+
+def test_a_finished_job_waiting_for_a_slow_ack_keeps_its_lease(
+        dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the renewer skipped jobs handed to the acker, so a stuck acker let them expire,
+    be reclaimed and charged a crash although they had finished."""
+    ack_many = settle.ack_many
+    acking, unblock = threading.Event(), threading.Event()
+
+    def stuck(conn: Any, leases: Any, **kwargs: Any) -> set[int]:
+        acking.set()
+        assert unblock.wait(20)
+        return ack_many(conn, leases, **kwargs)
+
+    monkeypatch.setattr(settle, "ack_many", stuck)
+    app = pgqueue.App()
+    app.job("quick")(lambda job: None)
+    job_id = q.enqueue("x", kind="quick")
+    try:
+        with running(app, dsn, visibility_timeout=1.0, renew_interval=0.25,
+                     maintenance_interval=0.1):
+            assert acking.wait(10)
+            time.sleep(2.5)  # the visibility timeout, two and a half times over
+            assert state(q, job_id) == "leased"
+            unblock.set()
+            wait_for(lambda: gone(q, job_id), 10, "the ack")
+    finally:
+        unblock.set()
+    names = op_names(q, job_id)
+    assert "Reclaim" not in names, names
+    assert names.count("Lease") == 1 and names.count("Ack") == 1 and names[-1] == "Ack", names
+    assert names.count("Renew") >= 6
+
+
+# -- 4. the drain and a starting handler cannot both own a job --------------------------------
+
+
+@pytest.mark.parametrize("drain_first", [True, False],
+                         ids=["the drain returns it first", "the handler starts it first"])
+def test_a_job_is_started_by_its_handler_or_returned_by_the_drain_never_both(
+        dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch, drain_first: bool) -> None:
+    """A handler thread is paused after it took the job off the work queue (and saw no
+    shutdown) but before it starts it, while the drain runs. Before: the drain gave the job
+    back after the grace period and the handler then ran it anyway."""
+    execute = HandlerThreads._execute
+    give_back = HeldLeases.give_back
+    taken, returned = threading.Event(), threading.Event()
+
+    def paused(self: HandlerThreads, held: Held) -> None:
+        taken.set()
+        if drain_first:
+            returned.wait(10)
+        else:
+            time.sleep(0.3)  # well within the grace period
+        execute(self, held)
+
+    def give_back_and_tell(self: HeldLeases, remaining: Any) -> None:
+        give_back(self, remaining)
+        returned.set()
+
+    monkeypatch.setattr(HandlerThreads, "_execute", paused)
+    monkeypatch.setattr(HeldLeases, "give_back", give_back_and_tell)
+    app = pgqueue.App()
+    ran: list[int] = []
+    app.job("once")(lambda job: ran.append(job.job_id))
+    job_id = q.enqueue("x", kind="once")
+    worker = pgqueue.Worker(app, dsn, concurrency=1, poll_interval=0.05, maintenance=False,
+                            grace_period=0.2 if drain_first else 5.0)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert taken.wait(10)
+        worker.stop()
+        thread.join(15)
+        assert not thread.is_alive()
+        wait_for(lambda: not worker._handlers.busy(), 15, "the handler thread to finish")
+    finally:
+        returned.set()
+        worker.stop()
+    names = [n for n in op_names(q, job_id) if n != "Renew"]  # the give-back flushes first
+    if drain_first:
+        assert ran == [] and names == ["Enqueue", "Lease", "ReturnLease"], (ran, names)
+        assert (job(q, job_id).state, job(q, job_id).attempts) == ("pending", 0)
+    else:
+        assert ran == [job_id] and names == ["Enqueue", "Lease", "Ack"], (ran, names)
