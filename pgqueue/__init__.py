@@ -10,11 +10,8 @@
 """
 from __future__ import annotations
 
-from pgqueue.client.deploy import Parked
-from pgqueue.client.oplog import ReplayResult, replay
-from pgqueue.client.queue import Queue
-from pgqueue.client.queue_async import AsyncQueue
-from pgqueue.client.schedule import Schedule, TickResult
+from typing import TYPE_CHECKING, Any
+
 from pgqueue.errors import (
     Cancelled,
     ConnectionFailed,
@@ -46,11 +43,57 @@ from pgqueue.models import (
     Op,
     StreamStats,
 )
-from pgqueue.runtime.app import App, JobHandler, Step, StepJob
-from pgqueue.runtime.running import JobContext
-from pgqueue.runtime.steps import StepContext
-from pgqueue.runtime.steps_async import AsyncStepContext
-from pgqueue.runtime.worker import Worker
+
+#: The public names that live in a subsystem, by the module holding each: loaded at first use
+#: (`pgqueue.Queue`, `from pgqueue import Worker`), so `import pgqueue` costs two small modules
+#: and a web process that only enqueues never loads the worker, alembic or prometheus_client.
+_LAZY = {
+    "AsyncQueue": "pgqueue.client.queue_async",
+    "AsyncStepContext": "pgqueue.runtime.steps_async",
+    "App": "pgqueue.runtime.app",
+    "JobHandler": "pgqueue.runtime.jobdefs",
+    "Step": "pgqueue.runtime.jobdefs",
+    "StepJob": "pgqueue.runtime.jobdefs",
+    "Parked": "pgqueue.client.deploy",
+    "ReplayResult": "pgqueue.client.oplog",
+    "replay": "pgqueue.client.oplog",
+    "Queue": "pgqueue.client.queue",
+    "JobContext": "pgqueue.runtime.running",
+    "Schedule": "pgqueue.cron",
+    "TickResult": "pgqueue.cron",
+    "StepContext": "pgqueue.runtime.steps",
+    "Worker": "pgqueue.runtime.worker",
+}
+
+if TYPE_CHECKING:
+    from pgqueue.client.deploy import Parked
+    from pgqueue.client.oplog import ReplayResult, replay
+    from pgqueue.client.queue import Queue
+    from pgqueue.client.queue_async import AsyncQueue
+    from pgqueue.cron import Schedule, TickResult
+    from pgqueue.runtime.app import App
+    from pgqueue.runtime.jobdefs import JobHandler, Step, StepJob
+    from pgqueue.runtime.running import JobContext
+    from pgqueue.runtime.steps import StepContext
+    from pgqueue.runtime.steps_async import AsyncStepContext
+    from pgqueue.runtime.worker import Worker
+
+
+def __getattr__(name: str) -> Any:
+    """A public name of a subsystem, imported at its first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pgqueue' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 

@@ -12,19 +12,15 @@ import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
-from sqlalchemy import create_engine, pool
-from sqlalchemy.exc import DBAPIError
 
 from pgqueue.db import connection, queries
 from pgqueue.errors import SchemaError, SchemaTooNew
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 
 def migrations_dir() -> Path:
@@ -36,19 +32,30 @@ def migrations_dir() -> Path:
 
 
 def _config(location: Path | None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(location or migrations_dir()))
     return cfg
+
+
+def _engine(dsn: str) -> Any:
+    """A SQLAlchemy engine on one psycopg connection at a time (alembic runs on SQLAlchemy)."""
+    from sqlalchemy import create_engine, pool
+
+    def creator() -> Any:
+        return connection.connect(dsn, autocommit=False)
+
+    return create_engine("postgresql+psycopg://", creator=creator, poolclass=pool.NullPool)
 
 
 @contextmanager
 def _alembic(dsn: str, location: Path | None = None) -> Iterator[tuple[Config, Any]]:
     """An alembic config on one transaction of `dsn` (committed when the block ends), and the
     psycopg connection underneath it."""
-    def creator() -> Any:
-        return connection.connect(dsn, autocommit=False)
+    from sqlalchemy.exc import DBAPIError
 
-    engine = create_engine("postgresql+psycopg://", creator=creator, poolclass=pool.NullPool)
+    engine = _engine(dsn)
     try:
         with engine.connect() as conn:
             cfg = _config(location)
@@ -68,6 +75,8 @@ def _alembic(dsn: str, location: Path | None = None) -> Iterator[tuple[Config, A
 
 def head(location: Path | None = None) -> str:
     """The newest revision this library ships (or that the migrations at `location` hold)."""
+    from alembic.script import ScriptDirectory
+
     rev = ScriptDirectory.from_config(_config(location)).get_current_head()
     assert rev is not None
     return rev
@@ -76,6 +85,8 @@ def head(location: Path | None = None) -> str:
 def compatible_from(revision: str, location: Path | None = None) -> str:
     """The oldest revision whose code runs on `revision`: walk down the backward-compatible
     revisions (the value each revision records in pgqueue.schema_history)."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(_config(location))
     while True:
         found = script.get_revision(revision)
@@ -88,10 +99,9 @@ def compatible_from(revision: str, location: Path | None = None) -> str:
 
 def current(dsn: str) -> str | None:
     """The database's revision, or None when it has no pgqueue schema."""
-    def creator() -> Any:
-        return connection.connect(dsn, autocommit=False)
+    from alembic.runtime.migration import MigrationContext
 
-    engine = create_engine("postgresql+psycopg://", creator=creator, poolclass=pool.NullPool)
+    engine = _engine(dsn)
     try:
         with engine.connect() as conn:
             ctx = MigrationContext.configure(
@@ -113,6 +123,8 @@ def install(dsn: str) -> None:
                 "nothing was changed. Install with `pgqueue db upgrade`, which stamps the "
                 "revision, into a database without the pgqueue schema")
         queries.run_script(conn, queries.install_sql())
+        from alembic import command
+
         command.stamp(cfg, "head")
         queries.fetch(conn, "schema_history_put",
                       {"revision": head(), "since": compatible_from(head())})
@@ -143,6 +155,9 @@ def upgrade(dsn: str, revision: str = "head", *, location: Path | None = None) -
     if found is None and location is None and revision in ("head", newest):
         install(dsn)
         return
+    from alembic import command
+    from alembic.util.exc import CommandError
+
     with _alembic(dsn, location) as (cfg, _):
         try:
             command.upgrade(cfg, revision)
@@ -153,12 +168,17 @@ def upgrade(dsn: str, revision: str = "head", *, location: Path | None = None) -
 def upgrade_by_revisions(dsn: str, revision: str = "head") -> None:
     """Migrate up through every revision, even on an empty database (what an existing
     database goes through; the catalog test compares it with a fresh install)."""
+    from alembic import command
+
     with _alembic(dsn) as (cfg, _):
         command.upgrade(cfg, revision)
 
 
 def downgrade(dsn: str, revision: str, *, location: Path | None = None) -> None:
     """Migrate the database down to `revision` ("base" removes every pgqueue object)."""
+    from alembic import command
+    from alembic.util.exc import CommandError
+
     with _alembic(dsn, location) as (cfg, _):
         try:
             command.downgrade(cfg, revision)

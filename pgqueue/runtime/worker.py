@@ -50,7 +50,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
@@ -69,7 +69,9 @@ from pgqueue.runtime.running import Held
 from pgqueue.runtime.settler import JobSettler
 from pgqueue.runtime.wakeup import NOTIFY_CHANNEL, Wakeup, listen_loop
 from pgqueue.runtime.worker_db import WorkerDb
-from pgqueue.telemetry.metrics import MetricsServer, WorkerMetrics
+
+if TYPE_CHECKING:  # prometheus_client is imported only by a worker that serves metrics
+    from pgqueue.telemetry.metrics import MetricsServer, WorkerMetrics
 
 __all__ = ["HEARTBEAT_SECONDS", "MAX_ERROR_CHARS", "NOTIFY_CHANNEL", "PARALLEL_LEASE_CAPACITY",
            "Wakeup", "Worker"]
@@ -179,6 +181,8 @@ class Worker:
         self._retry = self._dbs.retry
         self._retry_db = self._dbs.retry_db
         if self.metrics_port is not None:
+            from pgqueue.telemetry.metrics import WorkerMetrics
+
             self.metrics = WorkerMetrics(lambda: self._leases.held_by_stream())
         self._leases = HeldLeases(concurrency=slots, prefetch=self.prefetch,
                                   start_slots=min(self._thread_slots, self._loop_slots)
@@ -298,6 +302,8 @@ class Worker:
                 or not self._register():
             return
         if self.metrics is not None:
+            from pgqueue.telemetry.metrics import MetricsServer
+
             try:
                 self._metrics_server = MetricsServer(
                     self.metrics.registry, host=self.metrics_host,

@@ -7,14 +7,16 @@ Enqueue op, so replicas and replays keep it). The worker runs each job inside a 
 ("<stream> process") whose parent is that context: the job's span joins the trace of the
 request that enqueued it. A handler that raised marks its span as an error.
 
-Nothing happens unless opentelemetry-api is installed and the application has set a tracer
-provider (the SDK's, or a vendor's): without one every call here returns at once, so the hot
-paths pay a check, not a span. A dead letter requeued runs without its producer's context (the
-dead-letter table keeps none).
+Nothing happens unless the application has set a tracer provider (the SDK's, or a vendor's):
+without one every call here returns at once, so the hot paths pay a check, not a span. pgqueue
+never imports OpenTelemetry itself: an application that set a provider has imported it, so
+until `opentelemetry.trace` is loaded nothing is traced and nothing is imported. A dead letter
+requeued runs without its producer's context (the dead-letter table keeps none).
 """
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -22,24 +24,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pgqueue.models import Lease
 
-try:  # an optional dependency
-    from opentelemetry import propagate, trace
-    from opentelemetry.trace import ProxyTracerProvider, SpanKind, Status, StatusCode
-
-    #: The providers that record nothing: the API's stand-ins until one is set.
-    _INACTIVE: frozenset[type] = frozenset({ProxyTracerProvider, trace.NoOpTracerProvider})
-except ImportError:  # pragma: no cover - exercised where opentelemetry is not installed
-    trace = None  # type: ignore[assignment]
-
 #: The instrumentation scope pgqueue's spans are created under.
 SCOPE = "pgqueue"
 
 
 def active() -> bool:
-    """Whether spans are recorded: the API is installed and a real tracer provider is set."""
-    if trace is None:
+    """Whether spans are recorded: the application has loaded the API and set a real tracer
+    provider (not the API's stand-ins, which record nothing)."""
+    if "opentelemetry.trace" not in sys.modules:
         return False
-    return type(trace.get_tracer_provider()) not in _INACTIVE
+    from opentelemetry import trace
+
+    return not isinstance(trace.get_tracer_provider(),
+                          trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
 @contextmanager
@@ -49,6 +46,9 @@ def producing(stream: str, count: int) -> Iterator[dict[str, str] | None]:
     if not active():
         yield None
         return
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind
+
     tracer = trace.get_tracer(SCOPE)
     with tracer.start_as_current_span(
             f"{stream} publish", kind=SpanKind.PRODUCER,
@@ -81,6 +81,9 @@ def consuming(lease: Lease) -> Iterator[None]:
     if not active():
         yield
         return
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind
+
     tracer = trace.get_tracer(SCOPE)
     parent = propagate.extract(lease.trace_context) if lease.trace_context else None
     with tracer.start_as_current_span(
@@ -96,6 +99,9 @@ def failed(exc: BaseException) -> None:
     """Mark the current span (the job's) as failed with `exc`."""
     if not active():
         return
+    from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
+
     span = trace.get_current_span()
     span.record_exception(exc)
     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
