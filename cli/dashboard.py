@@ -15,7 +15,7 @@ import click
 
 from pgqueue.runtime import signals
 
-from .common import EXIT_UNAVAILABLE, EXIT_USAGE, dsn, fail, open_queue, say, shown_dsn
+from .common import EXIT_UNAVAILABLE, EXIT_USAGE, dsn, fail, open_queue, say, settings, shown_dsn
 
 TOKEN_ENV = "PGQUEUE_ADMIN_TOKEN"  # noqa: S105  (the variable's name, not a token)
 
@@ -60,7 +60,8 @@ def dashboard(host: str, port: int, forwarded_allow_ips: str | None,
     with open_queue():  # a wrong DSN or a missing schema fails here, not at the first page
         pass
     try:
-        app = create_app(database, admin_token=token)
+        app = create_app(database, admin_token=token,
+                         connect_timeout=settings().connect_timeout)
     except ValueError as exc:  # the token is too short; the message never holds it
         fail(f"{'--admin-token-file' if admin_token_file else TOKEN_ENV}: {exc}", EXIT_USAGE)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -72,6 +72,9 @@ def _logging(verbose: bool, log_format: str = "text") -> None:
         "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     logging.getLogger("psycopg").setLevel(logging.WARNING)
+    # The pool warns at every failed reconnect; an outage is the worker's to tell (once when it
+    # starts, once a minute, once when it ends: pgqueue/telemetry/outage.py).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 @click.command()
@@ -126,7 +129,7 @@ def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility
         poll_interval=poll_interval, maintenance_interval=maintenance_interval,
         maintenance=not no_maintenance, grace_period=grace_period, node=node, prefetch=prefetch,
         async_concurrency=async_concurrency, metrics_port=metrics_port,
-        metrics_host=metrics_host,
+        metrics_host=metrics_host, connect_timeout=common.settings().connect_timeout,
     ).run()
 
 
@@ -155,7 +158,8 @@ def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> N
                        f"op(s); forgot {result.workers_pruned} silent worker(s)")
         return
     _logging(verbose)
-    runner = maintain.Maintainer(dsn, interval=interval)
+    runner = maintain.Maintainer(dsn, interval=interval,
+                                 connect_timeout=common.settings().connect_timeout)
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())

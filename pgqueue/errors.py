@@ -16,13 +16,17 @@ class ConnectionFailed(PgQueueError):
     `retryable` is True when the server ended the session before running the statement (a
     restart or an administrator's command), so running it again cannot apply it twice.
     `may_have_committed` is True when the connection was lost while a call that is not safe to
-    repeat ran: it may have taken effect; check before calling it again."""
+    repeat ran: it may have taken effect; check before calling it again. `permanent` is True
+    when the server answered but refused the connection for a reason waiting will not mend
+    (the database or the role does not exist, authentication failed): a misconfiguration, not
+    an outage, so a worker stops instead of retrying."""
 
     def __init__(self, message: str, *, retryable: bool = False,
-                 may_have_committed: bool = False) -> None:
+                 may_have_committed: bool = False, permanent: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.may_have_committed = may_have_committed
+        self.permanent = permanent
 
 
 class Contention(PgQueueError):

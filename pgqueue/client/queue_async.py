@@ -45,13 +45,18 @@ class AsyncQueue(AsyncQueueOperations):
     threads); use as a context manager or close().
 
     `dsn` may be a list of DSNs (a leader and its replicas): the queue uses the one in leader
-    role and moves on when it turns out to be a replica."""
+    role and moves on when it turns out to be a replica.
+
+    `connect_timeout` (seconds, default 5; it overrides the DSN's own) bounds how long a call
+    waits to reach the server: while it is unreachable every call raises ConnectionFailed
+    within that bound plus the statement's own time, rather than waiting for it to return."""
 
     def __init__(self, dsn: str | Sequence[str], stream: str = "default", *,
-                 pool_size: int = 4) -> None:
+                 pool_size: int = 4, connect_timeout: float = connection.CONNECT_TIMEOUT) -> None:
         self.dsns = connection.dsn_list(dsn)
         self.stream = validate.stream(stream)
         self._pool_size = validate.integer(pool_size, "pool_size", low=1, high=1000)
+        self.connect_timeout = validate.seconds(connect_timeout, "connect_timeout", positive=True)
         self._lock = asyncio.Lock()
         self.dsn = self.dsns[0]
         self._pool: AsyncConnectionPool[Any] | None = None
@@ -79,9 +84,11 @@ class AsyncQueue(AsyncQueueOperations):
         if self._pool is None:
             async with self._lock:
                 if self._pool is None:
-                    self.dsn = await connection.find_leader(self.dsns)
+                    self.dsn = await connection.find_leader(
+                        self.dsns, connect_timeout=self.connect_timeout)
                     self._pool = await connection.open_pool(
-                        self.dsn, max_size=self._pool_size, name=f"pgqueue:{self.stream}")
+                        self.dsn, max_size=self._pool_size, name=f"pgqueue:{self.stream}",
+                        connect_timeout=self.connect_timeout)
         return self._pool
 
     async def _move_to_leader(self) -> bool:
@@ -92,14 +99,16 @@ class AsyncQueue(AsyncQueueOperations):
             return False
         async with self._lock:
             try:
-                leader = await connection.find_leader(self.dsns)
+                leader = await connection.find_leader(
+                    self.dsns, connect_timeout=self.connect_timeout)
             except PgQueueError:
                 return False
             if leader == self.dsn and self._pool is not None:
                 return False
             old, self.dsn = self._pool, leader
-            self._pool = await connection.open_pool(leader, max_size=self._pool_size,
-                                                    name=f"pgqueue:{self.stream}")
+            self._pool = await connection.open_pool(
+                leader, max_size=self._pool_size, name=f"pgqueue:{self.stream}",
+                connect_timeout=self.connect_timeout)
         if old is not None:
             await old.close()
         return True

@@ -56,16 +56,20 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-def create_app(dsn: str | Sequence[str], *, admin_token: str | None = None) -> Starlette:
+def create_app(dsn: str | Sequence[str], *, admin_token: str | None = None,
+               connect_timeout: float = connection.CONNECT_TIMEOUT) -> Starlette:
     """The dashboard over the pgqueue database at `dsn` (or a leader and its replicas).
 
     Read-only unless `admin_token` is given (at least 16 characters): then actions need it,
     as `Authorization: Bearer TOKEN` or a login session. The database is reached on the first
-    request, so a service can mount this before its database is up."""
+    request, so a service can mount this before its database is up; while it is unreachable
+    a page answers 503 within `connect_timeout` seconds (default 5)."""
     auth = Auth(admin_token)
-    queue = AsyncQueue(dsn, pool_size=4)
+    queue = AsyncQueue(dsn, pool_size=4, connect_timeout=connect_timeout)
     # the listener finds the leader itself: it never opens (or waits on) the queue's pool
-    ctx = Context(queue, auth, Cache(), Broadcaster(lambda: connection.find_leader(queue.dsns)))
+    ctx = Context(queue, auth, Cache(), Broadcaster(
+        lambda: connection.find_leader(queue.dsns, connect_timeout=connect_timeout),
+        connect_timeout=connect_timeout))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -30,10 +31,16 @@ LEADER_CHECK_SECONDS = 30.0
 
 
 class Broadcaster:
-    """Counts notifications; streams wait for the count to change."""
+    """Counts notifications; streams wait for the count to change. While the listener cannot
+    reach the database, `away` says why, and the streams say `away` instead of `refresh`
+    (the page shows it, and keeps what it shows: nothing hangs on the database)."""
 
-    def __init__(self, leader: Callable[[], Awaitable[str]]) -> None:
+    def __init__(self, leader: Callable[[], Awaitable[str]], *,
+                 connect_timeout: float | None = None) -> None:
         self._leader = leader
+        self._connect_timeout = connect_timeout
+        #: why the database is unreachable (None: it is reachable, as far as the listener knows)
+        self.away: str | None = None
         self.generation = 0
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
@@ -71,9 +78,13 @@ class Broadcaster:
         while True:
             try:
                 current = await self._leader()
-                async with await connection.connect(current) as conn:
+                async with await connection.connect(
+                        current, connect_timeout=self._connect_timeout) as conn:
                     await run.listen(conn, run.NOTIFY_CHANNEL)
                     delay = 0.5
+                    if self.away is not None:
+                        self.away = None
+                        await self._bump()  # back: every page refreshes
                     while True:
                         async for _ in conn.notifies(timeout=LEADER_CHECK_SECONDS):
                             await self._bump()
@@ -82,6 +93,9 @@ class Broadcaster:
                 continue
             except (PgQueueError, psycopg.Error, OSError) as exc:
                 log.debug("dashboard listener reconnecting in %.1fs: %s", delay, exc)
+                if self.away is None:
+                    self.away = " ".join(str(exc).split()) or type(exc).__name__
+                    await self._bump()  # every page says so at once
             await asyncio.sleep(delay)  # reconnect backoff, not synchronisation
             delay = min(delay * 2, 10.0)
 
@@ -100,5 +114,8 @@ class Broadcaster:
         yield "retry: 3000\n\n"
         while True:
             seen = await self.wait(seen, REFRESH_SECONDS)
+            if self.away is not None:
+                yield f"event: away\ndata: {json.dumps({'message': self.away})}\n\n"
+                continue
             yield "event: refresh\ndata: {}\n\n"
             await asyncio.sleep(DEBOUNCE_SECONDS)  # debounce a burst of notifications

@@ -4,6 +4,8 @@ that the database carries the schema this library was written for.
 """
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,8 +17,9 @@ from pgqueue.db import run
 from pgqueue.db.dsn import describe, dsn_list, redact
 from pgqueue.errors import ConnectionFailed, NotLeader, SchemaMissing, SchemaTooNew
 
-__all__ = ["DISTRIBUTION", "SCHEMA_REVISION", "check_schema", "connect", "conninfo_to_dict",
-           "describe", "dsn_list", "find_leader", "open_pool", "redact"]
+__all__ = ["CONNECT_TIMEOUT", "DISTRIBUTION", "SCHEMA_REVISION", "check_schema", "connect",
+           "conninfo_to_dict", "describe", "dsn_list", "find_leader", "open_pool", "redact",
+           "timeout_seconds"]
 Conn = psycopg.Connection[Any]
 
 #: The alembic revision this library's SQL was written against (revision ids are integers).
@@ -26,17 +29,42 @@ SCHEMA_REVISION = "0008"
 #: The name this library is installed by (the import name and the command are `pgqueue`; the
 #: distribution name `pgqueue` on PyPI belongs to an unrelated project).
 DISTRIBUTION = "pgqueue-py"
+#: How long a connection attempt may take by default (seconds): a call made while the server
+#: is unreachable fails within it (plus the statement's own time).
+CONNECT_TIMEOUT = 5.0
+#: The server's refusals that waiting will not mend (libpq reports no SQLSTATE for them).
+_PERMANENT = re.compile(
+    r'FATAL:\s+(database "[^"]*" does not exist|role "[^"]*" does not exist'
+    r'|password authentication failed|.*authentication failed for user|no pg_hba\.conf entry'
+    r'|permission denied for database|role "[^"]*" is not permitted to log in)')
 
 
-def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> Conn:
-    """Open one connection; a failure raises ConnectionFailed naming host and port."""
+def timeout_seconds(value: float) -> int:
+    """A connect_timeout as libpq takes it: whole seconds, at least 1."""
+    return max(1, math.ceil(value))
+
+
+def connect(dsn: str, *, autocommit: bool = True, connect_timeout: float | None = None,
+            **kwargs: Any) -> Conn:
+    """Open one connection within `connect_timeout` seconds (None: the DSN's connect_timeout,
+    else CONNECT_TIMEOUT); a failure raises ConnectionFailed naming host and port
+    (`permanent` when the server refused it for good)."""
     try:
+        if connect_timeout is not None:
+            kwargs["connect_timeout"] = timeout_seconds(connect_timeout)
+        elif "connect_timeout" not in dsn or "connect_timeout" not in conninfo_to_dict(dsn):
+            kwargs["connect_timeout"] = timeout_seconds(CONNECT_TIMEOUT)
         return psycopg.Connection.connect(dsn, autocommit=autocommit, **kwargs)
     except psycopg.ProgrammingError as exc:
         raise ValueError(f"dsn: cannot parse the connection string: {exc}") from None
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise ConnectionFailed(f"cannot connect to Postgres at {describe(dsn)}: {reason}") from None
+        text = str(exc).strip()
+        reason = text.splitlines()[-1] if text else type(exc).__name__
+        permanent = _PERMANENT.search(text)
+        if permanent:
+            reason = permanent.group(0).removeprefix("FATAL:").strip()
+        raise ConnectionFailed(f"cannot connect to Postgres at {describe(dsn)}: {reason}",
+                               permanent=permanent is not None) from None
 
 
 def check_schema(conn: Conn) -> None:
@@ -70,33 +98,35 @@ def _read_committed(conn: Conn) -> None:
     run.fetch(conn, "session_read_committed")
 
 
-def open_pool(dsn: str, *, max_size: int = 4,
-              name: str = "pgqueue") -> ConnectionPool[Any]:
+def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue",
+              connect_timeout: float = CONNECT_TIMEOUT) -> ConnectionPool[Any]:
     """A checked pool of autocommit connections: reachability and schema are verified first,
-    so a bad DSN or schema fails here with a clear message instead of a pool timeout."""
-    with connect(dsn) as conn:
+    so a bad DSN or schema fails here with a clear message instead of a pool timeout. A call
+    waits at most `connect_timeout` seconds for a connection (the pool's timeout)."""
+    with connect(dsn, connect_timeout=connect_timeout) as conn:
         check_schema(conn)
     pool: ConnectionPool[Any] = ConnectionPool(
         dsn,
         min_size=1,
         max_size=max(1, max_size),
-        kwargs={"autocommit": True},
+        kwargs={"autocommit": True, "connect_timeout": timeout_seconds(connect_timeout)},
         configure=_read_committed,
         name=name,
         open=False,
+        timeout=connect_timeout,
         # No check on checkout: it would cost a round trip per call. A connection broken by a
         # server restart fails on use, is discarded when returned, and the call is retried.
         reconnect_timeout=60.0,
     )
     try:
-        pool.open(wait=True, timeout=30.0)
+        pool.open(wait=True, timeout=max(connect_timeout, 1.0))
     except BaseException:  # a timeout, or the caller cancelled: no pool tasks outlive it
         pool.close()
         raise
     return pool
 
 
-def find_leader(dsns: Sequence[str], *, connect_timeout: int = 5) -> str:
+def find_leader(dsns: Sequence[str], *, connect_timeout: float = CONNECT_TIMEOUT) -> str:
     """The first DSN whose database is in leader role. Unreachable ones are passed over;
     with one DSN it is returned as is (its role is checked by every write)."""
     if len(dsns) == 1:

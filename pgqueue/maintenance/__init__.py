@@ -1,2 +1,2 @@
 """Maintenance: the periodic passes (reclaim, cron ticks, prune, vacuum) and the runner election.
-May import: core, db, client, replicas."""
+May import: core, db, telemetry, client, replicas."""

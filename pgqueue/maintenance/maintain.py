@@ -21,8 +21,9 @@ import psycopg
 
 from pgqueue.client import reclaim, schedule
 from pgqueue.db import connection, queries
-from pgqueue.errors import NotLeader, PgQueueError
+from pgqueue.errors import ConnectionFailed, NotLeader, PgQueueError
 from pgqueue.replicas import replica
+from pgqueue.telemetry.outage import Outage
 
 log = logging.getLogger("pgqueue.maintain")
 
@@ -156,11 +157,18 @@ class Maintainer:
     keep it. No login can hold it from outside (as one could an advisory lock)."""
 
     def __init__(self, dsn: str, *, interval: float = 1.0, elect: bool = True,
-                 on_pass: Callable[[PassResult], None] | None = None) -> None:
+                 on_pass: Callable[[PassResult], None] | None = None,
+                 outage: Outage | None = None,
+                 connect_timeout: float | None = None) -> None:
         """
         :param on_pass: called with each pass's result (a worker's metrics count reclaims).
+        :param outage: where an unreachable database is reported (a worker's, shared by its
+            loops); by default one of its own: a line when it starts, one a minute, one when
+            it ends.
         """
         self.on_pass = on_pass
+        self.outage = outage or Outage(log, lambda: "maintenance")
+        self.connect_timeout = connect_timeout
         self.dsn = dsn
         self.interval = interval
         self.elect = elect
@@ -192,7 +200,7 @@ class Maintainer:
     def tick(self) -> PassResult | None:
         """Try to be elected, and run one pass if so; None when another runner holds it."""
         if self._conn is None or self._conn.closed:
-            self._conn = connection.connect(self.dsn)
+            self._conn = connection.connect(self.dsn, connect_timeout=self.connect_timeout)
             self.elected = False
             queries.fetch(self._conn, "maintenance_session", {"timeout": f"{self._ttl_ms}ms"})
         if self.elect:  # every pass renews the claim; one that lapsed may have been taken
@@ -215,6 +223,10 @@ class Maintainer:
             while not self._stop.is_set():
                 try:
                     self.tick()
+                    self.outage.ok()
+                except ConnectionFailed as exc:
+                    self.outage.failed("maintenance", exc)
+                    self._drop_connection()
                 except PgQueueError as exc:
                     log.warning("maintenance pass failed: %s", exc)
                     self._drop_connection()

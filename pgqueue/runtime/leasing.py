@@ -17,12 +17,13 @@ from collections.abc import Callable, Sequence
 
 from pgqueue.client import lease
 from pgqueue.db import queries
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.models import Lease
 from pgqueue.runtime.app import App
 from pgqueue.runtime.held import HeldLeases, Reservation, RetryDb
 from pgqueue.runtime.running import Held
 from pgqueue.runtime.wakeup import Wakeup
+from pgqueue.telemetry.outage import FIRST_DELAY_SECONDS, Outage, jittered, next_delay
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
@@ -37,12 +38,14 @@ class LeaseLoops:
     def __init__(self, *, app: App, streams: Sequence[str], leases: HeldLeases, wake: Wakeup,
                  stopping: threading.Event, retry_db: RetryDb,
                  hand_out: Callable[[Held], None], poll_interval: float,
-                 visibility_timeout: float, node: int, worker_id: Callable[[], int]) -> None:
+                 visibility_timeout: float, node: int, worker_id: Callable[[], int],
+                 outage: Outage) -> None:
         """
         :param hand_out: queues a held job for the slots of its kind (the worker's).
         :param worker_id: the worker's registry id (it changes on failover).
         """
         self._app = app
+        self._outage = outage
         self._streams = list(streams)
         self._leases = leases
         self._wake = wake
@@ -56,7 +59,7 @@ class LeaseLoops:
 
     def loop(self, turn: int = 0) -> None:
         """Lease while there is capacity, one stream after the other, until stop."""
-        delay = 0.1
+        delay = FIRST_DELAY_SECONDS
         while not self._stopping.is_set():
             seen = self._wake.generation
             reservation = self._leases.reserve()
@@ -70,12 +73,16 @@ class LeaseLoops:
             turn += 1
             try:
                 got = self.take(stream, reservation)
-                delay = 0.1
+                delay = FIRST_DELAY_SECONDS
+                self._outage.ok()
             except PgQueueError as exc:
-                log.warning("worker %s: lease failed (%s); retrying in %.1fs",
-                            self._worker_id(), exc, delay)
-                self._stopping.wait(delay)
-                delay = min(delay * 2, 5.0)
+                if isinstance(exc, ConnectionFailed):
+                    self._outage.failed("lease", exc)
+                else:
+                    log.warning("worker %s: lease failed (%s); retrying in %.1fs",
+                                self._worker_id(), exc, delay)
+                self._stopping.wait(jittered(delay))
+                delay = next_delay(delay)
                 continue
             if got < reservation.want and turn % len(self._streams) == 0:
                 # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.

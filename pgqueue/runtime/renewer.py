@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable
 
 from pgqueue.client import lease
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.runtime.held import HEARTBEAT_SECONDS, Db, HeldLeases, label, lease_fields
 from pgqueue.runtime.running import Held
+from pgqueue.telemetry.outage import Outage
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
@@ -34,12 +35,14 @@ FINISH_CHECK = 0.5
 class Renewer:
     """The renewer thread's work, over one worker's held leases."""
 
-    def __init__(self, leases: HeldLeases, db: Db, worker_id: Callable[[], int]) -> None:
+    def __init__(self, leases: HeldLeases, db: Db, worker_id: Callable[[], int],
+                 outage: Outage) -> None:
         """
         :param worker_id: the worker's registry id, for log lines (it changes on failover).
         """
         self._leases = leases
         self._db = db
+        self._outage = outage
         self._worker_id = worker_id
         self._poked = threading.Event()
         self._heard: set[int] = set()  # lease ids named by a NOTIFY since the last look
@@ -80,6 +83,9 @@ class Renewer:
                         last_beat = time.monotonic()
                 else:
                     self.look_for_cancels()
+                self._outage.ok()
+            except ConnectionFailed as exc:
+                self._outage.failed("renewal", exc)
             except PgQueueError as exc:
                 log.warning("worker %s: renewal failed: %s", self._worker_id(), exc)
             except Exception:

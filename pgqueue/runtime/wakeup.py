@@ -50,7 +50,8 @@ class Wakeup:
 
 def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
                 finished: threading.Event, worker_id: Callable[[], int],
-                on_cancel: Callable[[int], None] | None = None) -> None:
+                on_cancel: Callable[[int], None] | None = None,
+                connect_timeout: float | None = None) -> None:
     """The listener thread: set `wake` on every notification about one of `streams`, and call
     `on_cancel(lease_id)` on every cancel request (the renewal is the fallback), until
     `finished`. It reconnects with backoff, and to the new leader when `dsn()` changes."""
@@ -58,7 +59,7 @@ def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
     while not finished.is_set():
         try:
             current = dsn()
-            with connection.connect(current) as conn:
+            with connection.connect(current, connect_timeout=connect_timeout) as conn:
                 run.listen(conn, NOTIFY_CHANNEL)
                 if on_cancel is not None:
                     run.listen(conn, CANCEL_CHANNEL)

@@ -69,6 +69,7 @@ from pgqueue.runtime.running import Held
 from pgqueue.runtime.settler import JobSettler
 from pgqueue.runtime.wakeup import NOTIFY_CHANNEL, Wakeup, listen_loop
 from pgqueue.runtime.worker_db import WorkerDb
+from pgqueue.telemetry.outage import Outage
 
 if TYPE_CHECKING:  # prometheus_client is imported only by a worker that serves metrics
     from pgqueue.telemetry.metrics import MetricsServer, WorkerMetrics
@@ -105,6 +106,7 @@ class Worker:
         async_concurrency: int | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        connect_timeout: float = connection.CONNECT_TIMEOUT,
     ) -> None:
         if not isinstance(app, App):
             raise TypeError(f"app must be a pgqueue.App, got {type(app).__name__}")
@@ -115,6 +117,11 @@ class Worker:
             raise ValueError("streams must name at least one stream")
         self.app = app
         self.dsns = connection.dsn_list(dsn)
+        # How long reaching the server may take (seconds): a database that does not exist or
+        # refuses the role stops the worker at once; an unreachable one is an outage it waits
+        # out with backoff, logging it once, once a minute and once when it ends (outage.py).
+        self.connect_timeout = validate.seconds(connect_timeout, "connect_timeout", positive=True)
+        self.outage = Outage(log, lambda: f"worker {self.worker_id}")
         self.concurrency = validate.integer(concurrency, "concurrency", low=1, high=10_000)
         # Coroutines in flight for the App's async def handlers, apart from the threads (None:
         # DEFAULT_ASYNC_CONCURRENCY when it has any, else none). The threads' slots count only
@@ -176,7 +183,8 @@ class Worker:
         writers = self._thread_slots + (WRITERS if self._loop_slots else 0)
         self._dbs = WorkerDb(self.dsns, pool_size=writers + 1 + self.lease_loops,
                              worker_id=self._id, finished=self._finished,
-                             moved=self._moved)
+                             moved=self._moved, connect_timeout=self.connect_timeout,
+                             outage=self.outage)
         self._db = self._dbs.db
         self._retry = self._dbs.retry
         self._retry_db = self._dbs.retry_db
@@ -202,7 +210,7 @@ class Worker:
             app=app, streams=self.streams, leases=self._leases, wake=self._wake,
             stopping=self._stopping, retry_db=self._retry_db, hand_out=self._hand_out,
             poll_interval=self.poll_interval, visibility_timeout=self.visibility_timeout,
-            node=self.node, worker_id=self._id)
+            node=self.node, worker_id=self._id, outage=self.outage)
         self._leasers: list[threading.Thread] = []
         self._threads: list[threading.Thread] = []
         self._acker: threading.Thread | None = None
@@ -324,7 +332,7 @@ class Worker:
             self._leasers.append(self._thread(f"leaser-{i}",
                                               functools.partial(self._leasing.forever, i)))
         self._acker = self._thread("acker", self._leases.ack_loop)
-        renewer = Renewer(self._leases, self._db, self._id)
+        renewer = Renewer(self._leases, self._db, self._id, self.outage)
 
         def cancel_heard(lease_id: int) -> None:  # look at once: the row says whether it is so
             if self._leases.holds(lease_id):
@@ -335,13 +343,15 @@ class Worker:
                 renewer.loop, self.renew_interval, self._finished, self._heartbeat)),
             self._thread("listener", functools.partial(
                 listen_loop, self._wake, self.streams, dsn=self._leader, finished=self._finished,
-                worker_id=self._id, on_cancel=cancel_heard)),
+                worker_id=self._id, on_cancel=cancel_heard,
+                connect_timeout=self.connect_timeout)),
             self._acker]
         self._handlers.start(self._thread_slots)
         if self.maintenance:  # a plain bool: written once, before any thread starts
             self._maintainer = Maintainer(
                 self.dsn, interval=self.maintenance_interval,
-                on_pass=None if self.metrics is None else self.metrics.reclaimed_by)
+                on_pass=None if self.metrics is None else self.metrics.reclaimed_by,
+                outage=self.outage, connect_timeout=self.connect_timeout)
             self._threads.append(self._thread("maintenance", self._maintainer.run))
 
     def _thread(self, name: str, loop: Callable[[], None]) -> threading.Thread:

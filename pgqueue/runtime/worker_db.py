@@ -19,6 +19,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgqueue.db import connection, queries
 from pgqueue.errors import ConnectionFailed, Contention, NotLeader, PgQueueError
+from pgqueue.telemetry.outage import FIRST_DELAY_SECONDS, Outage, jittered, next_delay
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -29,8 +30,12 @@ class WorkerDb:
     """The pool and its failover; `moved(leader)` is called after the pool moved."""
 
     def __init__(self, dsns: Sequence[str], *, pool_size: int, worker_id: Callable[[], int],
-                 finished: threading.Event, moved: Callable[[str], None]) -> None:
+                 finished: threading.Event, moved: Callable[[str], None],
+                 connect_timeout: float, outage: Outage) -> None:
         self.dsns = list(dsns)
+        self.connect_timeout = connect_timeout
+        #: the outage every loop of the worker reports to (one log line a minute at most)
+        self.outage = outage
         self.dsn = self.dsns[0]
         self.pool: ConnectionPool[Any] | None = None
         self._pool_size = pool_size
@@ -40,11 +45,12 @@ class WorkerDb:
         self._failover_lock = threading.Lock()
 
     def _open_pool(self, dsn: str) -> ConnectionPool[Any]:
-        return connection.open_pool(dsn, max_size=self._pool_size, name="pgqueue-worker")
+        return connection.open_pool(dsn, max_size=self._pool_size, name="pgqueue-worker",
+                                    connect_timeout=self.connect_timeout)
 
     def open(self) -> ConnectionPool[Any]:
         """Find the leader and open the pool on it."""
-        self.dsn = connection.find_leader(self.dsns)
+        self.dsn = connection.find_leader(self.dsns, connect_timeout=self.connect_timeout)
         self.pool = self._open_pool(self.dsn)
         return self.pool
 
@@ -55,7 +61,7 @@ class WorkerDb:
         then see the new leader (see the module docstring)."""
         with self._failover_lock:
             try:
-                leader = connection.find_leader(self.dsns)
+                leader = connection.find_leader(self.dsns, connect_timeout=self.connect_timeout)
             except PgQueueError as exc:
                 log.warning("worker %s: no leader to move to yet: %s", self._worker_id(), exc)
                 return
@@ -75,7 +81,7 @@ class WorkerDb:
         pool = self.pool
         assert pool is not None
         try:
-            with pool.connection(timeout=10.0) as conn:
+            with pool.connection(timeout=self.connect_timeout) as conn:
                 return fn(conn)
         except PoolTimeout as exc:
             if len(self.dsns) > 1:
@@ -91,20 +97,30 @@ class WorkerDb:
     def retry(self, fn: Callable[[], T], what: str, *, deadline: float | None = None,
                until: threading.Event | None = None) -> T | None:
         """Call fn until it succeeds; None when the worker finishes, `until` is set, or the
-        deadline passes first."""
-        delay = 0.1
+        deadline passes first. An unreachable database is an outage (outage.py: logged once
+        when it starts, at most once a minute, once when it ends; capped jittered backoff);
+        a permanent refusal (no such database or role, authentication) is raised at once."""
+        delay = FIRST_DELAY_SECONDS
         until = until or self._finished
         while True:
             try:
-                return fn()
+                found = fn()
             except (ConnectionFailed, PoolTimeout, Contention) as exc:
+                if isinstance(exc, ConnectionFailed) and exc.permanent:
+                    raise
                 if until.is_set() or (deadline is not None and time.monotonic() > deadline):
                     log.warning("worker %s: giving up on %s: %s", self._worker_id(), what, exc)
                     return None
-                log.warning("worker %s: %s failed (%s); retrying in %.1fs",
-                            self._worker_id(), what, exc, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                if isinstance(exc, Contention):
+                    log.warning("worker %s: %s failed (%s); retrying in %.1fs",
+                                self._worker_id(), what, exc, delay)
+                else:
+                    self.outage.failed(what, exc)
+                until.wait(jittered(delay))
+                delay = next_delay(delay)
+                continue
+            self.outage.ok()
+            return found
 
     def retry_db(self, fn: Callable[[queries.Conn], T], what: str, *,
                   deadline: float | None = None, until: threading.Event | None = None) -> T | None:

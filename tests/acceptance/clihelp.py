@@ -8,10 +8,13 @@ from click.testing import CliRunner, Result
 
 if TYPE_CHECKING:
     # mypy reads the source tree, where the package is the `cli` folder; the installed name
-    # (mapped by pyproject's package-dir) is pgqueue_cli.
-    from cli import main
+    # (mapped by setup.py's package_dir) is pgqueue_cli.
+    import cli as cli_package
 else:
-    from pgqueue_cli import main
+    import pgqueue_cli as cli_package
+
+main = cli_package.main
+__all__ = ["as_json", "cli_package", "main", "ok", "run"]
 
 
 def run(dsn: str | None, *args: str, input: bytes | str | None = None,

@@ -7,7 +7,10 @@ import inspect
 import click
 import pytest
 from click.testing import CliRunner
-from pgqueue_cli import COMMANDS, load, main
+
+from tests.acceptance.clihelp import cli_package
+
+COMMANDS, load, main = cli_package.COMMANDS, cli_package.load, cli_package.main
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

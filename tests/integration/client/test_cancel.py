@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import threading
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from pgqueue.db import connection, queries
 from pgqueue.runtime.held import HeldLeases
 from pgqueue.runtime.renewer import Renewer
 from pgqueue.runtime.running import Held
+from pgqueue.telemetry.outage import Outage
 from tests.dbhelp import force_reclaim, listening, op_counts, state_snapshot, wait_for
 from tests.integration.runtime.test_worker import gone, op_names, ops, running
 
@@ -240,7 +242,8 @@ def test_the_renewer_marks_a_held_job_cancelled(q: pgqueue.Queue, dsn: str) -> N
     table.admit(table.reserve(), [held], lambda h: None)
     stopped = threading.Event()
     held.on_cancel = stopped.set
-    renewer = Renewer(table, lambda fn: q_call(q, fn), lambda: 1)
+    renewer = Renewer(table, lambda fn: q_call(q, fn), lambda: 1,
+                      Outage(logging.getLogger("test"), lambda: "test"))
     renewer.round()
     assert not held.cancelled.is_set()
     q.cancel(held.lease.job_id)
