@@ -21,7 +21,7 @@ from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
 
 import pgqueue
-from pgqueue.db import connection
+from pgqueue.db import connection, connection_async
 from pgqueue.db.embedded import EmbeddedServer
 from pgqueue.telemetry.outage import Outage
 from tests.dbhelp import wait_for
@@ -207,3 +207,29 @@ def test_the_dashboard_answers_503_within_the_connect_timeout(up: Server) -> Non
         up.up()
         wait_for(lambda: client.get("/").status_code == 200, timeout=30,
                  what="the dashboard to answer again")
+
+
+def test_the_live_refresh_says_the_database_is_away_and_when_it_is_back(up: Server) -> None:
+    """The event stream every page holds: `away` (with the reason, as data) while the server
+    is stopped, `refresh` once it is back."""
+    from pgqueue.dashboard.live import Broadcaster
+
+    async def scenario() -> tuple[str, str]:
+        live = Broadcaster(lambda: connection_async.find_leader([up.dsn], connect_timeout=1),
+                           connect_timeout=1)
+        events = live.events()
+        try:
+            assert await anext(events) == "retry: 3000\n\n"
+            up.down()
+            away = await asyncio.wait_for(anext(events), 30)
+            up.up()
+            back = await asyncio.wait_for(anext(events), 60)
+            return away, back
+        finally:
+            await events.aclose()
+            await live.stop()
+
+    away, back = asyncio.run(scenario())
+    assert away.startswith("event: away\ndata: "), away
+    assert json.loads(away.split("data: ", 1)[1])["message"], away
+    assert back == "event: refresh\ndata: {}\n\n"
