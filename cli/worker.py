@@ -11,6 +11,7 @@ import importlib
 import logging
 import os
 import sys
+import traceback
 from typing import Any
 
 import click
@@ -48,6 +49,18 @@ class PrefetchType(click.ParamType):  # type: ignore[type-arg]
 PREFETCH = PrefetchType()
 
 
+def _short_error(exc: BaseException, frames: int = 3) -> str:
+    """An error raised while importing an app, in a short block: where it was raised (the
+    last few frames, the app's own) and what it says, indented."""
+    stack = traceback.extract_tb(exc.__traceback__)[-frames:]
+    lines = [f"  File \"{f.filename}\", line {f.lineno}, in {f.name}" for f in stack]
+    if isinstance(exc, SyntaxError) and exc.filename:
+        lines.append(f"  File \"{exc.filename}\", line {exc.lineno}")
+    lines += ["  " + line for line in
+              "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()]
+    return "\n".join(lines)
+
+
 def load_app(spec: str) -> pgqueue.App:
     """Import `module:attr` (the current directory is importable, as with `python -m`)."""
     module_name, sep, attr = spec.partition(":")
@@ -57,9 +70,13 @@ def load_app(spec: str) -> pgqueue.App:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="--app") from None
-    app = getattr(module, attr, None)
+    except Exception as exc:  # the module's own error (a SyntaxError, a failed import, ...)
+        raise click.BadParameter(f"cannot import {module_name!r}:\n{_short_error(exc)}",
+                                 param_hint="--app") from None
+    if not hasattr(module, attr):
+        raise click.BadParameter(f"module {module_name} has no attribute {attr}",
+                                 param_hint="--app")
+    app = getattr(module, attr)
     if not isinstance(app, pgqueue.App):
         raise click.BadParameter(
             f"{spec!r} is {type(app).__name__}, not a pgqueue.App", param_hint="--app")

@@ -352,12 +352,26 @@ def stop_embedded(mode: str = "fast") -> EmbeddedStatus:
     return before
 
 
+def root_note(pgdata: Path) -> str:
+    """What starting the embedded server as root does to the machine, said before it does it:
+    initdb refuses root, so the server runs as the OS user RUN_AS, created when missing."""
+    try:
+        pwd.getpwnam(RUN_AS)
+        who = f"runs as the existing OS user {RUN_AS!r}"
+    except KeyError:
+        who = f"creates the OS user {RUN_AS!r} to run it (Postgres refuses to run as root)"
+    return (f"pgqueue: running as root: the embedded Postgres {who}; its data lives in "
+            f"{pgdata}, owned by that user")
+
+
 def default_dsn(*, announce: bool = True) -> str:
     """The CLI's default: the per-user embedded server (started if needed), database pgqueue.
 
     A restart from this install's binaries (see `EmbeddedServer.start`) is always said on
     stderr; `announce` adds the note that the embedded server is in use."""
     server = EmbeddedServer(default_data_dir())
+    if os.geteuid() == 0 and not server.is_running():
+        print(root_note(server.pgdata), file=sys.stderr)
     try:
         started = server.start()
     except Exception as exc:

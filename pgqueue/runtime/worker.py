@@ -191,7 +191,10 @@ class Worker:
         if self.metrics_port is not None:
             from pgqueue.telemetry.metrics import WorkerMetrics
 
-            self.metrics = WorkerMetrics(lambda: self._leases.held_by_stream())
+            # every stream the worker serves, 0 when it holds nothing there: an alert on a
+            # missing series is not an alert on 0
+            self.metrics = WorkerMetrics(
+                lambda: {**dict.fromkeys(self.streams, 0), **self._leases.held_by_stream()})
         self._leases = HeldLeases(concurrency=slots, prefetch=self.prefetch,
                                   start_slots=min(self._thread_slots, self._loop_slots)
                                   if self._thread_slots and self._loop_slots else None,

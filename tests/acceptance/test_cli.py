@@ -489,6 +489,10 @@ def test_demo_runs_on_the_embedded_default_without_a_dsn(tmp_path: Path) -> None
                               env=_embedded_env(data_dir))
         assert proc.returncode == 0, proc.stderr
         assert "no DSN given" in proc.stderr and str(data_dir) in proc.stderr
+        if os.geteuid() == 0:  # said before the server starts: the OS user, the data's place
+            note = proc.stderr.index("pgqueue: running as root: the embedded Postgres ")
+            assert note < proc.stderr.index("no DSN given")
+            assert "OS user 'pgqueue'" in proc.stderr and f"data lives in {data_dir}" in proc.stderr
         outcome = json.loads(proc.stdout)
         assert outcome["dead"] == 2
         assert outcome["acked"] + outcome["dead"] == outcome["distinct_jobs"]
@@ -510,6 +514,29 @@ def test_worker_prefetch_takes_auto_or_a_number_and_names_a_bad_value(dsn: str) 
         assert "--prefetch" in result.stderr and why in result.stderr
     shown = ok(None, "worker", "--help").stdout
     assert "--prefetch" in shown and "auto" in shown
+
+
+def test_a_bad_app_says_what_is_wrong_and_exits_2(dsn: str, tmp_path: Path) -> None:
+    """A missing attribute is named as such; a module that fails to import shows its own
+    error in a short block (where, and what), like every other bad --app value."""
+    (tmp_path / "broken_app_mod.py").write_text("import os\n\nraise RuntimeError('no config')\n")
+    (tmp_path / "typo_app_mod.py").write_text("x = (\n")
+    cases = [("examples.demo_app:nosuch", "module examples.demo_app has no attribute nosuch"),
+             ("broken_app_mod:app", "RuntimeError: no config"),
+             ("typo_app_mod:app", "SyntaxError"),
+             ("no_such_module_xyz:app", "No module named 'no_such_module_xyz'")]
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for spec, why in cases:
+            result = run(dsn, "worker", "--app", spec)
+            assert result.exit_code == 2, (spec, result.output)
+            assert "--app" in result.stderr and why in result.stderr, (spec, result.stderr)
+            assert "Traceback" not in result.stderr
+            if spec.startswith("broken"):  # where: the module's own line
+                assert 'broken_app_mod.py", line 3' in result.stderr, result.stderr
+    finally:
+        os.chdir(old)
 
 
 def test_dsn_masks_the_password_unless_asked_and_psql_gets_it_from_the_environment(

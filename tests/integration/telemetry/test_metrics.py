@@ -246,7 +246,23 @@ def test_a_workers_metrics_count_what_became_of_its_jobs(dsn: str, q: pgqueue.Qu
     assert value(samples, "pgqueue_job_duration_seconds_count", stream="default", kind="ok") == 3
     assert value(samples, "pgqueue_job_wait_seconds_count", stream="default", kind="flaky") == 2
     assert value(samples, "pgqueue_leases_reclaimed_total", stream="default") == 1
-    assert value(samples, "pgqueue_leases_held", stream="default") in (0, None)
+    assert value(samples, "pgqueue_leases_held", stream="default") == 0
+
+
+def test_leases_held_is_zero_for_every_stream_served_while_nothing_is_held(dsn: str) -> None:
+    app = pgqueue.App()
+
+    @app.job("ok")
+    def ok(job: pgqueue.JobContext) -> None:
+        pass
+
+    with running(app, dsn, metrics_port=0, streams=["a", "b"]) as worker:
+        address = worker.metrics_address
+        assert address is not None
+        samples = scrape(f"http://{address[0]}:{address[1]}/metrics")
+    assert value(samples, "pgqueue_leases_held", stream="a") == 0
+    assert value(samples, "pgqueue_leases_held", stream="b") == 0
+    assert value(samples, "pgqueue_leases_held", stream="default") is None
 
 
 def test_metrics_settings_are_checked(dsn: str) -> None:
