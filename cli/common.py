@@ -275,17 +275,20 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
 
 
 def jobs_table(title: str | None, jobs: Sequence[AnyJob]) -> Table:
-    """Job snapshots as a table for people."""
+    """Job snapshots as a table for people; when some are scheduled, the time each runs."""
+    infos = [unwrap(job) for job in jobs]
+    scheduled = any(j.state == "scheduled" for j, _size, _cut in infos)
     rows = []
-    for job in jobs:
-        j, _size, truncated = unwrap(job)
-        rows.append((j.job_id, j.stream, j.kind or "", j.state, j.priority,
+    for j, _size, truncated in infos:
+        runs = [ago(j.not_before) if j.state == "scheduled" else ""] if scheduled else []
+        rows.append((j.job_id, j.stream, j.kind or "", j.state, *runs, j.priority,
                      f"{j.attempts}/{j.max_attempts or '∞'}",
                      preview(j.payload, prefix=truncated),
                      preview(None if j.last_error is None else j.last_error.encode(), 30)))
     return table(
         title,
-        ["id", "stream", "kind", "state", "prio", "tries", "payload", "last error"],
+        ["id", "stream", "kind", "state", *(["runs at (UTC)"] if scheduled else []), "prio",
+         "tries", "payload", "last error"],
         rows,
         right=["id", "prio", "tries"],
         nowrap=["id", "state", "prio", "tries"],

@@ -51,17 +51,19 @@ def jobs() -> None:
 @click.option("--stream", default=None, help="Only this stream (default: every stream).")
 @click.option("--state", type=click.Choice(pgqueue.JOB_STATES), default=None,
               help="Only jobs in this state.")
+@click.option("--kind", default=None, help="Only jobs of this kind.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="At most this many jobs, newest first.")
 @FULL
 @JSON
-def list_(stream: str | None, state: str | None, limit: int, full: bool, as_json: bool) -> None:
-    """List jobs, newest first."""
+def list_(stream: str | None, state: str | None, kind: str | None, limit: int, full: bool,
+          as_json: bool) -> None:
+    """List jobs, newest first (a scheduled job with the time it runs)."""
     with open_queue("default" if stream is None else stream) as q:
         found: Sequence[AnyJob] = (
-            q.jobs(state=state, all_streams=stream is None, limit=limit) if full else
+            q.jobs(state=state, all_streams=stream is None, limit=limit, kind=kind) if full else
             q.jobs_preview(state=state, all_streams=stream is None, limit=limit,
-                           preview_bytes=PREVIEW_BYTES))
+                           preview_bytes=PREVIEW_BYTES, kind=kind))
     if as_json:
         print_json([job_json(j) for j in found])
         return

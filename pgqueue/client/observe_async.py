@@ -46,15 +46,23 @@ async def job(conn: run.AsyncConn, job_id: int) -> JobInfo | None:
     return None if row is None else JobInfo.from_row(row)
 
 
-async def jobs(conn: run.AsyncConn, *, stream: str | None = None, state: str | None = None,
-               limit: int = 100) -> list[JobInfo]:
-    """Jobs, newest first, optionally of one stream and state."""
+def _list_filter(stream: str | None, state: str | None, kind: str | None,
+                 limit: int) -> dict[str, Any]:
+    """The checked filter of jobs_list and jobs_preview_list."""
     if stream is not None:
         validate.stream(stream)
     if state is not None and state not in JOB_STATES:
         raise ValueError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
+    if kind is not None:
+        validate.kind(kind)
     validate.integer(limit, "limit", low=1, high=1_000_000)
-    rows = await run.fetch(conn, "jobs_list", {"stream": stream, "state": state, "limit": limit})
+    return {"stream": stream, "state": state, "kind": kind, "limit": limit}
+
+
+async def jobs(conn: run.AsyncConn, *, stream: str | None = None, state: str | None = None,
+               limit: int = 100, kind: str | None = None) -> list[JobInfo]:
+    """Jobs, newest first, optionally of one stream, state and kind."""
+    rows = await run.fetch(conn, "jobs_list", _list_filter(stream, state, kind, limit))
     return [JobInfo.from_row(r) for r in rows]
 
 
@@ -142,15 +150,11 @@ async def job_preview(conn: run.AsyncConn, job_id: int,
 
 
 async def jobs_preview(conn: run.AsyncConn, *, stream: str | None = None, state: str | None = None,
-                       limit: int = 100, preview_bytes: int = PREVIEW_BYTES) -> list[JobPreview]:
+                       limit: int = 100, preview_bytes: int = PREVIEW_BYTES,
+                       kind: str | None = None) -> list[JobPreview]:
     """`jobs` (newest first), each payload cut to its first `preview_bytes` bytes."""
-    if stream is not None:
-        validate.stream(stream)
-    if state is not None and state not in JOB_STATES:
-        raise ValueError(f"state must be one of {', '.join(JOB_STATES)}, got {state!r}")
-    validate.integer(limit, "limit", low=1, high=1_000_000)
     rows = await run.fetch(conn, "jobs_preview_list", {
-        "stream": stream, "state": state, "limit": limit, "preview": _preview(preview_bytes)})
+        **_list_filter(stream, state, kind, limit), "preview": _preview(preview_bytes)})
     return [_job_preview(r) for r in rows]
 
 

@@ -101,11 +101,12 @@ class AsyncQueueOperations:
 
     @follow_leader(idempotent=True)
     async def jobs(self, *, state: str | None = None, all_streams: bool = False,
-                   limit: int = 100) -> list[JobInfo]:
-        """Jobs of this stream (or every stream), newest first, optionally in one state."""
+                   limit: int = 100, kind: str | None = None) -> list[JobInfo]:
+        """Jobs of this stream (or every stream), newest first, optionally in one state and
+        of one kind."""
         async with self.connection() as conn:
             return await observe.jobs(conn, stream=None if all_streams else self.stream, state=state,
-                                      limit=limit)
+                                      limit=limit, kind=kind)
 
     @follow_leader(idempotent=True)
     async def jobs_page(self, *, stream: str | None = None, state: str | None = None,
@@ -342,12 +343,13 @@ class AsyncQueueOperations:
 
     @follow_leader(idempotent=True)
     async def jobs_preview(self, *, state: str | None = None, all_streams: bool = False,
-                           limit: int = 100,
-                           preview_bytes: int = observe.PREVIEW_BYTES) -> list[JobPreview]:
+                           limit: int = 100, preview_bytes: int = observe.PREVIEW_BYTES,
+                           kind: str | None = None) -> list[JobPreview]:
         """`jobs`, each payload cut to its first `preview_bytes` bytes by the database."""
         async with self.connection() as conn:
             return await observe.jobs_preview(conn, stream=None if all_streams else self.stream,
-                                              state=state, limit=limit, preview_bytes=preview_bytes)
+                                              state=state, limit=limit, preview_bytes=preview_bytes,
+                                              kind=kind)
 
     @follow_leader(idempotent=True)
     async def dead_letters_preview(self, limit: int = 100, *,

@@ -108,10 +108,11 @@ $$;
 SELECT * FROM pgqueue.jobs WHERE id = %(job_id)s
 
 -- name: jobs_list
--- Jobs, newest first, optionally of one stream and/or state.
+-- Jobs, newest first, optionally of one stream, state and/or kind.
 SELECT * FROM pgqueue.jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -147,6 +148,7 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
 FROM pgqueue.jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s
 

@@ -8,6 +8,7 @@ that printed the right words but did the wrong thing fails.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import os
 import subprocess
@@ -157,6 +158,25 @@ def test_jobs_list_filters_by_stream_state_and_limit(dsn: str) -> None:
     for job_id in (a1, a2, b1):
         assert str(job_id) in people
     assert "leased" in people and "pending" in people
+
+
+def test_jobs_list_filters_by_kind_and_shows_when_a_scheduled_job_runs(dsn: str) -> None:
+    with pgqueue.Queue(dsn) as q:
+        mail = q.enqueue("m", kind="mail")
+        later = q.enqueue("r", kind="report", delay=3600)
+        q.enqueue("n", kind=None)
+        due = q.job(later)
+    assert due is not None and due.state == "scheduled" and due.not_before is not None
+    assert [j["job_id"] for j in as_json(dsn, "jobs", "list", "--kind", "mail")] == [mail]
+    full = as_json(dsn, "jobs", "list", "--kind", "report", "--full")
+    assert [j["job_id"] for j in full] == [later]
+    assert as_json(dsn, "jobs", "list", "--kind", "nothing") == []
+    people = run(dsn, "jobs", "list", "--kind", "report", env={"COLUMNS": "160"}).stdout
+    assert "runs at (UTC)" in people
+    assert due.not_before.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") in people
+    assert "runs at" not in ok(dsn, "jobs", "list", "--kind", "mail").stdout
+    bad = run(dsn, "jobs", "list", "--kind", "x" * 201)
+    assert bad.exit_code == 2 and "kind" in bad.stderr
 
 
 def test_jobs_list_refuses_an_unknown_state_or_an_empty_stream(dsn: str) -> None:
