@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import psycopg
 
@@ -107,7 +107,7 @@ class Broadcaster:
                     self._changed.wait_for(lambda: self.generation != seen), timeout)
             return self.generation
 
-    async def events(self) -> AsyncIterator[str]:
+    async def events(self) -> AsyncGenerator[str, None]:
         """One page's event stream: `refresh` when something happened, and now and then."""
         self.start()
         seen = self.generation
