@@ -9,7 +9,7 @@ the app as an argument and never imports the worker runtime.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,7 +19,12 @@ from pgqueue.models import Checkpoint, Verdict
 
 
 class CompatRule(Protocol):
-    """What deploy-check needs of the new code: the worker's verdict on a job (a pgqueue.App)."""
+    """What deploy-check needs of the new code: its handlers by kind, and the worker's verdict
+    on a job (a pgqueue.App)."""
+
+    @property
+    def handlers(self) -> Mapping[str, Any]:
+        """The kinds the code runs (its handlers by kind)."""
 
     def verdict(self, kind: str | None, cp: Checkpoint,
                 step_list: Callable[[str], list[dict[str, Any]] | None]) -> Verdict | None:
@@ -62,3 +67,12 @@ def check(conn: run.Conn, app: CompatRule, *,
         parked += [Parked(int(job_id), g["stream"], g["kind"], state, found.reason, found.detail)
                    for job_id, state in zip(g["job_ids"], g["states"], strict=True)]
     return sorted(parked, key=lambda p: p.job_id)
+
+
+def served_streams(conn: run.Conn, app: CompatRule) -> list[str]:
+    """The streams holding jobs in flight of a kind `app` handles: where its workers run (the
+    default of `pgqueue deploy-check`), so another app's streams are not reported."""
+    kinds = sorted(app.handlers)
+    if not kinds:
+        return []
+    return [r["stream"] for r in run.fetch(conn, "deploy_streams", {"kinds": kinds})]

@@ -85,6 +85,13 @@ class AsyncQueueOperations:
             return await observe.history(conn, job_id, preview_bytes=preview_bytes)
 
     @follow_leader(idempotent=True)
+    async def deploy_streams(self, app: deploy.CompatRule) -> list[str]:
+        """The streams holding jobs in flight of a kind `app` handles (where its workers run):
+        what `pgqueue deploy-check` checks unless told which."""
+        async with self.connection() as conn:
+            return await deploy.served_streams(conn, app)
+
+    @follow_leader(idempotent=True)
     async def deploy_check(self, app: deploy.CompatRule, *,
                            streams: Sequence[str] | None = None) -> list[deploy.Parked]:
         """The jobs of `streams` (or every stream) that a worker running `app` would park as

@@ -13,6 +13,13 @@ WHERE state IN ('pending', 'scheduled', 'leased', 'quarantined')
   AND (%(streams)s::text[] IS NULL OR stream = ANY (%(streams)s::text[]))
 GROUP BY stream, kind, schema_version, step_set_hash, last_completed_step, cursor_step
 
+-- name: deploy_streams
+-- The streams holding jobs in flight (pending, scheduled, leased, quarantined) of the given
+-- kinds: what deploy-check reads by default (another app's streams are not its to judge).
+SELECT DISTINCT stream FROM pgqueue.job
+WHERE state IN ('pending', 'scheduled', 'leased', 'quarantined') AND kind = ANY (%(kinds)s::text[])
+ORDER BY stream
+
 -- name: step_sets_by_hash
 -- Recorded step lists by hash, for the hashes asked.
 SELECT hash, steps FROM pgqueue.step_set WHERE hash = ANY (%(hashes)s::text[])

@@ -110,8 +110,15 @@ def test_deploy_check_lists_exactly_the_jobs_the_new_worker_parks(
     assert {j["job_id"]: j["reason"] for j in listed["jobs"]} == expected
     assert [j["job_id"] for j in listed["jobs"]] == sorted(expected)
     assert all(j["stream"] == "default" for j in listed["jobs"])
+    # By default the streams holding jobs of the app's kinds: not "other", whose only job is
+    # another app's (its kind is none of this app's), unless asked for by name.
     result = run(dsn, "deploy-check", "--app", "newcode_deploy:app")
-    assert result.exit_code == 1 and "6 job(s) the new code would park" in result.stdout
+    assert result.exit_code == 1 and "5 job(s) the new code would park" in result.stdout
+    assert result.stdout.startswith("checked the streams default\n")
+    other_stream = json.loads(run(dsn, "deploy-check", "--app", "newcode_deploy:app", "--stream",
+                                  "other", "--json").stdout)
+    assert other_stream["streams"] == ["other"]
+    assert [(j["job_id"], j["reason"]) for j in other_stream["jobs"]] == [(elsewhere, "unknown_kind")]
     everywhere = {p.job_id for p in q.deploy_check(new_code.app)}
     assert everywhere == set(expected) | {elsewhere}
 
@@ -134,7 +141,7 @@ def test_deploy_check_lists_exactly_the_jobs_the_new_worker_parks(
         other.cancel(elsewhere)
     clean = run(dsn, "deploy-check", "--app", "newcode_deploy:app")
     assert clean.exit_code == 0 and "no job would be parked" in clean.stdout
-    assert as_json(dsn, "deploy-check", "--app", "newcode_deploy:app") == {"jobs": []}
+    assert as_json(dsn, "deploy-check", "--app", "newcode_deploy:app")["jobs"] == []
 
 
 def test_deploy_check_refuses_what_is_not_an_app(dsn: str, new_code: Any) -> None:

@@ -113,6 +113,7 @@ CASES = [
     Case("op_log_preview", "reader", lambda q, c: q.op_log_preview(limit=5)),
     Case("schedule_streams", "reader", lambda q, c: q.schedule_streams("nightly")),
     Case("deploy_check", "reader", lambda q, c: q.deploy_check(_app())),
+    Case("deploy_streams", "reader", lambda q, c: q.deploy_streams(_app())),
     # producer
     Case("enqueue", "producer", lambda q, c: q.enqueue(b"x", kind="k")),
     Case("enqueue_many", "producer", lambda q, c: q.enqueue_many([pgqueue.NewJob(b"y")])),
