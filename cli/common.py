@@ -262,13 +262,14 @@ def cell(value: Any) -> Text:
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
           *, right: Sequence[str] = (), nowrap: Sequence[str] = ()) -> Table:
     """A rich table whose title and cells are shown literally; columns named in `right` are
-    right-aligned (numbers), those in `nowrap` keep their width (ids, states) while the others
-    fold when the terminal is narrow."""
+    right-aligned (numbers), those in `nowrap` keep their width (ids, states). When the
+    terminal is narrow the others shrink and wrap between words: a word longer than its
+    column ends in an ellipsis, never cut in two ("timezon" over "e")."""
     t = Table(title=None if title is None else Text(literal(title), style="table.title"),
               title_justify="left")
     for name in columns:
         t.add_column(literal(name), justify="right" if name in right else "left",
-                     no_wrap=name in nowrap, overflow="ellipsis" if name in nowrap else "fold")
+                     no_wrap=name in nowrap, overflow="ellipsis")
     for row in rows:
         t.add_row(*(cell(value) for value in row))
     return t
