@@ -333,8 +333,10 @@ $$;
 -- arrays (one job per call is bounded by its round trip and commit; this keeps the function's
 -- own share small).
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
-    p_stream text, p_payload bytea, p_kind text, p_priority int, p_delay_ms bigint,
-    p_not_before timestamptz, p_dedup_key bytea, p_max_attempts int, p_schema_version int,
+    p_stream text, p_payload bytea, p_kind text DEFAULT NULL, p_priority int DEFAULT 0,
+    p_delay_ms bigint DEFAULT NULL, p_not_before timestamptz DEFAULT NULL,
+    p_dedup_key bytea DEFAULT NULL, p_max_attempts int DEFAULT NULL,
+    p_schema_version int DEFAULT NULL,
     p_request uuid DEFAULT NULL, p_resent boolean DEFAULT false, p_trace jsonb DEFAULT NULL,
     p_concurrency_key text DEFAULT NULL
 ) RETURNS bigint

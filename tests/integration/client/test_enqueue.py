@@ -549,3 +549,18 @@ def test_the_api_refuses_a_kind_longer_than_200_characters(q: pgqueue.Queue) -> 
                                match="kind must be 1 to 200 characters"):
                 conn.execute(sql, [LONG_KIND])
     assert q.kinds() == [] and q.schedules() == []
+
+
+def test_psql_enqueues_with_a_stream_and_a_payload_alone(dsn: str, q: pgqueue.Queue) -> None:
+    """The optional arguments of pgqueue.enqueue_one have defaults: an operator in psql names
+    only what they need, and gets what Queue.enqueue would have made."""
+    with connection.connect(dsn) as conn:
+        (job_id,) = conn.execute(
+            """SELECT pgqueue.enqueue_one('emails', '{"to": "a@example.com"}')""").fetchone()
+        (named,) = conn.execute("SELECT pgqueue.enqueue_one('emails', 'x', p_kind => 'mail', "
+                                "p_priority => 7)").fetchone()
+    job = q.for_stream("emails").job(job_id)
+    assert job is not None and job.payload == b'{"to": "a@example.com"}'
+    assert (job.kind, job.priority, job.max_attempts, job.state) == (None, 0, 25, "pending")
+    other = q.job(named)
+    assert other is not None and (other.kind, other.priority) == ("mail", 7)

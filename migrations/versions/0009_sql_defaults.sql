@@ -1,0 +1,1 @@
+-- pgqueue 0009: no table changes (the function defaults are code: pgqueue/sql/enqueue.sql).
