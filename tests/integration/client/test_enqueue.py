@@ -555,10 +555,12 @@ def test_psql_enqueues_with_a_stream_and_a_payload_alone(dsn: str, q: pgqueue.Qu
     """The optional arguments of pgqueue.enqueue_one have defaults: an operator in psql names
     only what they need, and gets what Queue.enqueue would have made."""
     with connection.connect(dsn) as conn:
-        (job_id,) = conn.execute(
+        plain = conn.execute(
             """SELECT pgqueue.enqueue_one('emails', '{"to": "a@example.com"}')""").fetchone()
-        (named,) = conn.execute("SELECT pgqueue.enqueue_one('emails', 'x', p_kind => 'mail', "
-                                "p_priority => 7)").fetchone()
+        with_names = conn.execute("SELECT pgqueue.enqueue_one('emails', 'x', p_kind => 'mail', "
+                                  "p_priority => 7)").fetchone()
+    assert plain is not None and with_names is not None
+    job_id, named = plain[0], with_names[0]
     job = q.for_stream("emails").job(job_id)
     assert job is not None and job.payload == b'{"to": "a@example.com"}'
     assert (job.kind, job.priority, job.max_attempts, job.state) == (None, 0, 25, "pending")
