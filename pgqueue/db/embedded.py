@@ -370,8 +370,8 @@ def default_dsn(*, announce: bool = True) -> str:
     A restart from this install's binaries (see `EmbeddedServer.start`) is always said on
     stderr; `announce` adds the note that the embedded server is in use."""
     server = EmbeddedServer(default_data_dir())
-    if os.geteuid() == 0 and not server.is_running():
-        print(root_note(server.pgdata), file=sys.stderr)
+    if os.geteuid() == 0 and not (server.pgdata / "PG_VERSION").exists():
+        print(root_note(server.pgdata), file=sys.stderr)  # a new server: said before it is made
     try:
         started = server.start()
     except Exception as exc:
