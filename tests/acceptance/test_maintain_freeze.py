@@ -46,7 +46,9 @@ def test_a_frozen_maintenance_runner_hands_reclaim_to_another_worker(
         assert job is not None and job.state == "pending" and job.attempts == 1
     # the bound: the frozen session's idle timeout, a pass interval, the lease's own second
     assert took < FROZEN_RUNNER_SECONDS + 1.0 + 0.5 + 5.0, took
-    # the continued worker finds its session gone, reconnects and keeps working
-    wait_for(lambda: first.poll() is None and "maintenance pass failed" in workers.logs(), 30,
-             "the continued worker to notice its closed session")
+    # the continued worker finds its session gone (an outage of its own, logged as one: it
+    # starts, and ends once the next pass reconnects), reconnects and keeps working
+    wait_for(lambda: first.poll() is None and "unreachable (maintenance:" in workers.logs()
+             and "the database is back after" in workers.logs(), 30,
+             "the continued worker to notice its closed session and reconnect")
     assert first.poll() is None
