@@ -16,6 +16,10 @@ from collections.abc import Callable
 
 #: At most one line a minute while an outage lasts.
 REPEAT_SECONDS = 60.0
+#: Just after an outage ends, the connections a pool kept from before it fail once each on
+#: their next use: failures within this many seconds of the end start a new outage only if
+#: they last that long (a lone stale connection is not an outage).
+SETTLE_SECONDS = 10.0
 #: The longest wait between two attempts.
 MAX_DELAY_SECONDS = 5.0
 
@@ -51,16 +55,29 @@ class Outage:
         self._lock = threading.Lock()
         self.since: float | None = None
         self._said = 0.0
+        self._announced = False
+        self._ended: float | None = None
         self.failures = 0
 
     def failed(self, what: str, exc: BaseException) -> None:
         """`what` could not reach the database: the first failure of an outage is logged, and
-        then one a minute at most."""
+        then one a minute at most (right after an outage ended, only once it has lasted
+        SETTLE_SECONDS)."""
         now = self._clock()
         with self._lock:
             self.failures += 1
             if self.since is None:
-                self.since = self._said = now
+                self.since = now
+                self._announced = False
+                settling = self._ended is not None and now - self._ended < SETTLE_SECONDS
+                if settling:
+                    return  # right after the last outage: said only if it lasts
+            if not self._announced:
+                if self._ended is not None and now - self.since < SETTLE_SECONDS \
+                        and self.since - self._ended < SETTLE_SECONDS:
+                    return
+                self._announced = True
+                self._said = now
                 line = (f"{self._who()}: the database is unreachable ({what}: {exc}); retrying "
                         f"with backoff, saying so at most once a minute")
                 event = "outage_started"
@@ -81,6 +98,9 @@ class Outage:
         with self._lock:
             if self.since is None:
                 return
-            lasted, self.since = now - self.since, None
+            lasted, self.since, announced = now - self.since, None, self._announced
+            self._ended = now
+        if not announced:
+            return
         self._log.warning(f"{self._who()}: the database is back after {lasted:.1f}s",
                           extra={"pgqueue": {"event": "outage_ended", "seconds": round(lasted, 3)}})

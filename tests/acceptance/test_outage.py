@@ -233,3 +233,30 @@ def test_the_live_refresh_says_the_database_is_away_and_when_it_is_back(up: Serv
     assert away.startswith("event: away\ndata: "), away
     assert json.loads(away.split("data: ", 1)[1])["message"], away
     assert back == "event: refresh\ndata: {}\n\n"
+
+
+def test_a_stale_connection_just_after_an_outage_is_no_new_outage(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The pool's connections from before the outage fail once each on their next use: within
+    SETTLE_SECONDS of its end that says nothing, unless the failures last that long."""
+    import logging
+
+    from pgqueue.telemetry.outage import SETTLE_SECONDS
+
+    now = [0.0]
+    outage = Outage(logging.getLogger("pgqueue.test"), lambda: "worker 1", clock=lambda: now[0])
+    refused = pgqueue.ConnectionFailed("refused")
+    with caplog.at_level(logging.WARNING, logger="pgqueue.test"):
+        outage.failed("lease", refused)
+        now[0] = 4.0
+        outage.ok()                       # the outage: started, ended
+        now[0] = 5.0
+        outage.failed("renewal", refused)  # a stale pooled connection
+        outage.ok()                       # silent both ways
+        now[0] = 6.0
+        for second in range(int(SETTLE_SECONDS) + 1):  # a real one, right after
+            now[0] = 6.0 + second
+            outage.failed("lease", refused)
+        outage.ok()
+    events = [r.pgqueue["event"] for r in caplog.records]  # type: ignore[attr-defined]
+    assert events == ["outage_started", "outage_ended", "outage_started", "outage_ended"]
