@@ -39,6 +39,7 @@ def target(source: str) -> str:
     """The generated module of an async source: X_async.py -> X.py, in the same folder."""
     return source.removesuffix("_async.py") + ".py"
 
+
 #: Names unasync renames (beyond its own: __aenter__, AsyncIterator, asynccontextmanager...).
 RENAMES = {
     "AsyncConn": "Conn",

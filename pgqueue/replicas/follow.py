@@ -16,7 +16,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgqueue.db import connection, queries
-from pgqueue.errors import ConnectionFailed
+from pgqueue.errors import ConnectionFailed, Contention
 from pgqueue.replicas.seed import check_name, check_not_pruned, prepare_replica, seed_from_state
 
 log = logging.getLogger("pgqueue.replica")
@@ -154,9 +154,11 @@ class Follower:
                 delay = self.poll_interval
                 if new >= self.batch:
                     continue
-            except (ConnectionFailed, psycopg.OperationalError) as exc:
+            except (ConnectionFailed, Contention, psycopg.OperationalError) as exc:
                 # OperationalError: a commit or rollback on a connection the server ended (a
-                # terminated backend, a restart) is raised by the driver itself
+                # terminated backend, a restart) is raised by the driver itself. Contention: a
+                # deadlock with a promotion taking the node row (Postgres rolled this poll
+                # back; its connections are gone with it): the next poll sees the new role.
                 log.warning("follower %s: %s; retrying in %.1fs", self.name, exc, delay)
                 delay = min(delay * 2, 10.0)
             self._stop.wait(delay)
