@@ -141,7 +141,7 @@ def test_deploy_check_lists_exactly_the_jobs_the_new_worker_parks(
         other.cancel(elsewhere)
     clean = run(dsn, "deploy-check", "--app", "newcode_deploy:app")
     assert clean.exit_code == 0 and "no job would be parked" in clean.stdout
-    assert as_json(dsn, "deploy-check", "--app", "newcode_deploy:app")["jobs"] == []
+    assert as_json(dsn, "deploy-check", "--app", "newcode_deploy:app") == {"streams": [], "jobs": []}
 
 
 def test_deploy_check_refuses_what_is_not_an_app(dsn: str, new_code: Any) -> None:
