@@ -28,7 +28,7 @@ def migrations_dir() -> Path:
     spec = importlib.util.find_spec("pgqueue_migrations")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parent.parent / "migrations"
+    return Path(__file__).resolve().parents[2] / "migrations"
 
 
 def _config(location: Path | None) -> Config:
