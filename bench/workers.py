@@ -1,4 +1,5 @@
-"""Worker benchmarks: renewals with checkpoints, and no-op vs three-step job throughput.
+"""Worker benchmarks: renewals with checkpoints, and no-op vs three-step job throughput (and
+no-op jobs under a time limit that never fires: what arming a limit costs).
 
     python bench/workers.py [--dsn DSN] [--jobs N] [--leases N] [--concurrency N]
 
@@ -82,6 +83,10 @@ def bench_throughput(dsn: str, jobs: int, concurrency: int) -> dict[str, float]:
     def noop(job: pgqueue.JobContext) -> None:
         return None
 
+    @app.job("limited", timeout=3600)
+    def limited(job: pgqueue.JobContext) -> None:
+        return None
+
     three = app.step_job("three")
 
     @three.step("a")
@@ -97,7 +102,7 @@ def bench_throughput(dsn: str, jobs: int, concurrency: int) -> dict[str, float]:
         return None
 
     results: dict[str, float] = {}
-    for kind, stream in (("noop", "plain"), ("three", "steps")):
+    for kind, stream in (("noop", "plain"), ("limited", "limits"), ("three", "steps")):
         with pgqueue.Queue(dsn, stream=stream) as q:
             for start in range(0, jobs, 1000):
                 q.enqueue_many([app.new_job(kind, b"{}") for _ in range(min(1000, jobs - start))])
@@ -124,6 +129,7 @@ def main() -> None:
             ("renewals/s", f"{r['renewals_per_s']:,.0f}"),
             ("HOT updates during renewals", f"{r['hot_pct']:.1f} %"),
             (f"no-op jobs/s (one worker, concurrency {c})", f"{t['noop']:,.0f}"),
+            ("no-op jobs/s with a time limit (timeout=3600)", f"{t['limited']:,.0f}"),
             (f"three-step jobs/s (one worker, concurrency {c})", f"{t['three']:,.0f}"),
         ])
 

@@ -55,6 +55,7 @@ from .literal import err_console as err_console
 from .literal import literal as literal
 from .literal import say as say
 from .literal import say_lines as say_lines
+from .literal import say_literal_lines as say_literal_lines
 
 #: When set, errors propagate with their traceback (for debugging the CLI itself).
 DEBUG_ENV = "PGQUEUE_DEBUG"
@@ -285,7 +286,7 @@ def jobs_table(title: str | None, jobs: Sequence[AnyJob]) -> Table:
         rows.append((j.job_id, j.stream, j.kind or "", j.state, *runs, j.priority,
                      f"{j.attempts}/{j.max_attempts or '∞'}",
                      preview(j.payload, prefix=truncated),
-                     preview(None if j.last_error is None else j.last_error.encode(), 30)))
+                     j.error_summary or ""))
     return table(
         title,
         ["id", "stream", "kind", "state", *(["runs at (UTC)"] if scheduled else []), "prio",

@@ -31,6 +31,7 @@ from .common import (
     open_queue,
     print_json,
     say,
+    say_literal_lines,
     size_note,
     unwrap,
 )
@@ -87,8 +88,8 @@ def job_fields(job: AnyJob, *, with_payload: bool = True) -> dict[str, Any]:
     for key, value in data.items():
         if key.endswith("_encoding") or key == "payload_truncated":
             continue
-        if key == "payload" and not with_payload:
-            continue
+        if (key == "payload" and not with_payload) or key == "last_error":
+            continue  # the traceback follows the table, line by line (print_job)
         if key in ("payload", "dedup_key") and data[f"{key}_encoding"] == "base64":
             value = f"(base64) {value}"
         if key == "payload" and truncated:
@@ -112,6 +113,10 @@ def print_job(job: AnyJob, full: bool) -> None:
     cell of many megabytes would take rich minutes to lay out)."""
     info = unwrap(job)[0]
     console().print(kv_table(f"job {info.job_id}", job_fields(job, with_payload=not full)))
+    if info.last_error is not None and info.last_error != info.error_summary:
+        say("last error:")
+        say_literal_lines(info.last_error.rstrip("\n"))
+        say()
     if full:
         text, encoding = encode_bytes(info.payload)
         say(f"payload ({len(info.payload):,} bytes, {encoding}):")

@@ -32,6 +32,8 @@ def _escapes() -> dict[int, str]:
 _ESCAPES = _escapes()
 #: The same, but newline and tab pass (text whose layout is the CLI's own).
 _LAYOUT_KEPT = {cp: text for cp, text in _ESCAPES.items() if cp not in (0x09, 0x0A)}
+#: The same, but newline passes (job data shown line by line: a failure's traceback).
+_LINES_KEPT = {cp: text for cp, text in _ESCAPES.items() if cp != 0x0A}
 #: What JSON text must still escape for a terminal: json.dumps already escapes C0 (as \u00NN).
 _JSON_ESCAPES = {cp: f"\\u{cp:04x}" for cp in _ESCAPES if cp >= 0x7F}
 
@@ -52,6 +54,12 @@ def say_lines(text: str) -> None:
     """Text of several lines that the CLI composed (SQL files): its layout (newlines, tabs)
     kept, every other control character escaped."""
     click.echo(text.translate(_LAYOUT_KEPT))
+
+
+def say_literal_lines(text: str) -> None:
+    """Job data of several lines (a traceback), line by line: every control character but
+    the newline spelt out, as `literal` does (a tab too: it could hide what follows)."""
+    click.echo(text.translate(_LINES_KEPT))
 
 
 class LiteralConsole(Console):

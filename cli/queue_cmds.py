@@ -44,11 +44,13 @@ def read_payload(payload: str, json_payload: bool) -> Any:
                    "[default: the handler's max_attempts, else 25].")
 @click.option("--concurrency-key", default=None, metavar="KEY",
               help="What the kind's max-per-key limit counts (a tenant id, say).")
+@click.option("--timeout", type=float, default=None, metavar="SECONDS",
+              help="The job's own time limit per run [default: its handler's timeout].")
 @click.option("--json-payload", is_flag=True,
               help="Parse PAYLOAD as JSON (it is stored as compact JSON text).")
 def enqueue(stream: str, payload: str, kind: str | None, priority: int, delay: float | None,
             dedup_key: str | None, max_attempts: int | None, concurrency_key: str | None,
-            json_payload: bool) -> None:
+            timeout: float | None, json_payload: bool) -> None:
     """Enqueue PAYLOAD on STREAM and print the job id (only the integer, on stdout).
 
     PAYLOAD is stored as UTF-8 text; "-" reads the payload from stdin as raw bytes. With a
@@ -58,7 +60,7 @@ def enqueue(stream: str, payload: str, kind: str | None, priority: int, delay: f
     with open_queue(stream) as q:
         job_id = q.enqueue(value, kind=kind, priority=priority, delay=delay,
                            dedup_key=dedup_key, max_attempts=max_attempts,
-                           concurrency_key=concurrency_key)
+                           concurrency_key=concurrency_key, timeout=timeout)
     say(job_id)
 
 

@@ -89,3 +89,20 @@ class Cancelled(BaseException):
 
     A BaseException, as asyncio.CancelledError is: a handler's `except Exception:` around its
     work must not swallow the request to stop."""
+
+
+class JobTimeout(BaseException):
+    """A job ran past its time limit (`app.job(timeout=...)`, a step's own `timeout`, or the
+    one given at enqueue). A plain handler gets it at its next `ctx.advance()`,
+    `ctx.check_cancelled()` or step boundary; an async handler's task is cancelled instead. The
+    worker records the failure as `JobTimeout: ...` and the job is retried by its policy (a
+    step job's completed steps stay completed). A BaseException, as Cancelled is: a handler's
+    `except Exception:` must not swallow it.
+
+    :param stack: where the handler was when the worker stopped waiting for it (a plain handler
+        still running at the end of the grace period), recorded as the failure's traceback.
+    """
+
+    def __init__(self, message: str, *, stack: str | None = None) -> None:
+        super().__init__(message)
+        self.stack = stack

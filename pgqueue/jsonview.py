@@ -90,6 +90,8 @@ def job_json(job: AnyJob) -> dict[str, Any]:
         "enqueued_at": iso(info.enqueued_at),
         "not_before": iso(info.not_before),
         "last_error": info.last_error,
+        "error_summary": info.error_summary,
+        "timeout": info.timeout,
         "lease_id": info.lease_id,
         "lease_expires_at": iso(info.lease_expires_at),
         "worker_node": info.worker_node,

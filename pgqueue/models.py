@@ -107,6 +107,9 @@ class NewJob:
     schema_version: int | None = None
     #: What the kind's max_per_key counts (a tenant id, say; up to 200 characters).
     concurrency_key: str | None = None
+    #: The job's own time limit per run, in seconds (whole milliseconds, at least 1 ms):
+    #: overrides its handler's `timeout`. None: the handler's, or no limit.
+    timeout: float | dt.timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ class Lease:
     #: A job of a rate-limited kind leased ahead of its handler: the kind's window counts it
     #: when the handler starts (the worker asks the database first, which may defer it).
     rate_at_start: bool = False
+    #: The job's own time limit per run in seconds, set at enqueue (None: its handler's).
+    timeout: float | None = None
 
     @classmethod
     def from_lease_row(cls, row: tuple[Any, ...], visibility_timeout: float) -> Lease:
@@ -145,7 +150,8 @@ class Lease:
         object.__setattr__ (with tuple rows, the client side of a lease of 500 went from
         ~2.5 to ~1.8 ms)."""
         (job_id, lease_id, stream, kind, payload, priority, attempts, max_attempts, enqueued_at,
-         expires_at, started, *checkpoint_columns, due_at, trace_context, rate_at_start) = row
+         expires_at, started, *checkpoint_columns, due_at, trace_context, rate_at_start,
+         timeout_ms) = row
         checkpoint = (Checkpoint.empty() if checkpoint_columns.count(None) == 7  # never ran a step
                       else Checkpoint.from_columns(*checkpoint_columns))
         lease = object.__new__(cls)
@@ -154,7 +160,8 @@ class Lease:
             priority=priority, attempts=attempts, max_attempts=max_attempts,
             enqueued_at=enqueued_at, expires_at=expires_at, checkpoint=checkpoint,
             visibility_timeout=visibility_timeout, started=started, due_at=due_at,
-            trace_context=trace_context, rate_at_start=bool(rate_at_start))
+            trace_context=trace_context, rate_at_start=bool(rate_at_start),
+            timeout=None if timeout_ms is None else timeout_ms / 1000)
         return lease
 
 
@@ -185,6 +192,11 @@ class JobInfo:
     concurrency_key: str | None = None
     #: when an operator asked to cancel the job while a worker held it (None: not asked)
     cancel_requested_at: dt.datetime | None = None
+    #: the last failure in one line (`ExceptionType: message`); `last_error` holds its
+    #: traceback. Rows from before schema 0010 get it from last_error's last line.
+    error_summary: str | None = None
+    #: the job's own time limit per run in seconds, set at enqueue (None: its handler's)
+    timeout: float | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobInfo:
@@ -202,6 +214,8 @@ class JobInfo:
             worker_instance=row["worker_instance"], died_at=row["died_at"],
             concurrency_key=row.get("concurrency_key"),
             cancel_requested_at=row.get("cancel_requested_at"),
+            error_summary=row.get("error_summary"),
+            timeout=None if row.get("timeout_ms") is None else row["timeout_ms"] / 1000,
         )
 
 

@@ -102,6 +102,19 @@ def to_ms(value: Any, arg: str, *, positive: bool = False) -> int:
     return math.ceil(seconds(value, arg, positive=positive) * 1000)
 
 
+#: The longest time limit a job may have: what an int of milliseconds holds (24.8 days).
+MAX_TIMEOUT_MS = 2**31 - 1
+
+
+def timeout_ms(value: Any, arg: str = "timeout") -> int:
+    """A time limit (seconds or a timedelta, > 0) as whole milliseconds, at most 24.8 days."""
+    ms = to_ms(value, arg, positive=True)
+    if ms > MAX_TIMEOUT_MS:
+        raise ValueError(f"{arg} must be at most {MAX_TIMEOUT_MS / 1000:.0f} seconds "
+                         f"(24.8 days), got {seconds(value, arg):g}")
+    return ms
+
+
 def aware_datetime(value: Any, arg: str) -> dt.datetime:
     """A timezone-aware datetime (a naive one is ambiguous, so it is refused)."""
     if not isinstance(value, dt.datetime):

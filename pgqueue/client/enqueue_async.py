@@ -40,7 +40,7 @@ async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob],
         "traces": None if traces is None or not any(traces)
         else [None if t is None else Jsonb(t) for t in traces]}
     for optional in ("kinds", "delays_ms", "not_befores", "dedup_keys", "schema_versions",
-                     "concurrency_keys"):
+                     "concurrency_keys", "timeouts_ms"):
         if all(value is None for value in params[optional]):
             params[optional] = None  # NULL for every job: nothing to encode and send
     ids = [row[0] for row in await run.fetch_tuples(conn, "enqueue_jobs", params)]
@@ -61,7 +61,7 @@ def one_params(stream: str, job: NewJob, *, request: uuid.UUID | None = None,
         "not_before": cols["not_befores"][0], "dedup_key": cols["dedup_keys"][0],
         "max_attempts": cols["max_attempts"][0], "schema_version": cols["schema_versions"][0],
         "request": request, "resent": resent, "trace": None if trace is None else Jsonb(trace),
-        "concurrency_key": cols["concurrency_keys"][0],
+        "concurrency_key": cols["concurrency_keys"][0], "timeout_ms": cols["timeouts_ms"][0],
     }
 
 

@@ -33,6 +33,7 @@ def columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
     max_attempts: list[int | None] = []
     schema_versions: list[int | None] = []
     concurrency_keys: list[str | None] = []
+    timeouts_ms: list[int | None] = []
     for i, job in enumerate(jobs):
         if not isinstance(job, NewJob):
             raise TypeError(f"jobs[{i}] must be a pgqueue.NewJob, got {type(job).__name__}")
@@ -58,6 +59,8 @@ def columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
                 else validate.integer(job.schema_version, "schema_version", low=0,
                                       high=2**31 - 1))
             concurrency_keys.append(validate.concurrency_key(job.concurrency_key))
+            timeouts_ms.append(None if job.timeout is None
+                               else validate.timeout_ms(job.timeout, "timeout"))
         except (TypeError, ValueError) as exc:
             if len(jobs) == 1 or type(exc) not in (TypeError, ValueError):
                 raise
@@ -67,7 +70,7 @@ def columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
     return {"payloads": payloads, "kinds": kinds, "priorities": priorities,
             "delays_ms": delays_ms, "not_befores": not_befores, "dedup_keys": dedup_keys,
             "max_attempts": max_attempts, "schema_versions": schema_versions,
-            "concurrency_keys": concurrency_keys}
+            "concurrency_keys": concurrency_keys, "timeouts_ms": timeouts_ms}
 
 
 def lost_holder(request: uuid.UUID | None) -> ConnectionFailed:

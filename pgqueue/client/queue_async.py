@@ -155,9 +155,11 @@ class AsyncQueue(AsyncQueueOperations):
         schema_version: int | None = None,
         concurrency_key: str | None = None,
         conn: object | None = None,
+        timeout: float | dt.timedelta | None = None,
     ) -> int:
         """Enqueue one job; returns its id (or the id of the live job holding dedup_key).
         `concurrency_key` (up to 200 characters): what the kind's max_per_key counts.
+        `timeout` (seconds): the job's own time limit per run, over its handler's.
 
         With `conn`, the job is written in the caller's transaction and exists only if the
         caller commits: a psycopg Connection, a SQLAlchemy Connection or Session (psycopg
@@ -166,7 +168,8 @@ class AsyncQueue(AsyncQueueOperations):
         is busy (aio/coalesce.py); each returns once its job is committed."""
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
-                     schema_version=schema_version, concurrency_key=concurrency_key)
+                     schema_version=schema_version, concurrency_key=concurrency_key,
+                     timeout=timeout)
         with tracing.producing(self.stream, 1) as trace:
             if conn is None:  # async-only
                 return await self._batcher.submit(job, trace)  # async-only
@@ -252,11 +255,13 @@ class AsyncQueue(AsyncQueueOperations):
             return await settle.ack_many(conn, leases, retried=_retried)
 
     @follow_leader(idempotent=False, flag_retry=True)
-    async def nack(self, lease_: Lease, *, error: str | None = None,
+    async def nack(self, lease_: Lease, *, error: str | BaseException | None = None,
                    retry_in: float | dt.timedelta | None = None, _retried: bool = False) -> bool:
-        """Record a failure; returns True when the job went to the dead letters. Retries after
-        exactly `retry_in` seconds, or the stream's backoff (a job whose cancel was requested
-        ends as cancelled instead: `job()` finds it no more). Raises LeaseLost when stale."""
+        """Record a failure; returns True when the job went to the dead letters. `error`: the
+        exception (kept as `ExceptionType: message` and its traceback) or a text (its summary
+        is its first line, or a traceback's last). Retries after exactly `retry_in` seconds, or
+        the stream's backoff (a job whose cancel was requested ends as cancelled instead:
+        `job()` finds it no more). Raises LeaseLost when stale."""
         async with self.connection() as conn:
             state = await settle.nack(conn, lease_, error,
                                       None if retry_in is None else validate.seconds(retry_in, "retry_in"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pgqueue import validate
+from pgqueue import failures, validate
 from pgqueue.db import run_async as run
 from pgqueue.models import Lease
 
@@ -29,20 +29,27 @@ async def ack_many(conn: run.AsyncConn, leases: Sequence[Lease], *,
     return acked
 
 
-async def nack(conn: run.AsyncConn, held: Lease, error: str | None, retry_in: float | None,
-               max_attempts: int | None = None, *, retried: bool = False) -> str | None:
-    """Record one failure (max_attempts, when given, replaces the job's limit first). Returns
-    the state the job went to: "pending" or "scheduled" (it will be retried), "dead", or
-    "cancelled" (a cancel was requested: never retried); None: the lease was no longer current
-    (nothing changed)."""
+async def nack(conn: run.AsyncConn, held: Lease, error: str | BaseException | None,
+               retry_in: float | None, max_attempts: int | None = None, *,
+               retried: bool = False) -> str | None:
+    """Record one failure (max_attempts, when given, replaces the job's limit first): an
+    exception as its summary and the handler's traceback (failures.py), a str as it is (the
+    database takes its summary from it). Returns the state the job went to: "pending" or
+    "scheduled" (it will be retried), "dead", or "cancelled" (a cancel was requested: never
+    retried); None: the lease was no longer current (nothing changed)."""
     if not isinstance(held, Lease):
         raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
-    if error is not None and not isinstance(error, str):
-        raise TypeError(f"error must be a str, got {type(error).__name__}")
-    error = validate.error_text(error)  # what a failure said must not stop its nack
+    summary: str | None = None
+    if isinstance(error, BaseException):
+        summary, error = failures.summary(error), failures.handler_traceback(error)
+    elif error is not None and not isinstance(error, str):
+        raise TypeError(f"error must be a str or an exception, got {type(error).__name__}")
+    # what a failure said must not stop its nack
+    error, summary = validate.error_text(error), validate.error_text(summary)
     retry_ms = None if retry_in is None else validate.to_ms(retry_in, "retry_in")
     row = await run.fetch_one(conn, "nack_job", {
-        "job_id": held.job_id, "lease_id": held.lease_id, "error": error, "retry_in_ms": retry_ms,
+        "job_id": held.job_id, "lease_id": held.lease_id, "error": error, "summary": summary,
+        "retry_in_ms": retry_ms,
         "max_attempts": None if max_attempts is None
         else validate.integer(max_attempts, "max_attempts", low=0),
     })

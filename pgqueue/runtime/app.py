@@ -6,13 +6,14 @@ leases, and what `Queue.deploy_check` asks before a deploy.
 """
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import validate
 from pgqueue.models import Checkpoint, NewJob, Verdict
 from pgqueue.runtime import compat
-from pgqueue.runtime.jobdefs import F, JobHandler, Step, StepJob, handler_function
+from pgqueue.runtime.jobdefs import F, JobHandler, Step, StepJob, handler_function, time_limit
 
 if TYPE_CHECKING:
     from pgqueue.client.queue import Queue
@@ -61,18 +62,22 @@ class App:
     def job(self, kind: str, *, max_attempts: int | None = None,
             visibility_timeout: float | None = None, quarantine_after: int | None = None,
             max_concurrency: int | None = None, rate_limit: tuple[int, float] | None = None,
-            max_per_key: int | None = None) -> Callable[[F], F]:
+            max_per_key: int | None = None,
+            timeout: float | dt.timedelta | None = None) -> Callable[[F], F]:
         """Register a plain job handler for `kind`. The limits (see Queue.configure_kind) are
-        recorded for the kind when a worker running this App starts."""
+        recorded for the kind when a worker running this App starts. `timeout`: how long one
+        run may take, in seconds (README: Time limits); a job enqueued with its own has that."""
         limits: dict[str, Any] = {"max_concurrency": max_concurrency, "rate_limit": rate_limit,
                                   "max_per_key": max_per_key}
         self._check_new(kind, max_attempts, visibility_timeout, quarantine_after, limits)
+        limit = time_limit(timeout)
 
         def register(fn: F) -> F:
             handler_function(fn, f"the handler of {kind!r}")
             self.handlers[kind] = JobHandler(kind=kind, fn=fn, max_attempts=max_attempts,
                                              visibility_timeout=visibility_timeout,
-                                             quarantine_after=quarantine_after, **limits)
+                                             quarantine_after=quarantine_after, timeout=limit,
+                                             **limits)
             return fn
 
         return register
@@ -80,16 +85,17 @@ class App:
     def step_job(self, kind: str, *, schema_version: int = 1, max_attempts: int | None = None,
                  visibility_timeout: float | None = None, quarantine_after: int | None = None,
                  max_concurrency: int | None = None, rate_limit: tuple[int, float] | None = None,
-                 max_per_key: int | None = None) -> StepJob:
+                 max_per_key: int | None = None,
+                 timeout: float | dt.timedelta | None = None) -> StepJob:
         """Declare a step job for `kind`; add steps with `@job.step(name)`. Limits as for
-        `job`."""
+        `job`; `timeout` bounds one run of the job (each step may have its own as well)."""
         limits: dict[str, Any] = {"max_concurrency": max_concurrency, "rate_limit": rate_limit,
                                   "max_per_key": max_per_key}
         self._check_new(kind, max_attempts, visibility_timeout, quarantine_after, limits)
         validate.integer(schema_version, "schema_version", low=1)
         handler = StepJob(kind=kind, schema_version=schema_version, max_attempts=max_attempts,
                           visibility_timeout=visibility_timeout, quarantine_after=quarantine_after,
-                          **limits)
+                          timeout=time_limit(timeout), **limits)
         self.handlers[kind] = handler
         return handler
 

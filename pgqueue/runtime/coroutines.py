@@ -33,11 +33,12 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pgqueue.errors import Cancelled, LeaseLost
+from pgqueue.errors import Cancelled, JobTimeout, LeaseLost
 from pgqueue.runtime import compat
 from pgqueue.runtime import steps_async as aio_steps
 from pgqueue.runtime.app import App
-from pgqueue.runtime.handlers import cancelled, discarded, failed, rated_start
+from pgqueue.runtime.deadlines import Deadlines
+from pgqueue.runtime.handlers import arm_limit, cancelled, discarded, failed, rated_start
 from pgqueue.runtime.held import HeldLeases, label
 from pgqueue.runtime.jobdefs import JobHandler, StepJob
 from pgqueue.runtime.running import Held
@@ -84,13 +85,19 @@ class AsyncHandlers:
     """The worker's event-loop thread, its runner coroutines and the jobs queued for them."""
 
     def __init__(self, app: App, leases: HeldLeases, settler: JobSettler, *,
-                 stopping: threading.Event, worker_id: Callable[[], int]) -> None:
+                 stopping: threading.Event, worker_id: Callable[[], int],
+                 deadlines: Deadlines) -> None:
         """
         :param stopping: set when the worker drains: a job not started by then is skipped
             (the drain gives its lease back).
         :param worker_id: the worker's registry id, for log lines (it changes on failover).
+        :param deadlines: the worker's watchdog of time limits (deadlines.py).
         """
         self._app = app
+        self._deadlines = deadlines
+        #: runners given up on (their job's handler ignored its cancellation past the grace
+        #: period): each returns once that handler does, and a new runner took its place
+        self._abandoned: set[asyncio.Task[None]] = set()
         self._leases = leases
         self._settler = settler
         self._stopping = stopping
@@ -176,6 +183,22 @@ class AsyncHandlers:
         for _ in self._runners:
             self._queue.put_nowait(None)
 
+    def abandon(self, task: asyncio.Task[None]) -> None:
+        """Stop waiting for the runner `task` (any thread): a new runner takes its place."""
+        if self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._replace, task)
+            except RuntimeError:
+                pass  # the loop closed meanwhile
+
+    def _replace(self, task: asyncio.Task[None]) -> None:
+        if task not in self._runners or self._cancelled:
+            return
+        self._runners.remove(task)
+        self._abandoned.add(task)
+        self._runners.append(asyncio.create_task(self._runner(),
+                                                 name=f"pgqueue-runner-{len(self._abandoned)}+"))
+
     def _cancel_runners(self) -> None:
         self._cancelled = True
         for task in self._runners:
@@ -208,7 +231,8 @@ class AsyncHandlers:
         if (self._handling.get(task) is held and not held.finishing.is_set()
                 and held.lease.lease_id not in self._stopped):
             self._stopped.add(held.lease.lease_id)
-            task.cancel(f"job {held.lease.job_id} was cancelled by an operator")
+            task.cancel(f"job {held.lease.job_id} was cancelled by an operator"
+                        if held.cancelled.is_set() else str(held.timeout_error()))
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking call (a database write) on a writer thread."""
@@ -218,6 +242,8 @@ class AsyncHandlers:
     async def _runner(self) -> None:
         assert self._queue is not None
         while True:
+            if asyncio.current_task() in self._abandoned:
+                return  # given up on: a new runner has taken this one's place
             held = await self._queue.get()
             if held is None:
                 return
@@ -241,6 +267,8 @@ class AsyncHandlers:
                 rated_start, self._settler, self._leases, self._worker_id(), held):
             return
         began = time.monotonic()
+        held.runner = asyncio.current_task()
+        arm_limit(self._app, held, self._deadlines)
         try:
             if tracing.active():  # checked first: a context manager per job costs ~1.5 us
                 with tracing.consuming(held.lease):
@@ -248,6 +276,7 @@ class AsyncHandlers:
             else:
                 await self._run(held)
         finally:
+            held.ended.set()
             self._leases.end(held, time.monotonic() - began)
 
     async def _run(self, held: Held) -> None:
@@ -269,8 +298,15 @@ class AsyncHandlers:
             if held.cancelled.is_set():  # an operator's cancel (this loop cancelled the task)
                 await self._blocking(cancelled, self._settler, self._worker_id(), held)
                 return
+            if held.timed_out.is_set():  # its time limit (this loop cancelled the task)
+                timeout = held.timeout_error()
+                timeout.__cause__ = exc  # where the handler was when it was cancelled
+                tracing.failed(timeout)
+                await self._blocking(failed, self._settler, self._worker_id(), held, handler,
+                                     timeout)
+                return
             # the handler's own (an awaited task it was cancelled): a failure like any other
             await self._blocking(failed, self._settler, self._worker_id(), held, handler, exc)
-        except Exception as exc:
+        except (Exception, JobTimeout) as exc:
             tracing.failed(exc)
             await self._blocking(failed, self._settler, self._worker_id(), held, handler, exc)

@@ -18,12 +18,12 @@ import logging
 import queue as queue_mod
 import threading
 import time
-import traceback
 from collections.abc import Callable
 
-from pgqueue.errors import Cancelled, LeaseLost
+from pgqueue.errors import Cancelled, JobTimeout, LeaseLost
 from pgqueue.runtime import compat, steps
 from pgqueue.runtime.app import App
+from pgqueue.runtime.deadlines import Deadlines
 from pgqueue.runtime.held import HeldLeases, label
 from pgqueue.runtime.jobdefs import JobHandler, StepJob
 from pgqueue.runtime.running import Held
@@ -35,7 +35,6 @@ from pgqueue.telemetry.logs import error_summary
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
 
-MAX_ERROR_CHARS = 4000
 
 def outcome(nacked: Nacked) -> str:
     """What became of a failed job, for its log line."""
@@ -57,13 +56,16 @@ class HandlerThreads:
     """A worker's handler threads and the work queue that feeds them."""
 
     def __init__(self, app: App, leases: HeldLeases, settler: JobSettler, *,
-                 stopping: threading.Event, worker_id: Callable[[], int]) -> None:
+                 stopping: threading.Event, worker_id: Callable[[], int],
+                 deadlines: Deadlines) -> None:
         """
         :param stopping: set when the worker drains: a job not started by then is skipped
             (the drain gives its lease back).
         :param worker_id: the worker's registry id, for log lines (it changes on failover).
+        :param deadlines: the worker's watchdog of time limits (deadlines.py).
         """
         self._app = app
+        self._deadlines = deadlines
         self._leases = leases
         self._settler = settler
         self._stopping = stopping
@@ -71,25 +73,57 @@ class HandlerThreads:
         # SimpleQueue (C) rather than Queue: two hand-offs per job, no task_done/join needed
         self.work: queue_mod.SimpleQueue[Held | None] = queue_mod.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        # threads given up on (their handler ran past its limit and the grace period): each
+        # exits once its handler returns, and a new thread took its place
+        self._abandoned: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+        self._finishing = False
+        self._started = 0
 
     def start(self, count: int) -> None:
-        for i in range(count):
-            t = threading.Thread(target=self._loop, name=f"pgqueue-handler-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        for _ in range(count):
+            self._add_thread()
+
+    def _add_thread(self) -> None:
+        t = threading.Thread(target=self._loop, name=f"pgqueue-handler-{self._started}",
+                             daemon=True)
+        self._started += 1
+        self._threads.append(t)
+        t.start()
 
     def finish(self) -> None:
         """Each thread finishes its job, skips what is queued behind it, and exits. Call it
         once nothing more is put on the work queue."""
-        for _ in self._threads:
-            self.work.put(None)
+        with self._lock:
+            self._finishing = True
+            for _ in self._threads:
+                self.work.put(None)
 
     def busy(self) -> bool:
-        """Whether a thread has not exited yet (after `finish`: is still running a job)."""
-        return any(t.is_alive() for t in self._threads)
+        """Whether a thread has not exited yet (after `finish`: is still running a job).
+        Threads given up on are not waited for."""
+        with self._lock:
+            return any(t.is_alive() for t in self._threads)
+
+    def abandon(self, thread: threading.Thread) -> int:
+        """Stop waiting for `thread` (its handler ran past its limit and the grace period):
+        another thread takes its place, and it exits once its handler returns. Returns how
+        many abandoned threads are still running."""
+        with self._lock:
+            if thread in self._threads:
+                self._threads.remove(thread)
+                self._abandoned.add(thread)
+                self._add_thread()
+                if self._finishing:
+                    self.work.put(None)
+            self._abandoned = {t for t in self._abandoned if t.is_alive()}
+            return len(self._abandoned)
 
     def _loop(self) -> None:
+        me = threading.current_thread()
         while True:
+            if me in self._abandoned:
+                return  # given up on: a new thread has taken this one's place
             held = self.work.get()
             if held is None:
                 return
@@ -112,6 +146,8 @@ class HandlerThreads:
                                                          self._worker_id(), held):
             return
         began = time.monotonic()
+        held.runner = threading.current_thread()
+        arm_limit(self._app, held, self._deadlines)
         try:
             if tracing.active():  # checked first: a context manager per job costs ~1.5 us
                 with tracing.consuming(held.lease):
@@ -119,6 +155,7 @@ class HandlerThreads:
             else:
                 self._run(held)
         finally:
+            held.ended.set()
             self._leases.end(held, time.monotonic() - began)
 
     def _run(self, held: Held) -> None:
@@ -134,12 +171,21 @@ class HandlerThreads:
             discarded(self._worker_id(), held, exc)
         except Cancelled:
             cancelled(self._settler, self._worker_id(), held)
-        except Exception as exc:
+        except (Exception, JobTimeout) as exc:
             tracing.failed(exc)
             failed(self._settler, self._worker_id(), held, handler, exc)
 
 
 # -- what handler threads and the event loop (coroutines.py) do alike ---------------------------
+
+
+def arm_limit(app: App, held: Held, deadlines: Deadlines) -> None:
+    """The job starts: its time limit (its own from enqueue, else its handler's) runs now."""
+    handler = app.handlers.get(held.lease.kind or "")
+    limit = held.lease.timeout or (None if handler is None else handler.timeout)
+    if limit is not None or (isinstance(handler, StepJob)
+                             and any(s.timeout is not None for s in handler.steps)):
+        held.start_limit(limit, deadlines.arm)
 
 
 def fields(held: Held, **more: object) -> dict[str, dict[str, object]]:
@@ -198,12 +244,12 @@ def cancelled(settler: JobSettler, worker_id: int, held: Held) -> None:
 
 def failed(settler: JobSettler, worker_id: int, held: Held, handler: JobHandler | StepJob | None,
            exc: BaseException) -> None:
-    """A handler raised: nack the job (its traceback kept as last_error) and log the failure
-    with what became of the job. A database round trip: on the event loop, run it on a thread."""
+    """A handler raised: nack the job (its summary and the handler's traceback kept:
+    failures.py) and log the failure with what became of the job. A database round trip: on
+    the event loop, run it on a thread."""
     if not held.lost.is_set():
-        error = "".join(traceback.format_exception(exc))[-MAX_ERROR_CHARS:]
         try:
-            nacked = settler.nack(held, error, handler.max_attempts if handler is not None else None)
+            nacked = settler.nack(held, exc, handler.max_attempts if handler is not None else None)
         except LeaseLost:
             pass  # lost meanwhile: said below
         else:

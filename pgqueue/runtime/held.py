@@ -308,12 +308,11 @@ class HeldLeases:
     def release(self, *done: Held) -> None:
         """Stop holding these jobs: their capacity is free again (each counted under the
         outcome that was decided for it)."""
-        with self._lock:
-            for held in done:
-                self._held.pop(held.lease.lease_id, None)
-            self._processed += len(done)
+        with self._lock:  # a job given up on (deadlines.py) is released again when it ends
+            gone = [h for h in done if self._held.pop(h.lease.lease_id, None) is not None]
+            self._processed += len(gone)
         if self._metrics is not None:
-            for held in done:
+            for held in gone:
                 self._metrics.job_finished(held.lease, held.outcome)
         self._freed()
 

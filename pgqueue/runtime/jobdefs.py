@@ -29,6 +29,12 @@ def is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
+def time_limit(value: Any, arg: str = "timeout") -> float | None:
+    """A handler's or a step's time limit in seconds (None: none), as a job's would be
+    stored: positive, in whole milliseconds, at most 24.8 days."""
+    return None if value is None else validate.timeout_ms(value, arg) / 1000
+
+
 def handler_function(fn: Any, what: str, *, may_be_async: bool = True) -> None:
     """Refuse what the worker cannot run: a non-callable, an async generator (it neither
     returns nor can be awaited), and an `async def` where only a plain function is run
@@ -52,6 +58,8 @@ class Step:
     version: int
     #: a plain def taking a StepContext, or an async def taking an AsyncStepContext
     fn: Callable[[Any], Any]
+    #: the step's own time limit in seconds (None: only the job's applies)
+    timeout: float | None = None
 
     @property
     def is_async(self) -> bool:
@@ -69,6 +77,9 @@ class Handler:
     max_concurrency: int | None = None
     rate_limit: tuple[int, float] | None = None
     max_per_key: int | None = None
+    #: how long one run of a job may take, in seconds (None: no limit); a job enqueued with
+    #: its own `timeout` has that instead
+    timeout: float | None = None
 
     def kind_settings(self) -> dict[str, Any]:
         """The kind settings this handler names, as the worker records them at its start (one
@@ -100,12 +111,15 @@ class StepJob(Handler):
     steps: list[Step] = field(default_factory=list)
     upcasters: dict[int, Callable[[bytes], bytes]] = field(default_factory=dict)
 
-    def step(self, name: str, *, version: int = 1) -> Callable[[F], F]:
-        """Register the next step (steps run in registration order)."""
+    def step(self, name: str, *, version: int = 1,
+             timeout: float | None = None) -> Callable[[F], F]:
+        """Register the next step (steps run in registration order). `timeout`: how long the
+        step may run, in seconds (the job's own limit applies as well)."""
         if not isinstance(name, str) or not name:
             raise ValueError("step name must be a non-empty str")
         validate.step_name(name)
         validate.integer(version, "version", low=1)
+        limit = time_limit(timeout)
         if any(s.name == name for s in self.steps):
             raise ValueError(f"step {name!r} is already declared for {self.kind!r}")
 
@@ -118,7 +132,7 @@ class StepJob(Handler):
                     f", but the job's other steps are {have}s: a step job runs on the event loop "
                     f"(all async def) or on a handler thread (all def); in an async job run "
                     f"blocking code with asyncio.to_thread")
-            self.steps.append(Step(name=name, version=version, fn=fn))
+            self.steps.append(Step(name=name, version=version, fn=fn, timeout=limit))
             return fn
 
         return register

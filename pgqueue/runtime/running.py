@@ -10,10 +10,11 @@ from __future__ import annotations
 import inspect
 import json
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from pgqueue.errors import Cancelled, LeaseLost
+from pgqueue.errors import Cancelled, JobTimeout, LeaseLost
 from pgqueue.models import Checkpoint, Lease
 
 
@@ -41,9 +42,11 @@ class Held:
     writes about this job, so a renewal carrying an older checkpoint can never land after a
     step-boundary write. The order they are taken in, and who takes them: pgqueue/runtime/held.py."""
 
-    __slots__ = ("_claim", "acking", "cancelled", "checkpoint", "finishing", "flushed_version",
-                 "lease", "lost", "on_cancel", "outcome", "payload", "start_said", "started",
-                 "state_lock", "version", "visibility_timeout", "write_lock")
+    __slots__ = ("_arm", "_claim", "_job_deadline", "_job_limit", "acking", "cancelled",
+                 "checkpoint", "deadline", "ended", "finishing", "flushed_version", "lease",
+                 "limit_text", "lost", "on_cancel", "outcome", "payload", "runner", "start_said",
+                 "started", "state_lock", "timed_out", "version", "visibility_timeout",
+                 "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
         self.lease = lease
@@ -71,6 +74,21 @@ class Held:
         self.write_lock = threading.Lock()
         #: how the worker let go of it (metrics.OUTCOMES), set by whoever decided it
         self.outcome = "lost"
+        # Time limits (deadlines.py): when the limit in force ends (time.monotonic(); None: no
+        # limit), what it is for the messages, and the job's own limit, which a step's may
+        # shorten while the step runs. `_arm` tells the worker's watchdog of a new deadline.
+        self.deadline: float | None = None
+        self.limit_text = ""
+        self._job_deadline: float | None = None
+        self._job_limit: float | None = None
+        self._arm: Callable[[Held, float], None] | None = None
+        #: the limit passed: the handler is told (check_cancelled raises JobTimeout; an async
+        #: job's task is cancelled) and, past the grace period, the worker stops waiting
+        self.timed_out = Flag()
+        #: its handler code returned or raised (the watchdog then leaves it alone)
+        self.ended = Flag()
+        #: the thread or task running its handler (the watchdog replaces a stuck one)
+        self.runner: Any = None
 
     def claim(self) -> bool:
         """Take this job's one-way claim: True for the first caller only, never again. Who
@@ -115,9 +133,61 @@ class Held:
             hook()
 
     def check_cancelled(self) -> None:
-        """Raise Cancelled when an operator asked to cancel the job."""
+        """Raise Cancelled when an operator asked to cancel the job, and JobTimeout when its
+        time limit has passed."""
         if self.cancelled.is_set():
             raise Cancelled(f"job {self.lease.job_id} was cancelled by an operator")
+        if self.timed_out.is_set():
+            raise self.timeout_error()
+
+    # -- time limits ---------------------------------------------------------------------------
+
+    def start_limit(self, seconds: float | None, arm: Callable[[Held, float], None]) -> None:
+        """The job starts: its own limit (None: none) runs from now; steps may add theirs."""
+        self._arm = arm
+        self._job_limit = seconds
+        if seconds is not None:
+            self._job_deadline = time.monotonic() + seconds
+            self._set_deadline(self._job_deadline, f"its time limit of {seconds:g} s")
+
+    def step_limit(self, step: str | None, seconds: float | None) -> None:
+        """A step with its own limit starts (None: the step in progress ended): the earlier of
+        its limit and the job's is in force until it ends."""
+        if self._arm is None or self.timed_out.is_set():
+            return
+        if step is not None and seconds is not None:
+            at = time.monotonic() + seconds
+            if self._job_deadline is None or at < self._job_deadline:
+                self._set_deadline(at, f"the time limit of its step {step!r} ({seconds:g} s)")
+                return
+        if self.deadline != self._job_deadline:
+            self._set_deadline(self._job_deadline, f"its time limit of {self._job_limit:g} s"
+                               if self._job_limit is not None else "")
+
+    def _set_deadline(self, at: float | None, text: str) -> None:
+        self.deadline, self.limit_text = at, text
+        if at is not None and self._arm is not None:
+            self._arm(self, at)
+
+    def time_out(self) -> bool:
+        """The limit in force has passed (the watchdog, at `deadline`): True when the handler
+        is told now (False: it has already returned, or was told)."""
+        if self.ended.is_set() or self.finishing.is_set() or self.timed_out.is_set():
+            return False
+        self.timed_out.set()
+        hook = self.on_cancel  # an async job's runner cancels its task
+        if hook is not None:
+            hook()
+        return True
+
+    def timeout_error(self, stack: str | None = None, grace: float | None = None) -> JobTimeout:
+        """What the job failed with: JobTimeout naming the limit (and, when the worker stopped
+        waiting, the grace period and where the handler was)."""
+        message = f"job {self.lease.job_id} ran past {self.limit_text or 'its time limit'}"
+        if grace is not None:
+            message += (f" and did not stop within the worker's grace period ({grace:g} s): the "
+                        f"worker stopped waiting for it")
+        return JobTimeout(message, stack=stack)
 
     def check(self) -> None:
         """Raise LeaseLost when a renewal found the lease gone."""
@@ -181,9 +251,15 @@ class JobContext:
         return self._held.cancelled.is_set()
 
     def check_cancelled(self) -> None:
-        """Raise `pgqueue.Cancelled` when an operator asked to cancel this job: call it between
-        units of work (a step's `advance()` does)."""
+        """Raise `pgqueue.Cancelled` when an operator asked to cancel this job, and
+        `pgqueue.JobTimeout` when it ran past its time limit: call it between units of work (a
+        step's `advance()` does)."""
         self._held.check_cancelled()
+
+    @property
+    def timed_out(self) -> bool:
+        """True once the job ran past its time limit (`check_cancelled()` then raises)."""
+        return self._held.timed_out.is_set()
 
     def json(self) -> Any:
         """The payload parsed as JSON."""

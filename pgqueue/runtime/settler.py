@@ -144,8 +144,9 @@ class JobSettler:
 
     # -- the handler threads -----------------------------------------------------------------
 
-    def nack(self, held: Held, error: str, max_attempts: int | None) -> Nacked:
-        """Record one failure of the job (retry with backoff, or dead)."""
+    def nack(self, held: Held, error: str | BaseException, max_attempts: int | None) -> Nacked:
+        """Record one failure of the job (retry with backoff, or dead): an exception as its
+        summary and the handler's traceback."""
         state = self.write(held, "nack", lambda c: settle.nack(c, held.lease, error, None,
                                                                max_attempts))
         row = (self._read_back(held) if state in ("pending", "scheduled", "dead")

@@ -141,8 +141,11 @@ async def _run_steps(handler: StepJob, held: Held, settler: AsyncSettler) -> Non
             cursor_step=names[i], cursor=cursor))
         await settler.write_checkpoint(held)  # entering step i (and finishing i-1) is exact
         held.check_cancelled()  # that write may have brought the cancel
+        step = handler.steps[i]
+        if step.timeout is not None:
+            held.step_limit(step.name, step.timeout)
         try:
-            refuse_awaitable(await handler.steps[i].fn(AsyncStepContext(held, names[i], settler)),
+            refuse_awaitable(await step.fn(AsyncStepContext(held, names[i], settler)),
                              f"step {names[i]!r} of {handler.kind!r}")
         except LeaseLost:
             raise
@@ -150,6 +153,8 @@ async def _run_steps(handler: StepJob, held: Held, settler: AsyncSettler) -> Non
             if not held.lost.is_set() and not held.cancelled.is_set():
                 await settler.write_checkpoint(held)  # keep the progress made before the failure
             raise
+        if step.timeout is not None:
+            held.step_limit(None, None)  # the job's own limit again
         held.check()
         cursor = None
     held.finishing.set()  # every step ran: a cancel from here on comes too late

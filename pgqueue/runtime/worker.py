@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -54,15 +55,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
-from pgqueue import validate
+from pgqueue import failures, validate
 from pgqueue.db import connection
 from pgqueue.errors import PgQueueError
+from pgqueue.failures import MAX_TRACEBACK_CHARS as MAX_ERROR_CHARS
 from pgqueue.maintenance.maintain import Maintainer
 from pgqueue.runtime import registry, signals
 from pgqueue.runtime.app import App
 from pgqueue.runtime.coroutines import DEFAULT_ASYNC_CONCURRENCY, WRITERS, AsyncHandlers
-from pgqueue.runtime.handlers import MAX_ERROR_CHARS, HandlerThreads
-from pgqueue.runtime.held import AUTO_PREFETCH_MAX, HEARTBEAT_SECONDS, HeldLeases
+from pgqueue.runtime.deadlines import Deadlines
+from pgqueue.runtime.handlers import HandlerThreads, failed
+from pgqueue.runtime.held import AUTO_PREFETCH_MAX, HEARTBEAT_SECONDS, HeldLeases, label
 from pgqueue.runtime.leasing import RESTART_SECONDS, LeaseLoops
 from pgqueue.runtime.renewer import Renewer
 from pgqueue.runtime.running import Held
@@ -203,10 +206,14 @@ class Worker:
                                   retry_db=self._retry_db, freed=self._wake.set,
                                   worker_id=self._id)
         self._settler = JobSettler(self._leases, self._retry_db, self._id)
+        # Time limits: told at the limit, given up on a grace period later (deadlines.py).
+        self._deadlines = Deadlines(lambda: self.grace_period, self._give_up)
         self._handlers = HandlerThreads(app, self._leases, self._settler,
-                                        stopping=self._stopping, worker_id=self._id)
+                                        stopping=self._stopping, worker_id=self._id,
+                                        deadlines=self._deadlines)
         self._coroutines = (AsyncHandlers(app, self._leases, self._settler,
-                                          stopping=self._stopping, worker_id=self._id)
+                                          stopping=self._stopping, worker_id=self._id,
+                                          deadlines=self._deadlines)
                             if self._loop_slots else None)
         self._hand_out = self._handlers.work.put if self._coroutines is None else self._route
         self._leasing = LeaseLoops(
@@ -389,6 +396,37 @@ class Worker:
         else:
             self._handlers.work.put(held)
 
+    # -- time limits (deadlines.py) ------------------------------------------------------------
+
+    def _give_up(self, held: Held, grace: float) -> None:
+        """A handler still running `grace` seconds past its job's time limit: record the
+        failure for it (JobTimeout, with where it was), let go of the job and put a new
+        thread or runner in its place. Its own thread runs on until the handler returns."""
+        runner = held.runner
+        stack = None
+        if isinstance(runner, threading.Thread) and runner.ident is not None:
+            frame = sys._current_frames().get(runner.ident)
+            stack = None if frame is None else failures.stack_of(frame)
+        handler = self.app.handlers.get(held.lease.kind or "")
+        failed(self._settler, self.worker_id, held, handler, held.timeout_error(stack, grace))
+        held.lost.set()  # whatever the handler does next about the job is refused
+        self._leases.release(held)
+        if isinstance(runner, threading.Thread):
+            running = self._handlers.abandon(runner)
+            log.error("worker %s: %s: its handler is still running %gs past its time limit: "
+                      "the worker stopped waiting for it and a new handler thread took its "
+                      "place (%d such thread(s) still running; Python cannot stop a thread: "
+                      "have long handlers call ctx.check_cancelled())", self.worker_id,
+                      label(held), grace, running,
+                      extra={"pgqueue": {"event": "abandoned", "job_id": held.lease.job_id,
+                                         "count": running}})
+        elif self._coroutines is not None and runner is not None:
+            self._coroutines.abandon(runner)
+            log.error("worker %s: %s: its async handler ignored its cancellation for %gs: the "
+                      "worker stopped waiting for it and a new runner took its place",
+                      self.worker_id, label(held), grace,
+                      extra={"pgqueue": {"event": "abandoned", "job_id": held.lease.job_id}})
+
     # -- shutdown ----------------------------------------------------------------------------
 
     def _drain(self) -> None:
@@ -414,6 +452,7 @@ class Worker:
             self._leases.give_back(remaining)
         if self._coroutines is not None:  # those still running: their leases are given back
             self._coroutines.cancel()
+        self._deadlines.stop()
         self._leases.stop_acker()
         if self._acker is not None:  # acks in flight are renewed until they are written
             self._acker.join(timeout=5.0)

@@ -75,7 +75,8 @@ REVOKE ALL ON SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqu
 GRANT USAGE ON SCHEMA pgqueue TO pgqueue_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_reader;
 GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueue.b64,
-    pgqueue.unb64, pgqueue.op_body, pgqueue.fold_job_counts, pgqueue.replica_status
+    pgqueue.unb64, pgqueue.op_body, pgqueue.fold_job_counts, pgqueue.replica_status,
+    pgqueue.error_summary
     TO pgqueue_reader;
 
 -- producer

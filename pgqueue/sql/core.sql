@@ -109,7 +109,13 @@ CREATE TABLE pgqueue.job (
     -- way the lease can end but an ack (the handler stopping, a nack, a reclaim, a give-back,
     -- parking) ends the job as cancelled. Set only while leased; never indexed (renewals stay
     -- HOT)
-    cancel_requested_at   timestamptz
+    cancel_requested_at   timestamptz,
+    -- the last failure in one line (`ExceptionType: message`, at most 200 characters) beside
+    -- its traceback in last_error; NULL on rows written before 0010 (readers take it from
+    -- last_error: pgqueue.error_summary)
+    error_summary         text,
+    -- the job's own time limit per run, set at enqueue (NULL: its handler's, or none)
+    timeout_ms            int CHECK (timeout_ms > 0)
 ) WITH (fillfactor = 70);  -- room on each page so renewals stay HOT updates
 
 -- Lease order: priority DESC then id, within a stream. Nothing a renewal writes is indexed.
@@ -158,11 +164,33 @@ CREATE TABLE pgqueue.dead_letter (
     step_set_hash         text,
     crashes_by_step       jsonb NOT NULL DEFAULT '{}',
     max_attempts_given    boolean NOT NULL DEFAULT true,
-    concurrency_key       text
+    concurrency_key       text,
+    error_summary         text,
+    timeout_ms            int
 );
 CREATE INDEX dead_letter_stream_idx ON pgqueue.dead_letter (stream, id);
 
 -- schema: functions -------------------------------------------------------------------------
+
+-- A failure's one-line summary from what was said about it: a traceback's last line (Python's
+-- `ExceptionType: message`), else its first non-blank line; whitespace runs made one space, at
+-- most 200 characters. Normalises every summary a transition stores (a worker's, or one a
+-- caller gave), and gives one to rows and calls that carry only the error text (written
+-- before 0010, or by a client that sends none).
+CREATE OR REPLACE FUNCTION pgqueue.error_summary(p_error text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN length(l.line) > 200 THEN left(l.line, 199) || '…' ELSE l.line END
+    FROM (SELECT nullif(btrim(regexp_replace(
+              CASE WHEN p_error LIKE 'Traceback (most recent call last):%'
+                   THEN (SELECT x FROM regexp_split_to_table(p_error, E'\n') WITH ORDINALITY
+                                       AS t(x, n)
+                         WHERE x ~ '\S' ORDER BY n DESC LIMIT 1)
+                   ELSE (SELECT x FROM regexp_split_to_table(p_error, E'\n') WITH ORDINALITY
+                                       AS t(x, n)
+                         WHERE x ~ '\S' ORDER BY n LIMIT 1) END,
+              '\s+', ' ', 'g')), '') AS line) l
+$$;
 
 -- Every job pgqueue knows, live or dead, in one shape: what q.job() and operators read.
 CREATE OR REPLACE VIEW pgqueue.jobs AS
@@ -170,13 +198,14 @@ SELECT id, stream, kind, state, payload, priority, attempts, max_attempts, not_b
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, NULL::timestamptz AS died_at, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at
+       cancel_requested_at, coalesce(error_summary, pgqueue.error_summary(last_error)) AS error_summary,
+       timeout_ms
 FROM pgqueue.job
 UNION ALL
 SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL, enqueued_at,
        dedup_key, last_error, NULL, NULL, NULL, NULL, NULL, NULL, died_at, last_completed_step,
        cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
-       concurrency_key, NULL
+       concurrency_key, NULL, coalesce(error_summary, pgqueue.error_summary(last_error)), timeout_ms
 FROM pgqueue.dead_letter;
 
 CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamptz) RETURNS bigint
@@ -304,6 +333,7 @@ AS $$
         'max_attempts', j.max_attempts,
         'not_before_ms', pgqueue.to_ms(j.not_before),
         'last_error', j.last_error,
+        'error_summary', j.error_summary,
         'state_reason', j.state_reason,
         'state_detail', j.state_detail,
         'crashes_by_step', j.crashes_by_step,
@@ -318,7 +348,7 @@ AS $$
     SELECT jsonb_build_object(
         'job_id', j.id, 'state', j.state, 'attempts', j.attempts, 'max_attempts', j.max_attempts,
         'not_before_ms', pgqueue.to_ms(j.not_before), 'last_error', j.last_error,
-        'state_reason', j.state_reason, 'state_detail', j.state_detail,
+        'error_summary', j.error_summary, 'state_reason', j.state_reason, 'state_detail', j.state_detail,
         'checkpoint', pgqueue.checkpoint_json(j))
 $$;
 
@@ -334,18 +364,18 @@ $$;
 
 -- Move a job row to dead_letter (leader and apply share this).
 CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error text, p_died_at timestamptz,
-                             p_crashes jsonb) RETURNS void
+                             p_crashes jsonb, p_summary text) RETURNS void
 LANGUAGE sql VOLATILE
 AS $$
     WITH gone AS (DELETE FROM pgqueue.job WHERE id = p_job_id RETURNING *)
     INSERT INTO pgqueue.dead_letter (id, stream, kind, payload, priority, enqueued_at, dedup_key,
         attempts, max_attempts, last_error, died_at, last_completed_step, cursor_step, cursor,
         checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, max_attempts_given,
-        concurrency_key)
+        concurrency_key, error_summary, timeout_ms)
     SELECT id, stream, kind, payload, priority, enqueued_at, dedup_key,
         p_attempts, max_attempts, p_error, p_died_at, last_completed_step, cursor_step, cursor,
         checkpoint_updated_at, schema_version, step_set_hash, p_crashes, max_attempts_given,
-        concurrency_key
+        concurrency_key, p_summary, timeout_ms
     FROM gone
 $$;
 
@@ -361,7 +391,7 @@ BEGIN
     UPDATE pgqueue.job
     SET payload = j.payload, state = j.state, attempts = j.attempts,
         max_attempts = j.max_attempts, not_before = j.not_before, last_error = j.last_error,
-        state_reason = j.state_reason, state_detail = j.state_detail, lease_id = j.lease_id,
+        error_summary = j.error_summary, state_reason = j.state_reason, state_detail = j.state_detail, lease_id = j.lease_id,
         worker_node = j.worker_node, worker_instance = j.worker_instance,
         lease_expires_at = j.lease_expires_at, last_completed_step = j.last_completed_step,
         cursor_step = j.cursor_step, cursor = j.cursor,
@@ -384,7 +414,9 @@ BEGIN
         state = b ->> 'state', attempts = (b ->> 'attempts')::int,
         max_attempts = (b ->> 'max_attempts')::int,
         not_before = pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
-        last_error = b ->> 'last_error', state_reason = b ->> 'state_reason',
+        last_error = b ->> 'last_error',
+        error_summary = CASE WHEN b ? 'error_summary' THEN b ->> 'error_summary' ELSE error_summary END,
+        state_reason = b ->> 'state_reason',
         state_detail = nullif(b -> 'state_detail', 'null'::jsonb),
         lease_id = CASE WHEN b ->> 'state' = 'leased' THEN lease_id END,
         worker_node = CASE WHEN b ->> 'state' = 'leased' THEN worker_node END,
@@ -405,7 +437,8 @@ $$;
 -- Cancel (was leased, by whom, and the error when a failure ended it). Every end of such a
 -- lease but an ack comes here (the handler stopping, a nack, a reclaim, a give-back,
 -- parking), so a cancelled job never runs again.
-CREATE OR REPLACE FUNCTION pgqueue.finish_cancel(j pgqueue.job, p_by text, p_error text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION pgqueue.finish_cancel(j pgqueue.job, p_by text, p_error text DEFAULT NULL,
+                                                 p_summary text DEFAULT NULL)
 RETURNS void
 LANGUAGE sql VOLATILE
 AS $$
@@ -413,7 +446,8 @@ AS $$
     INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
     VALUES (j.stream, 'Cancel', j.id, j.lease_id, jsonb_strip_nulls(jsonb_build_object(
         'job_id', j.id, 'was', 'leased', 'by', p_by,
-        'requested_at_ms', pgqueue.to_ms(j.cancel_requested_at), 'error', p_error)));
+        'requested_at_ms', pgqueue.to_ms(j.cancel_requested_at), 'error', p_error,
+        'error_summary', p_summary)));
 $$;
 
 -- Load a leased job under lock, fenced by its lease id (NULL when the lease is not current).

@@ -31,11 +31,12 @@ BEGIN
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
             enqueued_at, dedup_key, attempts, max_attempts, last_error, last_completed_step,
             cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash,
-            crashes_by_step, max_attempts_given, concurrency_key)
+            crashes_by_step, max_attempts_given, concurrency_key, error_summary, timeout_ms)
         VALUES (d.id, d.stream, d.kind, d.payload, d.priority, 'pending', v_now, d.enqueued_at,
             d.dedup_key, 0, d.max_attempts, d.last_error, d.last_completed_step, d.cursor_step,
             d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash,
-            d.crashes_by_step, d.max_attempts_given, d.concurrency_key);
+            d.crashes_by_step, d.max_attempts_given, d.concurrency_key, d.error_summary,
+            d.timeout_ms);
     EXCEPTION WHEN unique_violation THEN
         GET STACKED DIAGNOSTICS v_index = CONSTRAINT_NAME;
         IF v_index IS DISTINCT FROM 'job_dedup_idx' THEN

@@ -86,16 +86,37 @@ $$;
 -- function takes a fresh snapshot (READ COMMITTED), so a holder committed by a concurrent
 -- enqueuer is found by the lookup that follows the conflict, in the same round trip.
 -- An Enqueue op's own body (its job's fields are the op row's columns): what every op of the
--- call shares, and the job's trace context and concurrency key when it has them (a
--- replica's job gets them too).
+-- call shares, and the job's trace context, concurrency key and time limit when it has them
+-- (a replica's job gets them too).
 -- pgqueue.enqueue writes the same CASE inline: called per row, the function cost 9 % of a
 -- batch of 1,000.
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(p_shared jsonb, p_trace jsonb,
-                                                p_concurrency_key text) RETURNS jsonb
+                                                p_concurrency_key text, p_timeout_ms int)
+RETURNS jsonb
 LANGUAGE sql IMMUTABLE
-AS $$ SELECT CASE WHEN p_trace IS NULL AND p_concurrency_key IS NULL THEN p_shared
+AS $$ SELECT CASE WHEN p_trace IS NULL AND p_concurrency_key IS NULL AND p_timeout_ms IS NULL
+                  THEN p_shared
                   ELSE p_shared || jsonb_strip_nulls(jsonb_build_object(
-                      'trace', p_trace, 'concurrency_key', p_concurrency_key)) END $$;
+                      'trace', p_trace, 'concurrency_key', p_concurrency_key,
+                      'timeout_ms', p_timeout_ms)) END $$;
+
+-- A job's own time limit (timeout_ms) must be positive: refused naming the job otherwise.
+CREATE OR REPLACE FUNCTION pgqueue.check_timeouts(p_timeouts_ms int[]) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_at bigint;
+    v_ms int;
+BEGIN
+    SELECT t.ord, t.ms INTO v_at, v_ms FROM unnest(p_timeouts_ms) WITH ORDINALITY AS t(ms, ord)
+    WHERE t.ms <= 0 LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION '%timeout must be positive, got % ms',
+            CASE WHEN cardinality(p_timeouts_ms) > 1 THEN format('jobs[%s].', v_at - 1) ELSE '' END,
+            v_ms USING ERRCODE = '22023';
+    END IF;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
@@ -110,7 +131,8 @@ CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_request uuid DEFAULT NULL,
     p_resent boolean DEFAULT false,
     p_traces jsonb[] DEFAULT NULL,
-    p_concurrency_keys text[] DEFAULT NULL
+    p_concurrency_keys text[] DEFAULT NULL,
+    p_timeouts_ms int[] DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -155,7 +177,8 @@ BEGIN
        OR coalesce(cardinality(p_dedup_keys), v_n) <> v_n OR cardinality(p_max_attempts) <> v_n
        OR coalesce(cardinality(p_schema_versions), v_n) <> v_n
        OR coalesce(cardinality(p_traces), v_n) <> v_n
-       OR coalesce(cardinality(p_concurrency_keys), v_n) <> v_n THEN
+       OR coalesce(cardinality(p_concurrency_keys), v_n) <> v_n
+       OR coalesce(cardinality(p_timeouts_ms), v_n) <> v_n THEN
         RAISE EXCEPTION 'enqueue: all arrays must have % elements', v_n USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
@@ -169,6 +192,9 @@ BEGIN
         FROM unnest(p_kinds, p_dedup_keys, p_concurrency_keys, p_traces) WITH ORDINALITY
             AS t(kind, dedup_key, concurrency_key, trace, ord)
         WHERE NOT pgqueue.job_fields_fit(t.kind, t.dedup_key, t.concurrency_key, t.trace);
+    END IF;
+    IF p_timeouts_ms IS NOT NULL THEN
+        PERFORM pgqueue.check_timeouts(p_timeouts_ms);
     END IF;
     v_limit := pgqueue.payload_limit(p_stream);
     SELECT t.ord, octet_length(t.payload) INTO v_big, v_size
@@ -196,30 +222,34 @@ BEGIN
         WITH ins AS (
             INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                      enqueued_at, attempts, max_attempts, schema_version,
-                                     max_attempts_given, trace_context, concurrency_key)
+                                     max_attempts_given, trace_context, concurrency_key,
+                                     timeout_ms)
             SELECT v_ids[t.ord], p_stream, t.kind, t.payload, t.priority::smallint,
                    CASE WHEN t.at > v_now THEN 'scheduled' ELSE 'pending' END,
                    t.at, v_now, 0, coalesce(t.max_attempts, 25), t.schema_version,
-                   t.max_attempts IS NOT NULL, t.trace, t.ckey
+                   t.max_attempts IS NOT NULL, t.trace, t.ckey, t.timeout_ms
             FROM (SELECT u.*, greatest(v_now, date_trunc('milliseconds', coalesce(
                              u.not_before, v_now + coalesce(u.delay_ms, 0) * interval '1 millisecond'))) AS at
                   FROM unnest(p_payloads, p_kinds, p_priorities, p_delays_ms, p_not_befores,
-                              p_max_attempts, p_schema_versions, p_traces, p_concurrency_keys)
+                              p_max_attempts, p_schema_versions, p_traces, p_concurrency_keys,
+                              p_timeouts_ms)
                        WITH ORDINALITY
                        AS u(payload, kind, priority, delay_ms, not_before, max_attempts,
-                            schema_version, trace, ckey, ord)) t
+                            schema_version, trace, ckey, timeout_ms, ord)) t
             ORDER BY t.ord
             RETURNING id, stream, kind, payload, priority, state, not_before, dedup_key,
                       max_attempts, schema_version, max_attempts_given,
-                      trace_context, concurrency_key  -- what the op needs
+                      trace_context, concurrency_key, timeout_ms  -- what the op needs
         ), logged AS (
             INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
                                         not_before, dedup_key, max_attempts, schema_version,
                                         request)
             SELECT ins.stream, 'Enqueue', ins.id,
-                   CASE WHEN ins.trace_context IS NULL AND ins.concurrency_key IS NULL THEN v_body
+                   CASE WHEN ins.trace_context IS NULL AND ins.concurrency_key IS NULL
+                             AND ins.timeout_ms IS NULL THEN v_body
                         ELSE v_body || jsonb_strip_nulls(jsonb_build_object(
-                            'trace', ins.trace_context, 'concurrency_key', ins.concurrency_key))
+                            'trace', ins.trace_context, 'concurrency_key', ins.concurrency_key,
+                            'timeout_ms', ins.timeout_ms))
                    END,
                    ins.kind, ins.payload, ins.priority,
                    ins.not_before, ins.dedup_key,
@@ -249,16 +279,17 @@ BEGIN
                        v_now + coalesce(p_delays_ms[t.ord], 0) * interval '1 millisecond'))) AS not_before,
                    p_dedup_keys[t.ord] AS dedup_key, p_max_attempts[t.ord] AS max_attempts,
                    p_schema_versions[t.ord] AS schema_version, p_traces[t.ord] AS trace,
-                   p_concurrency_keys[t.ord] AS ckey
+                   p_concurrency_keys[t.ord] AS ckey, p_timeouts_ms[t.ord] AS timeout_ms
             FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
         ), ins AS (
             INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                      enqueued_at, dedup_key, attempts, max_attempts, schema_version,
-                                     max_attempts_given, trace_context, concurrency_key)
+                                     max_attempts_given, trace_context, concurrency_key,
+                                     timeout_ms)
             SELECT id, p_stream, kind, payload, priority,
                    CASE WHEN not_before > v_now THEN 'scheduled' ELSE 'pending' END,
                    not_before, v_now, dedup_key, 0, coalesce(max_attempts, 25), schema_version,
-                   max_attempts IS NOT NULL, trace, ckey
+                   max_attempts IS NOT NULL, trace, ckey, timeout_ms
             -- Insert in dedup-key order so concurrent batches take key locks in one order
             -- (no deadlock); within a key the earlier input wins.
             FROM input ORDER BY dedup_key NULLS LAST, ord
@@ -271,9 +302,11 @@ BEGIN
                                         not_before, dedup_key, max_attempts, schema_version,
                                         request)
             SELECT ins.stream, 'Enqueue', ins.id,
-                   CASE WHEN ins.trace_context IS NULL AND ins.concurrency_key IS NULL THEN v_body
+                   CASE WHEN ins.trace_context IS NULL AND ins.concurrency_key IS NULL
+                             AND ins.timeout_ms IS NULL THEN v_body
                         ELSE v_body || jsonb_strip_nulls(jsonb_build_object(
-                            'trace', ins.trace_context, 'concurrency_key', ins.concurrency_key))
+                            'trace', ins.trace_context, 'concurrency_key', ins.concurrency_key,
+                            'timeout_ms', ins.timeout_ms))
                    END,
                    ins.kind, ins.payload, ins.priority,
                    ins.not_before, ins.dedup_key,
@@ -338,7 +371,7 @@ CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
     p_dedup_key bytea DEFAULT NULL, p_max_attempts int DEFAULT NULL,
     p_schema_version int DEFAULT NULL,
     p_request uuid DEFAULT NULL, p_resent boolean DEFAULT false, p_trace jsonb DEFAULT NULL,
-    p_concurrency_key text DEFAULT NULL
+    p_concurrency_key text DEFAULT NULL, p_timeout_ms int DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -360,6 +393,9 @@ BEGIN
     IF NOT pgqueue.job_fields_fit(p_kind, p_dedup_key, p_concurrency_key, p_trace) THEN
         PERFORM pgqueue.check_job_fields(NULL, p_kind, p_dedup_key, p_concurrency_key, p_trace);
     END IF;
+    IF p_timeout_ms <= 0 THEN
+        PERFORM pgqueue.check_timeouts(ARRAY[p_timeout_ms]);
+    END IF;
     v_at := greatest(v_now, date_trunc('milliseconds', coalesce(
         p_not_before, v_now + coalesce(p_delay_ms, 0) * interval '1 millisecond')));
     v_limit := pgqueue.payload_limit(p_stream);
@@ -378,11 +414,11 @@ BEGIN
     FOR round IN 1 .. 20 LOOP
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                  enqueued_at, dedup_key, attempts, max_attempts, schema_version,
-                                 max_attempts_given, trace_context, concurrency_key)
+                                 max_attempts_given, trace_context, concurrency_key, timeout_ms)
         VALUES (nextval('pgqueue.job_id_seq'), p_stream, p_kind, p_payload, p_priority::smallint,
                 CASE WHEN v_at > v_now THEN 'scheduled' ELSE 'pending' END, v_at, v_now,
                 p_dedup_key, 0, coalesce(p_max_attempts, 25), p_schema_version,
-                p_max_attempts IS NOT NULL, p_trace, p_concurrency_key)
+                p_max_attempts IS NOT NULL, p_trace, p_concurrency_key, p_timeout_ms)
         ON CONFLICT (stream, dedup_key)
             WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
             DO NOTHING
@@ -393,7 +429,7 @@ BEGIN
                                         request)
             VALUES (j.stream, 'Enqueue', j.id, pgqueue.enqueue_body(
                         jsonb_build_object('enqueued_at_ms', pgqueue.to_ms(v_now), 'attempts', 0),
-                        p_trace, p_concurrency_key),
+                        p_trace, p_concurrency_key, p_timeout_ms),
                     j.kind, j.payload, j.priority, j.not_before, j.dedup_key, p_max_attempts,
                     j.schema_version, p_request);
             IF j.state = 'pending' THEN
@@ -425,7 +461,7 @@ SELECT id FROM pgqueue.enqueue(
     %(stream)s, %(payloads)b::bytea[], %(kinds)b::text[], %(priorities)b::int[],
     %(delays_ms)b::bigint[], %(not_befores)b::timestamptz[], %(dedup_keys)b::bytea[],
     %(max_attempts)b::int[], %(schema_versions)b::int[], %(request)s::uuid, %(resent)s::boolean,
-    %(traces)s::jsonb[], %(concurrency_keys)s::text[])
+    %(traces)s::jsonb[], %(concurrency_keys)s::text[], %(timeouts_ms)s::int[])
     AS t(id)
 
 -- name: enqueue_job
@@ -433,4 +469,4 @@ SELECT id FROM pgqueue.enqueue(
 SELECT pgqueue.enqueue_one(%(stream)s::text, %(payload)b::bytea, %(kind)s::text,
     %(priority)s::int, %(delay_ms)s::bigint, %(not_before)s::timestamptz, %(dedup_key)s::bytea,
     %(max_attempts)s::int, %(schema_version)s::int, %(request)s::uuid, %(resent)s::boolean,
-    %(trace)s::jsonb, %(concurrency_key)s::text) AS id
+    %(trace)s::jsonb, %(concurrency_key)s::text, %(timeout_ms)s::int) AS id

@@ -78,7 +78,8 @@ CREATE OR REPLACE FUNCTION pgqueue.lease(
     attempts int, max_attempts int, enqueued_at timestamptz, lease_expires_at timestamptz,
     lease_started boolean, last_completed_step text, cursor_step text, cursor bytea,
     checkpoint_updated_at timestamptz, schema_version int, step_set_hash text,
-    crashes_by_step jsonb, not_before timestamptz, trace_context jsonb, rate_at_start boolean
+    crashes_by_step jsonb, not_before timestamptz, trace_context jsonb, rate_at_start boolean,
+    timeout_ms int
 )
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -123,7 +124,8 @@ BEGIN
                    j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context,
                    NOT j.lease_started AND EXISTS (
                        SELECT 1 FROM pgqueue.kind_config k
-                       WHERE k.stream = j.stream AND k.kind = j.kind AND k.rate_count IS NOT NULL)
+                       WHERE k.stream = j.stream AND k.kind = j.kind AND k.rate_count IS NOT NULL),
+                   j.timeout_ms
             FROM pgqueue.job j
             JOIN pgqueue.op_log o ON o.job_id = j.id AND o.lease_id = j.lease_id
             WHERE o.seq >= v_seen.seq AND o.xid = v_seen.xid AND o.op = 'Lease'
@@ -175,7 +177,7 @@ BEGIN
                   j.last_completed_step,
                   j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
                   j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context,
-                  NOT j.lease_started AND j.id = ANY(v_rated) AS rate_at_start
+                  NOT j.lease_started AND j.id = ANY(v_rated) AS rate_at_start, j.timeout_ms
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
         SELECT l.stream, 'Lease', l.id, l.lease_id,
@@ -594,7 +596,8 @@ SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, en
        nullif(crashes_by_step, '{}'::jsonb) AS crashes_by_step,  -- nothing to decode when none
        not_before,  -- when it became due (the worker's wait histogram)
        trace_context,  -- the producer's, for the consumer span (pgqueue/telemetry/tracing.py)
-       rate_at_start  -- leased ahead, of a rate-limited kind: pgqueue.start_rated first
+       rate_at_start,  -- leased ahead, of a rate-limited kind: pgqueue.start_rated first
+       timeout_ms  -- the job's own time limit, set at enqueue (the worker enforces it)
 FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
                    %(worker_instance)s::int, %(request)s::uuid, %(resent)s::boolean,
                    %(start)s::int)

@@ -134,7 +134,7 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at
+       cancel_requested_at, error_summary, timeout_ms
 FROM pgqueue.jobs WHERE id = %(job_id)s
 
 -- name: jobs_preview_list
@@ -144,7 +144,7 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at
+       cancel_requested_at, error_summary, timeout_ms
 FROM pgqueue.jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -165,7 +165,7 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at
+       cancel_requested_at, error_summary, timeout_ms
 FROM pgqueue.jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -197,7 +197,7 @@ FROM win LEFT JOIN LATERAL (
            enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
            worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
            checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-           cancel_requested_at
+           cancel_requested_at, error_summary, timeout_ms
     FROM pgqueue.jobs
     WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
       AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -270,7 +270,7 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at
+       cancel_requested_at, error_summary, timeout_ms
 FROM pgqueue.jobs WHERE state = 'dead' AND stream = %(stream)s
 ORDER BY died_at DESC, id DESC LIMIT %(limit)s
 

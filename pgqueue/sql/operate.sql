@@ -2,9 +2,18 @@
 
 -- schema: functions -------------------------------------------------------------------------
 
+-- What an operator's verb on one job returns: the job and where it stands now, in few enough
+-- columns to read in psql (`SELECT * FROM pgqueue.release(42)`), not the whole job row.
+CREATE OR REPLACE FUNCTION pgqueue.job_change(j pgqueue.job)
+RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
+               last_completed_step text, cursor_step text)
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT j.id, j.stream, j.kind, j.state, j.attempts, j.last_completed_step, j.cursor_step $$;
+
 -- Operator: a quarantined or undecodable job runs again (optionally forgetting its crashes).
 CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false)
-RETURNS pgqueue.job
+RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
+               last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -16,12 +25,14 @@ BEGIN
     IF p_reset_crashes THEN
         j.crashes_by_step := '{}';
     END IF;
-    RETURN pgqueue.save_as_pending(j, 'Release', false);
+    RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Release', false));
 END
 $$;
 
 -- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
-CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETURNS pgqueue.job
+CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text)
+RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
+               last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -45,12 +56,14 @@ BEGIN
     j.last_completed_step := CASE WHEN v_pos > 1 THEN v_names[v_pos - 1] END;
     j.cursor_step := NULL;
     j.cursor := NULL;
-    RETURN pgqueue.save_as_pending(j, 'Rewind', true);
+    RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Rewind', true));
 END
 $$;
 
 -- Operator: drop the checkpoint and run the job from step one (only when asked).
-CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job
+CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint)
+RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
+               last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -65,12 +78,14 @@ BEGIN
     j.cursor := NULL;
     j.step_set_hash := NULL;
     j.crashes_by_step := '{}';
-    RETURN pgqueue.save_as_pending(j, 'Restart', true);
+    RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Restart', true));
 END
 $$;
 
 -- Operator: count the step in progress as completed without running it, and go on.
-CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.job
+CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint)
+RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
+               last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -94,14 +109,16 @@ BEGIN
     j.last_completed_step := v_names[v_next];
     j.cursor_step := NULL;
     j.cursor := NULL;
-    RETURN pgqueue.save_as_pending(j, 'SkipStep', true,
-                                   jsonb_build_object('skipped', v_names[v_next]));
+    RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'SkipStep', true,
+                                   jsonb_build_object('skipped', v_names[v_next])));
 END
 $$;
 
 -- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
 -- its last completed step, matched by name in the new list.
-CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint) RETURNS pgqueue.job
+CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint)
+RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
+               last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -132,7 +149,7 @@ BEGIN
         j.cursor := NULL;
     END IF;
     j.step_set_hash := v_hash;
-    RETURN pgqueue.save_as_pending(j, 'AcceptStepSet', false);
+    RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'AcceptStepSet', false));
 END
 $$;
 

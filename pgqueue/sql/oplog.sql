@@ -90,14 +90,16 @@ BEGIN
         -- max_attempts is null in an op of a job whose producer did not set it (0005 on)
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                  enqueued_at, dedup_key, attempts, max_attempts, schema_version,
-                                 max_attempts_given, trace_context, concurrency_key)
+                                 max_attempts_given, trace_context, concurrency_key,
+                                 timeout_ms)
         VALUES (p_job_id, b ->> 'stream', b ->> 'kind', pgqueue.unb64(b ->> 'payload'),
                 (b ->> 'priority')::smallint, b ->> 'state',
                 pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
                 pgqueue.from_ms((b ->> 'enqueued_at_ms')::bigint),
                 pgqueue.unb64(b ->> 'dedup_key'), (b ->> 'attempts')::int,
                 coalesce((b ->> 'max_attempts')::int, 25), (b ->> 'schema_version')::int,
-                (b ->> 'max_attempts') IS NOT NULL, b -> 'trace', b ->> 'concurrency_key')
+                (b ->> 'max_attempts') IS NOT NULL, b -> 'trace', b ->> 'concurrency_key',
+                (b ->> 'timeout_ms')::int)
         ON CONFLICT (id) DO NOTHING;
     WHEN 'Lease' THEN
         UPDATE pgqueue.job
@@ -125,12 +127,14 @@ BEGIN
         IF b ->> 'state' = 'dead' THEN
             UPDATE pgqueue.job SET max_attempts = (b ->> 'max_attempts')::int WHERE id = p_job_id;
             PERFORM pgqueue.bury(p_job_id, (b ->> 'attempts')::int, b ->> 'last_error',
-                                 pgqueue.from_ms((b ->> 'at_ms')::bigint), b -> 'crashes_by_step');
+                                 pgqueue.from_ms((b ->> 'at_ms')::bigint), b -> 'crashes_by_step',
+                                 b ->> 'error_summary');
         ELSE
             UPDATE pgqueue.job
             SET state = b ->> 'state', attempts = (b ->> 'attempts')::int,
                 max_attempts = (b ->> 'max_attempts')::int,
-                last_error = b ->> 'last_error', state_reason = b ->> 'state_reason',
+                last_error = b ->> 'last_error', error_summary = b ->> 'error_summary',
+                state_reason = b ->> 'state_reason',
                 state_detail = nullif(b -> 'state_detail', 'null'::jsonb),
                 not_before = pgqueue.from_ms((b ->> 'not_before_ms')::bigint),
                 crashes_by_step = b -> 'crashes_by_step',
@@ -143,12 +147,13 @@ BEGIN
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before, enqueued_at,
             dedup_key, attempts, max_attempts, last_error, last_completed_step, cursor_step, cursor,
             checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
-            max_attempts_given, concurrency_key)
+            max_attempts_given, concurrency_key, error_summary, timeout_ms)
         SELECT d.id, d.stream, d.kind, d.payload, d.priority, b ->> 'state',
             pgqueue.from_ms((b ->> 'not_before_ms')::bigint), d.enqueued_at, d.dedup_key,
             (b ->> 'attempts')::int, d.max_attempts, d.last_error, d.last_completed_step,
             d.cursor_step, d.cursor, d.checkpoint_updated_at, d.schema_version, d.step_set_hash,
-            d.crashes_by_step, d.max_attempts_given, d.concurrency_key
+            d.crashes_by_step, d.max_attempts_given, d.concurrency_key, d.error_summary,
+            d.timeout_ms
         FROM d;
     WHEN 'ReturnLease', 'MarkUndecodable', 'Upcast', 'Release', 'Rewind', 'Restart', 'SkipStep',
          'AcceptStepSet' THEN

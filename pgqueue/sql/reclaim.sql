@@ -39,7 +39,9 @@ BEGIN
         v_lease := j.lease_id;
         IF j.cancel_requested_at IS NOT NULL THEN
             PERFORM pgqueue.finish_cancel(j, 'reclaim', format('lease %s expired (worker %s/%s)',
-                                                                v_lease, j.worker_node, j.worker_instance));
+                                                                v_lease, j.worker_node, j.worker_instance),
+                                          format('LeaseExpired: lease %s expired (worker %s/%s)',
+                                                 v_lease, j.worker_node, j.worker_instance));
             job_id := j.id; stream := j.stream; kind := j.kind; state := 'cancelled';
             step := NULL; crashes := NULL;
             RETURN NEXT;
@@ -63,6 +65,7 @@ BEGIN
         j.crashes_by_step := j.crashes_by_step || jsonb_build_object(v_step, v_crashes);
         j.attempts := j.attempts + 1;
         j.last_error := format('lease %s expired (worker %s/%s)', v_lease, j.worker_node, j.worker_instance);
+        j.error_summary := 'LeaseExpired: ' || j.last_error;
         SELECT coalesce((SELECT kc.quarantine_after FROM pgqueue.kind_config kc
                          WHERE kc.stream = j.stream AND kc.kind = j.kind),
                         (SELECT sc.quarantine_after FROM pgqueue.stream_config sc
@@ -79,11 +82,12 @@ BEGIN
             v_state := 'pending';
         END IF;
         IF v_state = 'dead' THEN
-            PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step);
+            PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step,
+                                 j.error_summary);
         ELSE
             UPDATE pgqueue.job
             SET state = v_state, attempts = j.attempts, last_error = j.last_error,
-                state_reason = j.state_reason, state_detail = j.state_detail,
+                error_summary = j.error_summary, state_reason = j.state_reason, state_detail = j.state_detail,
                 crashes_by_step = j.crashes_by_step, lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
             WHERE id = j.id;
         END IF;

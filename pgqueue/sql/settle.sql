@@ -36,9 +36,10 @@ $$;
 -- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL. A job whose
 -- cancel was requested ends as cancelled instead (never retried). Returns one row (dead?, and
 -- the state it went to: pending, scheduled, dead or cancelled) or none when the lease is no
--- longer current.
+-- longer current. The failure is recorded as p_error (its whole text: a traceback) and a
+-- one-line summary, p_summary (pgqueue.error_summary of p_error when not given).
 CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_error text, p_retry_in_ms bigint,
-                             p_max_attempts int DEFAULT NULL)
+                             p_max_attempts int DEFAULT NULL, p_summary text DEFAULT NULL)
 RETURNS TABLE (dead boolean, state text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -49,6 +50,7 @@ DECLARE
     v_now timestamptz := pgqueue.now_ms();
     j     pgqueue.job;
     v_state text;
+    v_summary text;
 BEGIN
     PERFORM pgqueue.require_leader();
     SELECT * INTO j FROM pgqueue.job
@@ -57,13 +59,17 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    v_summary := pgqueue.error_summary(coalesce(p_summary, p_error));
     IF j.cancel_requested_at IS NOT NULL THEN
-        PERFORM pgqueue.finish_cancel(j, 'nack', p_error);
+        PERFORM pgqueue.finish_cancel(j, 'nack', p_error, v_summary);
         RETURN QUERY SELECT false, 'cancelled'::text;
         RETURN;
     END IF;
     j.attempts := j.attempts + 1;
-    j.last_error := coalesce(p_error, j.last_error);
+    IF p_error IS NOT NULL OR p_summary IS NOT NULL THEN
+        j.last_error := p_error;
+        j.error_summary := v_summary;
+    END IF;
     -- A handler's own limit (app.job(max_attempts=...)) applies when the producer set none;
     -- a limit set at enqueue always wins.
     IF NOT j.max_attempts_given THEN
@@ -72,7 +78,8 @@ BEGIN
     IF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
         v_state := 'dead';
         UPDATE pgqueue.job SET max_attempts = j.max_attempts WHERE id = j.id;
-        PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step);
+        PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step,
+                             j.error_summary);
     ELSE
         j.not_before := v_now + coalesce(p_retry_in_ms, pgqueue.backoff_ms(j.stream, j.attempts))
                                * interval '1 millisecond';
@@ -80,7 +87,8 @@ BEGIN
         v_state := CASE WHEN j.not_before > v_now THEN 'scheduled' ELSE 'pending' END;
         UPDATE pgqueue.job
         SET state = v_state, attempts = j.attempts, max_attempts = j.max_attempts,
-            last_error = j.last_error, not_before = j.not_before, lease_id = NULL, worker_node = NULL,
+            last_error = j.last_error, error_summary = j.error_summary, not_before = j.not_before,
+            lease_id = NULL, worker_node = NULL,
             worker_instance = NULL, lease_expires_at = NULL
         WHERE id = j.id;
     END IF;
@@ -210,7 +218,7 @@ SELECT id FROM pgqueue.ack(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(
 -- One failure: back to pending after a backoff, or to the dead letters, or cancelled when a
 -- cancel was requested (state says which). No row: lease lost.
 SELECT dead, state FROM pgqueue.nack(%(job_id)s::bigint, %(lease_id)s::bigint, %(error)s::text,
-                          %(retry_in_ms)s::bigint, %(max_attempts)s::int)
+                          %(retry_in_ms)s::bigint, %(max_attempts)s::int, %(summary)s::text)
 
 -- name: acked_before
 -- Of these (job, lease) pairs, the jobs already acked under that lease: a re-sent ack whose

@@ -14,6 +14,8 @@ import logging
 import re
 from typing import Any
 
+from pgqueue import failures
+
 #: How much of an error's message a log line shows (the job's last_error keeps the traceback).
 MAX_LOGGED_ERROR_CHARS = 300
 
@@ -25,15 +27,11 @@ _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*):[^\s@/]*@")
 def error_summary(exc: BaseException) -> str:
     """`Type: message` of an exception for a log line: one line, passwords masked, at most
     MAX_LOGGED_ERROR_CHARS."""
-    kind = type(exc).__qualname__
-    if type(exc).__module__ not in ("builtins", "__main__"):
-        kind = f"{type(exc).__module__}.{kind}"
+    kind = failures.exception_name(exc)
     message = str(exc)[:4 * MAX_LOGGED_ERROR_CHARS]
     message = _PASSWORD.sub(r"\1\2***", _URL_PASSWORD.sub(r"\1:***@", message))
-    text = " ".join(f"{kind}: {message}".split()) if message else kind
-    if len(text) > MAX_LOGGED_ERROR_CHARS:
-        text = text[:MAX_LOGGED_ERROR_CHARS - 3] + "..."
-    return text
+    return failures.one_line(f"{kind}: {message}" if message.strip() else kind,
+                             MAX_LOGGED_ERROR_CHARS)
 
 
 class JsonFormatter(logging.Formatter):

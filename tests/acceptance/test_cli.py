@@ -106,6 +106,12 @@ def test_enqueue_json_payload_is_parsed_and_bad_json_is_refused(dsn: str) -> Non
     assert len(as_json(dsn, "jobs", "list")) == 1
 
 
+def test_enqueue_takes_a_jobs_own_time_limit(dsn: str) -> None:
+    job_id = enqueue(dsn, "s", "x", "--timeout", "2.5")
+    assert as_json(dsn, "jobs", "show", str(job_id))["timeout"] == 2.5
+    assert "2.5" in ok(dsn, "jobs", "show", str(job_id)).stdout
+
+
 def test_enqueue_delay_holds_the_job_back(dsn: str) -> None:
     job_id = enqueue(dsn, "later", "x", "--delay", "3600")
     with pgqueue.Queue(dsn, stream="later") as q:
@@ -121,6 +127,7 @@ def test_enqueue_delay_holds_the_job_back(dsn: str) -> None:
     (["--delay", "-5"], "delay"),
     (["--max-attempts", "-1"], "max_attempts"),
     (["--dedup-key", "k" * 2000], "dedup_key"),
+    (["--timeout", "0"], "timeout must be > 0 seconds"),
 ])
 def test_bad_enqueue_arguments_exit_2_naming_the_argument_and_add_nothing(
         dsn: str, opts: list[str], needle: str) -> None:

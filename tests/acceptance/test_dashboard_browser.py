@@ -164,7 +164,8 @@ def test_requeue_a_dead_job_with_the_admin_token(admin: Dashboard, tab: Tab,
     page.click(f"tr[data-job-id='{job_id}'] a")
     page.wait_for_url(f"{admin.url}/jobs/{job_id}")
     assert page.inner_text("#job-state") == "dead"
-    assert "SMTP 554" in page.inner_text("#last-error")
+    assert page.inner_text("#error-summary") == "SMTP 554: rejected"
+    assert page.locator("#last-error").count() == 0  # the text said no more than its summary
     page.click("#actions button[value=requeue]")
     page.wait_for_url(re.compile(rf"/jobs/{job_id}\?done=requeue"))
     assert page.inner_text("#job-state") == "pending"
@@ -175,6 +176,31 @@ def test_requeue_a_dead_job_with_the_admin_token(admin: Dashboard, tab: Tab,
     page.goto(f"{admin.url}/jobs?state=dead")
     assert page.locator(f"tr[data-job-id='{job_id}']").count() == 0
     assert page.locator("#no-jobs").is_visible()
+
+
+def _refuse(card: str) -> None:
+    raise ValueError(f"card {card!r} declined\n<b>by</b> the bank")
+
+
+def test_a_failure_reads_as_its_summary_in_the_list_and_its_traceback_on_the_page(
+        admin: Dashboard, tab: Tab, q: pgqueue.Queue) -> None:
+    job_id = q.enqueue("x", kind="pay", max_attempts=1)
+    (lease,) = q.lease()
+    try:
+        _refuse("amex")
+    except ValueError as exc:
+        q.nack(lease, error=exc)
+    summary = "ValueError: card 'amex' declined <b>by</b> the bank"
+    page = tab.page
+    page.goto(f"{admin.url}/jobs?state=dead")
+    assert page.inner_text(f"tr[data-job-id='{job_id}'] .error-cell") == summary
+    page.goto(f"{admin.url}/jobs/{job_id}")
+    assert page.inner_text("#error-summary") == summary  # job data is text, never markup
+    shown = page.inner_text("#last-error").rstrip("\n").split("\n")
+    assert shown[0] == "Traceback (most recent call last):"
+    assert shown[-2:] == ["ValueError: card 'amex' declined", "<b>by</b> the bank"]
+    assert any("in _refuse" in line for line in shown)
+    assert page.locator("#last-error b").count() == 0
 
 
 def test_acting_without_the_token_fails_and_changes_nothing(admin: Dashboard, tab: Tab,

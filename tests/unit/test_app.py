@@ -2,6 +2,8 @@
 naming it, at registration."""
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 import pgqueue
@@ -88,3 +90,32 @@ def test_plain_functions_register() -> None:
     app = pgqueue.App()
     app.job("ok")(lambda job: None)
     assert "ok" in app.handlers
+
+
+@pytest.mark.parametrize(("value", "error", "message"), [
+    (0, ValueError, "timeout must be > 0 seconds, got 0"),
+    (-1.5, ValueError, "timeout must be > 0 seconds, got -1.5"),
+    (float("nan"), ValueError, "timeout must be a finite number of seconds"),
+    ("5", TypeError, "timeout must be a number of seconds or a timedelta, got str"),
+    (30 * 86400, ValueError, r"timeout must be at most 2147484 seconds \(24.8 days\)"),
+])
+def test_a_bad_time_limit_is_refused_at_declaration(value: object, error: type[Exception],
+                                                     message: str) -> None:
+    app = pgqueue.App()
+    with pytest.raises(error, match=message):
+        app.job("a", timeout=value)  # type: ignore[arg-type]
+    with pytest.raises(error, match=message):
+        app.step_job("b", timeout=value)  # type: ignore[arg-type]
+    job = app.step_job("c")
+    with pytest.raises(error, match=message):
+        job.step("one", timeout=value)  # type: ignore[arg-type]
+    assert "a" not in app.handlers and job.steps == []
+
+
+def test_time_limits_are_kept_in_seconds_to_the_millisecond() -> None:
+    app = pgqueue.App()
+    app.job("a", timeout=dt.timedelta(minutes=2))(lambda ctx: None)
+    job = app.step_job("b", timeout=1.0001)
+    job.step("one", timeout=0.25)(lambda ctx: None)
+    assert app.handlers["a"].timeout == 120.0
+    assert (app.handlers["b"].timeout, job.steps[0].timeout) == (1.001, 0.25)

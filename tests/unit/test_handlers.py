@@ -36,7 +36,7 @@ def test_an_error_summary_is_one_line_of_type_and_message_without_passwords(
 
 def test_an_error_summary_is_cut_short() -> None:
     text = error_summary(RuntimeError("x" * 100_000))
-    assert len(text) == MAX_LOGGED_ERROR_CHARS and text.endswith("...")
+    assert len(text) == MAX_LOGGED_ERROR_CHARS and text.endswith("…")
 
 
 def race(held: Held, threads: int) -> list[bool]:
@@ -58,7 +58,7 @@ def race(held: Held, threads: int) -> list[bool]:
 
 def test_exactly_one_of_many_racing_threads_wins_a_claim() -> None:
     now = dt.datetime.now(dt.timezone.utc)
-    row = (1, 2, "default", "noop", b"{}", 0, 0, 25, now, now, True, *[None] * 7, now, None, False)
+    row = (1, 2, "default", "noop", b"{}", 0, 0, 25, now, now, True, *[None] * 7, now, None, False, None)
     for _ in range(200):
         held = Held(Lease.from_lease_row(row, 30.0), 30.0)
         assert sorted(race(held, 8)) == [False] * 7 + [True]

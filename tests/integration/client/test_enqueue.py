@@ -566,3 +566,38 @@ def test_psql_enqueues_with_a_stream_and_a_payload_alone(dsn: str, q: pgqueue.Qu
     assert (job.kind, job.priority, job.max_attempts, job.state) == (None, 0, 25, "pending")
     other = q.job(named)
     assert other is not None and (other.kind, other.priority) == ("mail", 7)
+
+
+def test_a_jobs_own_time_limit_is_kept_and_a_bad_one_refused_on_every_way_in(
+        dsn: str, q: pgqueue.Queue) -> None:
+    """`timeout` at enqueue (API, batch, CLI, SQL): kept in milliseconds on the job, handed to
+    the worker with its lease; zero or less refused naming the job, writing nothing."""
+    cases: list[tuple[Any, type[Exception], str]] = [
+        (0, ValueError, "timeout must be > 0 seconds, got 0"),
+        (-2, ValueError, "timeout must be > 0 seconds, got -2"),
+        ("1", TypeError, "timeout must be a number of seconds")]
+    for bad, error, message in cases:
+        with pytest.raises(error, match=message):
+            q.enqueue(b"x", timeout=bad)
+        with pytest.raises(error, match=r"jobs\[1\]\." + message):
+            q.enqueue_many([pgqueue.NewJob(b"x"), pgqueue.NewJob(b"y", timeout=bad)])
+    with connection.connect(dsn) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match=r"^timeout must be positive, got 0 ms"):
+            conn.execute("SELECT pgqueue.enqueue_one('default', 'x', p_timeout_ms => 0)")
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match=r"^jobs\[1\]\.timeout must be positive, got -5 ms"):
+            conn.execute("SELECT pgqueue.enqueue('default', ARRAY['\\x01', '\\x02']::bytea[], "
+                         "NULL, ARRAY[0, 0], NULL, NULL, NULL, ARRAY[1, 1], NULL, "
+                         "p_timeouts_ms => ARRAY[10, -5])")
+    assert job_count(dsn) == 0
+    one = q.enqueue(b"a", timeout=dt.timedelta(seconds=90))
+    many = q.enqueue_many([pgqueue.NewJob(b"b", timeout=0.0001), pgqueue.NewJob(b"c")])
+    with connection.connect(dsn) as conn:
+        ((sql_id,),) = conn.execute(
+            "SELECT pgqueue.enqueue_one('default', 'd', p_timeout_ms => 2500)").fetchall()
+    expected = {one: 90.0, many[0]: 0.001, many[1]: None, sql_id: 2.5}
+    for job_id, limit in expected.items():
+        info = q.job(job_id)
+        assert info is not None and info.timeout == limit
+    assert {held.job_id: held.timeout for held in q.lease(10)} == expected

@@ -156,3 +156,16 @@ def test_release_of_a_pending_job_still_names_the_verb(q: pgqueue.Queue) -> None
         q.release(job_id)
     assert str(caught.value) == (f"cannot release job {job_id}: it is pending, and release "
                                  "applies only to quarantined or undecodable jobs")
+
+
+def test_in_psql_a_verb_reads_as_a_few_columns_of_the_job(dsn: str, q: pgqueue.Queue) -> None:
+    """`SELECT * FROM pgqueue.accept_step_set(42)`: the job's id, stream, kind, state, attempts
+    and checkpoint as columns, not its whole row (35 columns, payload included)."""
+    job_id = parked_job(q, dsn)
+    with connection.connect(dsn) as conn:
+        cur = conn.execute("SELECT * FROM pgqueue.accept_step_set(%s)", [job_id])
+        assert [d.name for d in cur.description or []] == [
+            "id", "stream", "kind", "state", "attempts", "last_completed_step", "cursor_step"]
+        assert cur.fetchall() == [(job_id, "default", "etl", "pending", 0, "a", "b")]
+        cur = conn.execute("SELECT * FROM pgqueue.rewind(%s, 'a')", [job_id])
+        assert cur.fetchall() == [(job_id, "default", "etl", "pending", 0, None, None)]

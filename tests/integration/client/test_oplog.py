@@ -142,6 +142,7 @@ class JobSpec:
     delay: float | None
     dedup_key: bytes | str | None
     max_attempts: int
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class Nack:
     pick: int
     stale: bool
     retry_in: float | None
-    error: str | None
+    error: str | ValueError | None
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,7 @@ job_specs = st.builds(
     delay=st.sampled_from([None, 0.0, 0.001, 0.25, 1.0, 3600.0]),
     dedup_key=st.sampled_from(DEDUP_POOL),
     max_attempts=st.sampled_from([1, 2, 0, 3]),
+    timeout=st.sampled_from([None, None, 0.001, 2.5]),
 )
 checkpoints = st.builds(
     pgqueue.Checkpoint,
@@ -254,8 +256,12 @@ checkpoints = st.builds(
     schema_version=st.integers(0, 3) | st.none(),
     step_set_hash=st.sampled_from([None, "h1", "h2"]),
 )
-errors = st.none() | st.text(
-    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12)
+texts = st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"),
+                max_size=12)
+# what a summary is made of, spelt out in ASCII (whose whitespace Python and Postgres agree on)
+summarised = st.text(alphabet=st.sampled_from("ab: \t\n\r"), max_size=12)
+# a text as it is, or an exception: kept as its summary and traceback
+errors = st.none() | texts | summarised | summarised.map(ValueError)
 enqueues = st.builds(Enqueue, stream=st.integers(0, 1),
                      jobs=st.lists(job_specs, min_size=1, max_size=5).map(tuple))
 leases = st.builds(LeaseJobs, stream=st.integers(0, 1), limit=st.integers(1, 4),
@@ -385,7 +391,8 @@ class Workload:
                 keyed.setdefault(key, self.live_holder(stream, key))
         ids = enqueue.enqueue_many(self.conn, stream, [
             pgqueue.NewJob(s.payload, kind=s.kind, priority=s.priority, delay=s.delay,
-                           dedup_key=s.dedup_key, max_attempts=s.max_attempts)
+                           dedup_key=s.dedup_key, max_attempts=s.max_attempts,
+                           timeout=s.timeout)
             for s in a.jobs])
         assert len(ids) == len(a.jobs)
         for spec, job_id in zip(a.jobs, ids, strict=True):
@@ -481,7 +488,17 @@ class Workload:
         info = self.job(held.job_id)
         assert info is not None
         assert info.attempts == held.attempts + 1
-        assert info.last_error == (before.last_error if a.error is None else a.error)
+        if a.error is None:
+            assert (info.last_error, info.error_summary) == (before.last_error, before.error_summary)
+        elif isinstance(a.error, ValueError):
+            message = " ".join(str(a.error).split())
+            assert info.error_summary == (f"ValueError: {message}" if message else "ValueError")
+            assert info.last_error == f"ValueError: {a.error}\n"  # never raised: no frames
+        else:
+            assert info.last_error == a.error
+            if a.error.isascii():  # else Python and the database may differ on whitespace
+                first = next((ln for ln in a.error.split("\n") if ln.strip()), None)
+                assert info.error_summary == (None if first is None else " ".join(first.split()))
         if dead:
             assert info.state == "dead"
         elif a.retry_in == 0:

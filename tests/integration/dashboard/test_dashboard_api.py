@@ -165,8 +165,8 @@ def test_jobs_filter_by_stream_state_and_kind(client: TestClient,
     # a dead letter is listed with everything it has
     r = client.get("/api/jobs?state=dead")
     (job,) = r.json()["jobs"]
-    assert (job["stream"], job["kind"], job["payload"], job["last_error"]) == (
-        "default", "a", "3", "it failed")
+    assert (job["stream"], job["kind"], job["payload"], job["last_error"],
+            job["error_summary"]) == ("default", "a", "3", "it failed", "it failed")
     assert job["died_at"] is not None
 
 

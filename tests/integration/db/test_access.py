@@ -228,7 +228,7 @@ def test_no_role_writes_a_table_directly(q: pgqueue.Queue, dsn: str, logins: Log
 
 @pytest.mark.parametrize("helper", [
     "SELECT pgqueue.apply_op('Ack', %(job)s, NULL, '{}')",
-    "SELECT pgqueue.bury(%(job)s, 1, 'x', now(), '{}')",
+    "SELECT pgqueue.bury(%(job)s, 1, 'x', now(), '{}', 'x')",
     "SELECT pgqueue.finish_cancel(j, 'handler') FROM pgqueue.job j WHERE j.id = %(job)s",
     "SELECT pgqueue.save_kind_config(NULL::pgqueue.kind_config)",
     "SELECT pgqueue.set_role('replica')",
@@ -268,7 +268,8 @@ def test_every_function_a_role_may_call_runs_as_the_owner_with_a_pinned_path(dsn
                    EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
                            WHERE a.grantee = 0) AS public
             FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace""").fetchall()
-    helpers = {"to_ms", "from_ms", "now_ms", "pinned_now", "b64", "unb64", "op_body"}
+    helpers = {"to_ms", "from_ms", "now_ms", "pinned_now", "b64", "unb64", "op_body",
+               "error_summary"}
     assert rows
     for name, definer, config, roles, public in rows:
         assert not public, f"{name} is executable by PUBLIC"
