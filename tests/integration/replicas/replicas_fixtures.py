@@ -390,7 +390,8 @@ class Workload:
                     rng.randbytes(rng.randint(0, 24)), kind=rng.choice([None, "a", "b"]),
                     priority=rng.randint(0, 9),
                     delay=rng.choice([None, None, None, 0.05, 0.3]),
-                    dedup_key=rng.choice(DEDUP_KEYS), max_attempts=rng.randint(1, 3))
+                    dedup_key=rng.choice(DEDUP_KEYS), max_attempts=rng.randint(1, 3),
+                    timeout=rng.choice([None, None, 0.5, 60.0]))
                     for _ in range(rng.randint(1, 12))])
             elif r < 0.42:
                 self._count("lease")
@@ -413,8 +414,13 @@ class Workload:
                     q.ack_many(batch)
                 elif s < 0.85:
                     self._count("nack")
-                    q.nack(lease, error=f"boom {rng.randint(0, 99)}",
-                           retry_in=rng.choice([None, 0.0, 0.02, 0.2]))
+                    error: str | BaseException = f"boom {rng.randint(0, 99)}"
+                    if rng.random() < 0.5:  # an exception: its summary and traceback
+                        try:
+                            raise ValueError(f"boom {rng.randint(0, 99)}\nsecond line")
+                        except ValueError as exc:
+                            error = exc
+                    q.nack(lease, error=error, retry_in=rng.choice([None, 0.0, 0.02, 0.2]))
                 elif s < 0.92:
                     self._count("return")
                     q.return_lease(lease)
