@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,24 @@ OPLOG_PRUNE_BATCHES = 20
 #: Vacuum the job table when this many dead row versions (or a fifth of the live ones) piled
 #: up: autovacuum wakes once a minute, too late for a queue table (see NOTES: 248 MB vs 43 MB).
 VACUUM_DEAD_ROWS = 5000
+#: A vacuum that removed less than half the dead row versions found its horizon held back (a
+#: long transaction, a REPEATABLE READ reader, a replication slot): the next waits 2, 4, 8 ...
+#: seconds, at most this long, instead of vacuuming again on every pass for nothing.
+VACUUM_BACKOFF_MAX_SECONDS = 60.0
+
+
+@dataclass
+class VacuumMemory:
+    """What the last vacuums of one database's job table achieved (per process)."""
+
+    #: vacuums in a row that removed less than half the dead row versions
+    held: int = 0
+    #: time.monotonic() before which no vacuum is tried
+    wait_until: float = 0.0
+
+
+#: By server and database: run_pass is called with a connection, by a Maintainer or the CLI.
+_VACUUMS: dict[tuple[str, int, str], VacuumMemory] = {}
 
 
 @dataclass(frozen=True)
@@ -138,8 +157,28 @@ def vacuum_if_needed(conn: queries.Conn) -> bool:
     dead, live = int(row["dead"] or 0), int(row["live"] or 0)
     if dead < max(VACUUM_DEAD_ROWS, live // 5):
         return False
+    memory = _VACUUMS.setdefault((conn.info.host, conn.info.port, conn.info.dbname),
+                                 VacuumMemory())
+    if time.monotonic() < memory.wait_until:
+        return False
     queries.vacuum(conn, "job")
-    log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)
+    after = queries.fetch_one(conn, "job_dead_tuples")  # as the vacuum itself reported
+    left = dead if after is None else int(after["dead"] or 0)
+    if 2 * left < dead:
+        if memory.held:
+            log.info("maintenance: vacuum of pgqueue.job removes dead row versions again "
+                     "(%d of %d)", dead - left, dead)
+        memory.held, memory.wait_until = 0, 0.0
+        log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)
+        return True
+    memory.held += 1
+    wait = min(VACUUM_BACKOFF_MAX_SECONDS, 2.0 ** memory.held)
+    memory.wait_until = time.monotonic() + wait
+    (log.warning if memory.held == 1 else log.debug)(
+        "maintenance: vacuum of pgqueue.job removed %d of %d dead row versions: something "
+        "holds back the vacuum horizon (a long or idle-in-transaction session, a REPEATABLE "
+        "READ reader, a replication slot: see pg_stat_activity.backend_xmin); the next "
+        "vacuum waits %.0fs", dead - left, dead, wait)
     return True
 
 
