@@ -218,7 +218,8 @@ def report(console: Console, phases: Sequence[Phase], rate: float) -> None:
     sizes.add_column("table")
     for ph in phases:
         sizes.add_column(ph.name, justify="right")
-    names = sorted({t for ph in phases for t in ph.tables})
+    names = sorted({t for ph in phases for t, (_live, dead, size) in ph.tables.items()
+                    if dead or size >= 64 * 1024})  # the tables a job passes through
     for name in names:
         cells: list[str] = []
         for ph in phases:
@@ -241,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = sorted(set(names) - set(PHASES))
     if unknown:
         parser.error(f"--phases: unknown {', '.join(unknown)} (the phases: {', '.join(PHASES)})")
-    console = Console()
+    console = Console(width=max(Console().width, 150))  # the tables are wide: never folded
     with server(args.dsn, "pressure") as (server_dsn, _embedded):
         dsn = fresh_database(server_dsn, "pgqueue_bench_pressure")
         maintainer = Maintainer(dsn, interval=1.0)

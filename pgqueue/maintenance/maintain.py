@@ -178,7 +178,7 @@ def vacuum_if_needed(conn: queries.Conn) -> bool:
         "maintenance: vacuum of pgqueue.job removed %d of %d dead row versions: something "
         "holds back the vacuum horizon (a long or idle-in-transaction session, a REPEATABLE "
         "READ reader, a replication slot: see pg_stat_activity.backend_xmin); the next "
-        "vacuum waits %.0fs", dead - left, dead, wait)
+        "vacuum waits %.0fs", max(dead - left, 0), dead, wait)
     return True
 
 
