@@ -17,7 +17,8 @@ maintenance runner passes every second, as a worker's would. The phases, in the 
 
 Per phase it prints completion against the offered rate, claim (lease call) latency p50 / p95 /
 p99, end-to-end latency p50 / p99 (enqueued to acked), WAL bytes per job, vacuums of the queue's
-tables, and at the phase's end the dead rows and total size of each pgqueue table. With no DSN
+tables, the buffers a lease's scan of the ready jobs touches at the phase's end (what it steps
+over), and at the phase's end the dead rows and total size of each pgqueue table. With no DSN
 it starts its own embedded Postgres (fsync on) in a temporary directory. Figures only: nothing
 here is asserted.
 """
@@ -64,6 +65,9 @@ class Phase:
     vacuums: int = 0
     tables: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # live, dead, bytes
     back_to_clean_s: float | None = None
+    #: buffers a lease's ordered scan of the ready index touched at the phase's end (the
+    #: pressure still on): what it steps over
+    scan_buffers: int = 0
 
 
 class Pressure:
@@ -145,6 +149,19 @@ def wal_lsn(dsn: str) -> int:
     return int(row[0])
 
 
+def scan_buffers(dsn: str) -> int:
+    """Shared buffers the ready-jobs scan a lease starts with reads to find 10 jobs (without
+    locking them): every dead index entry and heap page it steps over counts."""
+    with connection.connect(dsn) as conn:
+        row = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM pgqueue.job "
+            "WHERE stream = %s AND state = 'pending' ORDER BY priority DESC, id LIMIT 10",
+            (STREAM,)).fetchone()
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+
+
 def hold_xmin(dsn: str, stop: threading.Event) -> None:
     """A session idle in transaction with a transaction id, until `stop`."""
     with psycopg.connect(dsn) as conn:
@@ -187,6 +204,7 @@ def run_phase(p: Pressure, name: str, seconds: float, clean: dict[str, int] | No
             sizes = table_stats(p.dsn)
             if all(sizes.get(t, (0, 0, 0, 0))[2] <= 1.2 * clean[t] + 64 * 1024 for t in clean):
                 phase.back_to_clean_s = time.monotonic() - began
+    phase.scan_buffers = scan_buffers(p.dsn)
     stop.set()
     for t in pressure:
         t.join(timeout=30)
@@ -202,7 +220,8 @@ def run_phase(p: Pressure, name: str, seconds: float, clean: dict[str, int] | No
 def report(console: Console, phases: Sequence[Phase], rate: float) -> None:
     table = Table(title=f"pgqueue under pressure: {rate:,.0f} jobs/s offered")
     for column in ("phase", "completed / offered", "claim ms p50 / p95 / p99",
-                   "end-to-end ms p50 / p99", "WAL bytes / job", "vacuums", "back to clean"):
+                   "end-to-end ms p50 / p99", "WAL bytes / job", "vacuums", "ready scan buffers",
+                   "back to clean"):
         table.add_column(column, justify="left" if column == "phase" else "right")
     for ph in phases:
         pct = 100.0 * ph.acked / ph.offered if ph.offered else float("nan")
@@ -210,7 +229,7 @@ def report(console: Console, phases: Sequence[Phase], rate: float) -> None:
             ph.name, f"{ph.acked:,} / {ph.offered:,} ({pct:.1f} %)",
             " / ".join(f"{percentile(ph.claim_ms, q):.1f}" for q in (50, 95, 99)),
             " / ".join(f"{percentile(ph.e2e_ms, q):.0f}" for q in (50, 99)),
-            f"{ph.wal_bytes / max(ph.acked, 1):,.0f}", str(ph.vacuums),
+            f"{ph.wal_bytes / max(ph.acked, 1):,.0f}", str(ph.vacuums), f"{ph.scan_buffers:,}",
             "" if ph.name != "recovery" else
             ("not within the phase" if ph.back_to_clean_s is None else f"{ph.back_to_clean_s:.0f} s"))
     console.print(table)
@@ -242,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = sorted(set(names) - set(PHASES))
     if unknown:
         parser.error(f"--phases: unknown {', '.join(unknown)} (the phases: {', '.join(PHASES)})")
-    console = Console(width=max(Console().width, 150))  # the tables are wide: never folded
+    console = Console(width=max(Console().width, 190))  # the tables are wide: never folded
     with server(args.dsn, "pressure") as (server_dsn, _embedded):
         dsn = fresh_database(server_dsn, "pgqueue_bench_pressure")
         maintainer = Maintainer(dsn, interval=1.0)

@@ -165,7 +165,11 @@ def main() -> None:
             after = sizes(dsn)
             grown[kind] = {t: (after[t] - before.get(t, 0)) // args.jobs for t in after}
         report(console, parts, grown)
-        console.print(f"{args.jobs:,} jobs of each kind, {len(PAYLOAD)}-byte payloads")
+        with connection.connect(dsn) as conn:
+            row = conn.execute("SELECT current_setting('wal_level')").fetchone()
+        console.print(f"{args.jobs:,} jobs of each kind, {len(PAYLOAD)}-byte payloads; "
+                      f"wal_level={row[0] if row else '?'} (logical: an update logs its whole "
+                      f"new row; below it, only what changed around the row's middle)")
 
 
 if __name__ == "__main__":
