@@ -267,8 +267,7 @@ class AsyncHandlers:
                 rated_start, self._settler, self._leases, self._worker_id(), held):
             return
         began = time.monotonic()
-        held.runner = asyncio.current_task()
-        arm_limit(self._app, held, self._deadlines)
+        arm_limit(self._app, held, self._deadlines, asyncio.current_task())
         try:
             if tracing.active():  # checked first: a context manager per job costs ~1.5 us
                 with tracing.consuming(held.lease):
@@ -276,7 +275,8 @@ class AsyncHandlers:
             else:
                 await self._run(held)
         finally:
-            held.ended.set()
+            if held.limit is not None:
+                held.limit.ended = True
             self._leases.end(held, time.monotonic() - began)
 
     async def _run(self, held: Held) -> None:
@@ -298,7 +298,7 @@ class AsyncHandlers:
             if held.cancelled.is_set():  # an operator's cancel (this loop cancelled the task)
                 await self._blocking(cancelled, self._settler, self._worker_id(), held)
                 return
-            if held.timed_out.is_set():  # its time limit (this loop cancelled the task)
+            if held.timed_out:  # its time limit (this loop cancelled the task)
                 timeout = held.timeout_error()
                 timeout.__cause__ = exc  # where the handler was when it was cancelled
                 tracing.failed(timeout)

@@ -68,8 +68,7 @@ class Deadlines:
                 return
             heapq.heappush(self._heap, (at, next(self._order), giving_up, held))
             if len(self._heap) >= self._prune_at:
-                self._heap = [e for e in self._heap if not e[3].ended.is_set()
-                              and (e[2] or e[3].deadline == e[0])]
+                self._heap = [e for e in self._heap if _due_to_act(*e)]
                 heapq.heapify(self._heap)
                 self._prune_at = max(PRUNE_AT, 2 * len(self._heap))
             if self._thread is None:
@@ -101,11 +100,17 @@ class Deadlines:
                 log.exception("time limits: acting on job %s failed", held.lease.job_id)
 
     def _due(self, at: float, giving_up: bool, held: Held) -> None:
-        if held.ended.is_set() or held.lost.is_set():
-            return
+        if not _due_to_act(at, 0, giving_up, held) or held.lost.is_set():
+            return  # it ended, or a step ended meanwhile (its limit no longer holds)
         if not giving_up:
-            if held.deadline != at or not held.time_out():
-                return  # a step ended meanwhile (its limit no longer holds), or it finished
-            self._push(time.monotonic() + self._grace(), True, held)
+            if held.time_out():
+                self._push(time.monotonic() + self._grace(), True, held)
         elif not held.finishing.is_set():
             self._abandon(held, self._grace())
+
+
+def _due_to_act(at: float, _order: int, giving_up: bool, held: Held) -> bool:
+    """Whether a heap entry still means something: its job's handler is still running and,
+    for a limit (not the giving up a grace period later), that limit is still the one in force."""
+    limit = held.limit
+    return limit is not None and not limit.ended and (giving_up or limit.deadline == at)

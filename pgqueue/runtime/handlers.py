@@ -146,8 +146,7 @@ class HandlerThreads:
                                                          self._worker_id(), held):
             return
         began = time.monotonic()
-        held.runner = threading.current_thread()
-        arm_limit(self._app, held, self._deadlines)
+        arm_limit(self._app, held, self._deadlines, threading.current_thread())
         try:
             if tracing.active():  # checked first: a context manager per job costs ~1.5 us
                 with tracing.consuming(held.lease):
@@ -155,7 +154,8 @@ class HandlerThreads:
             else:
                 self._run(held)
         finally:
-            held.ended.set()
+            if held.limit is not None:
+                held.limit.ended = True
             self._leases.end(held, time.monotonic() - began)
 
     def _run(self, held: Held) -> None:
@@ -179,13 +179,14 @@ class HandlerThreads:
 # -- what handler threads and the event loop (coroutines.py) do alike ---------------------------
 
 
-def arm_limit(app: App, held: Held, deadlines: Deadlines) -> None:
-    """The job starts: its time limit (its own from enqueue, else its handler's) runs now."""
+def arm_limit(app: App, held: Held, deadlines: Deadlines, runner: object) -> None:
+    """The job starts on `runner` (a thread or task): its time limit (its own from enqueue,
+    else its handler's) runs now. A job with no limit anywhere arms nothing."""
     handler = app.handlers.get(held.lease.kind or "")
     limit = held.lease.timeout or (None if handler is None else handler.timeout)
     if limit is not None or (isinstance(handler, StepJob)
                              and any(s.timeout is not None for s in handler.steps)):
-        held.start_limit(limit, deadlines.arm)
+        held.start_limit(limit, deadlines.arm, runner)
 
 
 def fields(held: Held, **more: object) -> dict[str, dict[str, object]]:

@@ -35,6 +35,25 @@ class Flag:
         return self._on
 
 
+class Limit:
+    """A running job's time limits: made when it starts, only for a job that has one.
+    `timed_out` and `ended` are one-way booleans another thread reads (as Flag's)."""
+
+    __slots__ = ("arm", "deadline", "ended", "job_deadline", "job_limit", "runner", "text",
+                 "timed_out")
+
+    def __init__(self, arm: Callable[[Held, float], None], runner: Any,
+                 job_limit: float | None) -> None:
+        self.arm = arm                   # tells the worker's watchdog of a new deadline
+        self.runner = runner             # the thread or task running the handler
+        self.job_limit = job_limit       # the job's own limit (s); a step's may be shorter
+        self.job_deadline: float | None = None
+        self.deadline: float | None = None  # when the limit in force ends (time.monotonic())
+        self.text = ""                   # what that limit is, for the messages
+        self.timed_out = False           # the handler was told
+        self.ended = False               # its handler code returned or raised
+
+
 class Held:
     """A lease this worker holds, with its in-memory checkpoint.
 
@@ -42,11 +61,9 @@ class Held:
     writes about this job, so a renewal carrying an older checkpoint can never land after a
     step-boundary write. The order they are taken in, and who takes them: pgqueue/runtime/held.py."""
 
-    __slots__ = ("_arm", "_claim", "_job_deadline", "_job_limit", "acking", "cancelled",
-                 "checkpoint", "deadline", "ended", "finishing", "flushed_version", "lease",
-                 "limit_text", "lost", "on_cancel", "outcome", "payload", "runner", "start_said",
-                 "started", "state_lock", "timed_out", "version", "visibility_timeout",
-                 "write_lock")
+    __slots__ = ("_claim", "acking", "cancelled", "checkpoint", "finishing", "flushed_version",
+                 "lease", "limit", "lost", "on_cancel", "outcome", "payload", "start_said",
+                 "started", "state_lock", "version", "visibility_timeout", "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
         self.lease = lease
@@ -74,21 +91,9 @@ class Held:
         self.write_lock = threading.Lock()
         #: how the worker let go of it (metrics.OUTCOMES), set by whoever decided it
         self.outcome = "lost"
-        # Time limits (deadlines.py): when the limit in force ends (time.monotonic(); None: no
-        # limit), what it is for the messages, and the job's own limit, which a step's may
-        # shorten while the step runs. `_arm` tells the worker's watchdog of a new deadline.
-        self.deadline: float | None = None
-        self.limit_text = ""
-        self._job_deadline: float | None = None
-        self._job_limit: float | None = None
-        self._arm: Callable[[Held, float], None] | None = None
-        #: the limit passed: the handler is told (check_cancelled raises JobTimeout; an async
-        #: job's task is cancelled) and, past the grace period, the worker stops waiting
-        self.timed_out = Flag()
-        #: its handler code returned or raised (the watchdog then leaves it alone)
-        self.ended = Flag()
-        #: the thread or task running its handler (the watchdog replaces a stuck one)
-        self.runner: Any = None
+        #: its time limits (deadlines.py), made only for a job that has one: the others
+        #: carry nothing more per job
+        self.limit: Limit | None = None
 
     def claim(self) -> bool:
         """Take this job's one-way claim: True for the first caller only, never again. Who
@@ -137,44 +142,53 @@ class Held:
         time limit has passed."""
         if self.cancelled.is_set():
             raise Cancelled(f"job {self.lease.job_id} was cancelled by an operator")
-        if self.timed_out.is_set():
+        if self.limit is not None and self.limit.timed_out:
             raise self.timeout_error()
 
-    # -- time limits ---------------------------------------------------------------------------
+    # -- time limits (the state: Limit; the watchdog: deadlines.py) ----------------------------
 
-    def start_limit(self, seconds: float | None, arm: Callable[[Held, float], None]) -> None:
-        """The job starts: its own limit (None: none) runs from now; steps may add theirs."""
-        self._arm = arm
-        self._job_limit = seconds
+    @property
+    def timed_out(self) -> bool:
+        """It ran past its time limit (the handler has been told)."""
+        return self.limit is not None and self.limit.timed_out
+
+    def start_limit(self, seconds: float | None, arm: Callable[[Held, float], None],
+                    runner: Any) -> None:
+        """The job starts on `runner` (a thread or task): its own limit (None: none; a step
+        may have its own) runs from now, and `arm` tells the watchdog of each deadline."""
+        self.limit = Limit(arm, runner, seconds)
         if seconds is not None:
-            self._job_deadline = time.monotonic() + seconds
-            self._set_deadline(self._job_deadline, f"its time limit of {seconds:g} s")
+            self.limit.job_deadline = time.monotonic() + seconds
+            self._set_deadline(self.limit.job_deadline, f"its time limit of {seconds:g} s")
 
     def step_limit(self, step: str | None, seconds: float | None) -> None:
         """A step with its own limit starts (None: the step in progress ended): the earlier of
         its limit and the job's is in force until it ends."""
-        if self._arm is None or self.timed_out.is_set():
+        limit = self.limit
+        if limit is None or limit.timed_out:
             return
         if step is not None and seconds is not None:
             at = time.monotonic() + seconds
-            if self._job_deadline is None or at < self._job_deadline:
+            if limit.job_deadline is None or at < limit.job_deadline:
                 self._set_deadline(at, f"the time limit of its step {step!r} ({seconds:g} s)")
                 return
-        if self.deadline != self._job_deadline:
-            self._set_deadline(self._job_deadline, f"its time limit of {self._job_limit:g} s"
-                               if self._job_limit is not None else "")
+        if limit.deadline != limit.job_deadline:
+            self._set_deadline(limit.job_deadline, f"its time limit of {limit.job_limit:g} s"
+                               if limit.job_limit is not None else "")
 
     def _set_deadline(self, at: float | None, text: str) -> None:
-        self.deadline, self.limit_text = at, text
-        if at is not None and self._arm is not None:
-            self._arm(self, at)
+        assert self.limit is not None
+        self.limit.deadline, self.limit.text = at, text
+        if at is not None:
+            self.limit.arm(self, at)
 
     def time_out(self) -> bool:
-        """The limit in force has passed (the watchdog, at `deadline`): True when the handler
+        """The limit in force has passed (the watchdog, at its deadline): True when the handler
         is told now (False: it has already returned, or was told)."""
-        if self.ended.is_set() or self.finishing.is_set() or self.timed_out.is_set():
+        limit = self.limit
+        if limit is None or limit.ended or limit.timed_out or self.finishing.is_set():
             return False
-        self.timed_out.set()
+        limit.timed_out = True
         hook = self.on_cancel  # an async job's runner cancels its task
         if hook is not None:
             hook()
@@ -183,7 +197,8 @@ class Held:
     def timeout_error(self, stack: str | None = None, grace: float | None = None) -> JobTimeout:
         """What the job failed with: JobTimeout naming the limit (and, when the worker stopped
         waiting, the grace period and where the handler was)."""
-        message = f"job {self.lease.job_id} ran past {self.limit_text or 'its time limit'}"
+        text = self.limit.text if self.limit is not None else ""
+        message = f"job {self.lease.job_id} ran past {text or 'its time limit'}"
         if grace is not None:
             message += (f" and did not stop within the worker's grace period ({grace:g} s): the "
                         f"worker stopped waiting for it")
@@ -259,7 +274,7 @@ class JobContext:
     @property
     def timed_out(self) -> bool:
         """True once the job ran past its time limit (`check_cancelled()` then raises)."""
-        return self._held.timed_out.is_set()
+        return self._held.timed_out
 
     def json(self) -> Any:
         """The payload parsed as JSON."""

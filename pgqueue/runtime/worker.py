@@ -402,7 +402,7 @@ class Worker:
         """A handler still running `grace` seconds past its job's time limit: record the
         failure for it (JobTimeout, with where it was), let go of the job and put a new
         thread or runner in its place. Its own thread runs on until the handler returns."""
-        runner = held.runner
+        runner = None if held.limit is None else held.limit.runner
         stack = None
         if isinstance(runner, threading.Thread) and runner.ident is not None:
             frame = sys._current_frames().get(runner.ident)
