@@ -6,7 +6,8 @@ vacuum horizon, and what each phase costs.
 
 Producers offer `--rate` jobs a second (batches every 20 ms, as many request handlers would);
 `--consumers` threads lease up to 10 jobs at a time, spend 1 ms per job and ack them; a
-maintenance runner passes every second, as a worker's would. The phases, in the order given:
+maintenance pass runs every second, as a worker's elected runner makes them, and is timed.
+The phases, in the order given:
 
 - clean: nothing else runs.
 - xmin: a session holds a transaction id, idle in transaction, for the whole phase (what a
@@ -39,7 +40,7 @@ import pgqueue
 from pgqueue.client import enqueue, lease, settle
 from pgqueue.client.benchmark import fresh_database, percentile, server
 from pgqueue.db import connection
-from pgqueue.maintenance.maintain import Maintainer
+from pgqueue.maintenance.maintain import run_pass, vacuum_if_needed
 
 STREAM = "pressure"
 PHASES = ("clean", "xmin", "readers", "recovery")
@@ -68,6 +69,8 @@ class Phase:
     #: buffers a lease's ordered scan of the ready index touched at the phase's end (the
     #: pressure still on): what it steps over
     scan_buffers: int = 0
+    #: how long each maintenance pass took (reclaim, cron, pruning, counts, vacuum)
+    pass_ms: list[float] = field(default_factory=list)
 
 
 class Pressure:
@@ -88,8 +91,26 @@ class Pressure:
         self.threads = [threading.Thread(target=self._produce, daemon=True)]
         self.threads += [threading.Thread(target=self._consume, args=(i,), daemon=True)
                          for i in range(self.consumers)]
+        self.threads += [threading.Thread(target=self.maintain, daemon=True),
+                         threading.Thread(target=self.vacuum, daemon=True)]
         for t in self.threads:
             t.start()
+
+    def maintain(self) -> None:
+        """Maintenance passes every second, as a worker's elected runner makes them, each
+        timed (what grows more expensive with every dead row shows here), and its vacuums of
+        the job table beside them, as a Maintainer runs them."""
+        with connection.connect(self.dsn) as conn:
+            while not self.stop.wait(1.0):
+                t0 = time.perf_counter()
+                run_pass(conn, vacuum=False)
+                with self.lock:
+                    self.phase.pass_ms.append((time.perf_counter() - t0) * 1000)
+
+    def vacuum(self) -> None:
+        with connection.connect(self.dsn) as conn:
+            while not self.stop.wait(1.0):
+                vacuum_if_needed(conn)
 
     def finish(self) -> None:
         self.stop.set()
@@ -221,7 +242,7 @@ def report(console: Console, phases: Sequence[Phase], rate: float) -> None:
     table = Table(title=f"pgqueue under pressure: {rate:,.0f} jobs/s offered")
     for column in ("phase", "completed / offered", "claim ms p50 / p95 / p99",
                    "end-to-end ms p50 / p99", "WAL bytes / job", "vacuums", "ready scan buffers",
-                   "back to clean"):
+                   "maintenance pass ms p50 / max", "back to clean"):
         table.add_column(column, justify="left" if column == "phase" else "right")
     for ph in phases:
         pct = 100.0 * ph.acked / ph.offered if ph.offered else float("nan")
@@ -230,6 +251,7 @@ def report(console: Console, phases: Sequence[Phase], rate: float) -> None:
             " / ".join(f"{percentile(ph.claim_ms, q):.1f}" for q in (50, 95, 99)),
             " / ".join(f"{percentile(ph.e2e_ms, q):.0f}" for q in (50, 99)),
             f"{ph.wal_bytes / max(ph.acked, 1):,.0f}", str(ph.vacuums), f"{ph.scan_buffers:,}",
+            f"{percentile(ph.pass_ms, 50):.1f} / {max(ph.pass_ms, default=float('nan')):.1f}",
             "" if ph.name != "recovery" else
             ("not within the phase" if ph.back_to_clean_s is None else f"{ph.back_to_clean_s:.0f} s"))
     console.print(table)
@@ -264,9 +286,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     console = Console(width=max(Console().width, 190))  # the tables are wide: never folded
     with server(args.dsn, "pressure") as (server_dsn, _embedded):
         dsn = fresh_database(server_dsn, "pgqueue_bench_pressure")
-        maintainer = Maintainer(dsn, interval=1.0)
-        maintenance = threading.Thread(target=maintainer.run, daemon=True)
-        maintenance.start()
         p = Pressure(dsn, args.rate, args.consumers, args.payload)
         p.start()
         time.sleep(min(10.0, args.seconds / 4))  # warm-up: leases and plans settle
@@ -278,8 +297,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             if name == "clean":
                 clean = {t: v[2] for t, v in phases[-1].tables.items()}
         p.finish()
-        maintainer.stop()
-        maintenance.join(timeout=30)
         report(console, phases, args.rate)
         console.print(f"{os.cpu_count()} CPUs; {args.consumers} consumers leasing up to 10 "
                       f"jobs at a time, 1 ms of work per job; {args.payload}-byte payloads")

@@ -1,6 +1,7 @@
 """Maintenance passes: reclaim, vacuum of the hot table, op-log pruning, election, idempotence."""
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -65,6 +66,41 @@ def test_a_held_vacuum_horizon_makes_the_pass_back_off_instead_of_vacuuming_ever
             time.sleep(0.2)
         after = queries.fetch_one(conn, "job_dead_tuples")
         assert after is not None and 2 * after["dead"] < stats["dead"]
+
+
+def test_a_vacuum_that_takes_long_never_holds_up_reclaim(dsn: str, q: pgqueue.Queue) -> None:
+    """A Maintainer vacuums on a connection of its own: while its vacuum waits (here on a
+    lock another session holds; after a long held horizon, on 50,000 dead rows, it took 4 s),
+    its passes go on reclaiming expired leases."""
+    with connection.connect(dsn) as conn, psycopg.connect(dsn) as blocker:
+        conn.execute("ALTER TABLE pgqueue.job SET (autovacuum_enabled = false)")
+        _churn(conn, 6000)
+        blocker.execute("LOCK TABLE pgqueue.job IN SHARE UPDATE EXCLUSIVE MODE")  # as VACUUM
+        runner = maintain.Maintainer(dsn, interval=0.1)
+        thread = threading.Thread(target=runner.run, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE 'VACUUM%%'").fetchone() == (1,):
+                assert time.monotonic() < deadline, "the vacuum never started"
+                time.sleep(0.05)
+            job_id = q.enqueue(b"x")
+            (held,) = q.lease(visibility_timeout=0.2)
+            assert held.job_id == job_id
+            while (info := q.job(job_id)) is None or info.state != "pending":
+                assert time.monotonic() < deadline, "no reclaim while the vacuum waited"
+                time.sleep(0.05)
+            assert runner.vacuums == 0  # still waiting
+            blocker.rollback()
+            while runner.vacuums == 0:
+                assert time.monotonic() < deadline, "the vacuum never finished"
+                time.sleep(0.05)
+        finally:
+            runner.stop()
+            thread.join(timeout=30)
+        assert not thread.is_alive()
 
 
 def test_pass_is_idempotent_and_reclaims_expired_leases(q: pgqueue.Queue, dsn: str) -> None:
