@@ -55,7 +55,6 @@ from .literal import err_console as err_console
 from .literal import literal as literal
 from .literal import say as say
 from .literal import say_lines as say_lines
-from .literal import say_literal_lines as say_literal_lines
 
 #: When set, errors propagate with their traceback (for debugging the CLI itself).
 DEBUG_ENV = "PGQUEUE_DEBUG"

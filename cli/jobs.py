@@ -31,7 +31,7 @@ from .common import (
     open_queue,
     print_json,
     say,
-    say_literal_lines,
+    say_lines,
     size_note,
     unwrap,
 )
@@ -115,7 +115,7 @@ def print_job(job: AnyJob, full: bool) -> None:
     console().print(kv_table(f"job {info.job_id}", job_fields(job, with_payload=not full)))
     if info.last_error is not None and info.last_error != info.error_summary:
         say("last error:")
-        say_literal_lines(info.last_error.rstrip("\n"))
+        say_lines(info.last_error.rstrip("\n"), job_data=True)
         say()
     if full:
         text, encoding = encode_bytes(info.payload)

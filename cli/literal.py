@@ -50,16 +50,11 @@ def say(message: Any = "", *, err: bool = False) -> None:
     click.echo(literal(message), err=err)
 
 
-def say_lines(text: str) -> None:
-    """Text of several lines that the CLI composed (SQL files): its layout (newlines, tabs)
-    kept, every other control character escaped."""
-    click.echo(text.translate(_LAYOUT_KEPT))
-
-
-def say_literal_lines(text: str) -> None:
-    """Job data of several lines (a traceback), line by line: every control character but
-    the newline spelt out, as `literal` does (a tab too: it could hide what follows)."""
-    click.echo(text.translate(_LINES_KEPT))
+def say_lines(text: str, *, job_data: bool = False) -> None:
+    """Text of several lines, its layout kept: newlines and tabs of text the CLI composed
+    (SQL files); with `job_data` (a failure's traceback) newlines only, every other control
+    character spelt out as `literal` does (a tab in job data could hide what follows)."""
+    click.echo(text.translate(_LINES_KEPT if job_data else _LAYOUT_KEPT))
 
 
 class LiteralConsole(Console):

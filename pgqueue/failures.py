@@ -8,6 +8,7 @@ out; every frame from the first of the handler's on is kept, chained exceptions 
 """
 from __future__ import annotations
 
+import os
 import sysconfig
 import traceback
 from pathlib import Path
@@ -18,9 +19,18 @@ MAX_SUMMARY_CHARS = 200
 #: The most of a traceback kept: its end, where the exception is.
 MAX_TRACEBACK_CHARS = 8000
 
-_OWN = str(Path(__file__).resolve().parent)
-_STDLIB = tuple({str(Path(sysconfig.get_paths()[name]).resolve())
-                 for name in ("stdlib", "platstdlib")})
+def _dirs(*names: str) -> tuple[str, ...]:
+    """Installation directories by sysconfig name, each ending in a separator (so a prefix
+    match never takes a sibling whose name merely starts the same)."""
+    return tuple({os.path.join(str(Path(sysconfig.get_paths()[n]).resolve()), "")
+                  for n in names})
+
+
+_OWN = os.path.join(str(Path(__file__).resolve().parent), "")
+_STDLIB = _dirs("stdlib", "platstdlib")
+#: Where installed packages live: inside the standard library's directory on a system-wide
+#: install (/usr/lib/python3.11/site-packages), and the user's code may be there.
+_PACKAGES = _dirs("purelib", "platlib")
 
 
 def exception_name(exc: BaseException) -> str:
@@ -46,11 +56,20 @@ def summary(exc: BaseException, limit: int = MAX_SUMMARY_CHARS) -> str:
 
 
 def _worker_frame(filename: str) -> bool:
+    """A frame of pgqueue's own code or of the standard library (not an installed package)."""
     try:
         path = str(Path(filename).resolve())
     except (OSError, ValueError):
         return False
-    return path.startswith(_OWN) or path.startswith(_STDLIB)
+    return path.startswith(_OWN) or (path.startswith(_STDLIB)
+                                     and not path.startswith(_PACKAGES))
+
+
+def _from_handler(frames: list[traceback.FrameSummary]) -> traceback.StackSummary:
+    """The frames from the first that is not the worker's on (all of them when none is: a
+    failure inside pgqueue itself keeps its whole story)."""
+    first = next((i for i, f in enumerate(frames) if not _worker_frame(f.filename)), 0)
+    return traceback.StackSummary.from_list(frames[first:])
 
 
 def _trim(te: traceback.TracebackException, seen: set[int]) -> None:
@@ -58,10 +77,7 @@ def _trim(te: traceback.TracebackException, seen: set[int]) -> None:
     if id(te) in seen:
         return
     seen.add(id(te))
-    frames = list(te.stack)
-    first = next((i for i, f in enumerate(frames) if not _worker_frame(f.filename)), None)
-    if first:  # None: no frame of the handler's (pgqueue's own failure): keep them all
-        te.stack = traceback.StackSummary.from_list(frames[first:])
+    te.stack = _from_handler(list(te.stack))
     for linked in (te.__cause__, te.__context__, *(getattr(te, "exceptions", None) or ())):
         if linked is not None:
             _trim(linked, seen)
@@ -70,10 +86,8 @@ def _trim(te: traceback.TracebackException, seen: set[int]) -> None:
 def stack_of(frame: FrameType) -> str:
     """Where a thread is now (its frame), as a traceback's header and frames from the
     handler's first on: what a stuck handler was doing when the worker gave up on it."""
-    frames = [f for f in traceback.extract_stack(frame)]
-    first = next((i for i, f in enumerate(frames) if not _worker_frame(f.filename)), 0)
     return ("Stack of the handler when the worker stopped waiting (most recent call last):\n"
-            + "".join(traceback.StackSummary.from_list(frames[first:]).format()))
+            + "".join(_from_handler(list(traceback.extract_stack(frame))).format()))
 
 
 def handler_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str:

@@ -191,7 +191,6 @@ def _closed(conn: queries.Conn | None) -> None:
             conn.close()
         except Exception:
             log.debug("closing the vacuum connection failed", exc_info=True)
-    return None
 
 
 #: A runner frozen this long loses the election (at least, or three intervals if longer): the

@@ -195,9 +195,9 @@ class AsyncHandlers:
         if task not in self._runners or self._cancelled:
             return
         self._runners.remove(task)
-        self._abandoned.add(task)
+        self._abandoned = {t for t in self._abandoned if not t.done()} | {task}
         self._runners.append(asyncio.create_task(self._runner(),
-                                                 name=f"pgqueue-runner-{len(self._abandoned)}+"))
+                                                 name="pgqueue-runner-replacement"))
 
     def _cancel_runners(self) -> None:
         self._cancelled = True

@@ -8,6 +8,7 @@ these by kind; the compatibility rule (compat.py) reads them.
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import inspect
 import json
@@ -112,7 +113,7 @@ class StepJob(Handler):
     upcasters: dict[int, Callable[[bytes], bytes]] = field(default_factory=dict)
 
     def step(self, name: str, *, version: int = 1,
-             timeout: float | None = None) -> Callable[[F], F]:
+             timeout: float | dt.timedelta | None = None) -> Callable[[F], F]:
         """Register the next step (steps run in registration order). `timeout`: how long the
         step may run, in seconds (the job's own limit applies as well)."""
         if not isinstance(name, str) or not name:
