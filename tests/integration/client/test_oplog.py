@@ -493,7 +493,9 @@ class Workload:
         elif isinstance(a.error, ValueError):
             message = " ".join(str(a.error).split())
             assert info.error_summary == (f"ValueError: {message}" if message else "ValueError")
-            assert info.last_error == f"ValueError: {a.error}\n"  # never raised: no frames
+            # never raised: no frames, only Python's last line (no colon for an empty message)
+            assert info.last_error == (f"ValueError: {a.error}\n" if str(a.error)
+                                       else "ValueError\n")
         else:
             assert info.last_error == a.error
             if a.error.isascii():  # else Python and the database may differ on whitespace
