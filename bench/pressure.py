@@ -172,11 +172,15 @@ def wal_lsn(dsn: str) -> int:
 
 def scan_buffers(dsn: str) -> int:
     """Shared buffers the ready-jobs scan a lease starts with reads to find 10 jobs (without
-    locking them): every dead index entry and heap page it steps over counts."""
+    locking them; pgqueue.lease's scan of pgqueue.ready and the job rows, with its planner
+    settings): every dead index entry and heap page it steps over counts."""
     with connection.connect(dsn) as conn:
+        conn.execute("SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off")
         row = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM pgqueue.job "
-            "WHERE stream = %s AND state = 'pending' ORDER BY priority DESC, id LIMIT 10",
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT j.id "
+            "FROM pgqueue.ready r JOIN pgqueue.job j ON j.id = r.job_id "
+            "WHERE r.stream = %s AND j.state = 'pending' "
+            "ORDER BY r.priority DESC, r.job_id LIMIT 10",
             (STREAM,)).fetchone()
     assert row is not None
     plan = row[0][0]["Plan"]

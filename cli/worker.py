@@ -172,7 +172,8 @@ def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> N
         else:
             common.say(f"reclaimed {result.reclaimed} expired lease(s); fired "
                        f"{result.schedules_fired} schedule tick(s); pruned {result.ops_pruned} "
-                       f"op(s); forgot {result.workers_pruned} silent worker(s)")
+                       f"op(s); forgot {result.workers_pruned} silent worker(s); emptied "
+                       f"{result.ready_recycled} ready partition(s)")
         return
     _logging(verbose)
     runner = maintain.Maintainer(dsn, interval=interval,

@@ -69,6 +69,8 @@ class PassResult:
     leader: bool = True
     #: the jobs reclaimed, with their new state (for the worker's metrics and logs)
     reclaimed_jobs: tuple[reclaim.Reclaimed, ...] = ()
+    #: partitions of the ready entries emptied (pgqueue.recycle_ready)
+    ready_recycled: int = 0
 
 
 def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
@@ -87,11 +89,13 @@ def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
             leader = False
     pruned = int(queries.scalar(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
     queries.fetch(conn, "fold_job_counts")  # the job counts' deltas, added up (observe.sql)
+    # the ready entries' past partitions, truncated once they hold no ready job (maintain.sql)
+    recycled = int(queries.scalar(conn, "recycle_ready"))
     if reclaimed:
         _log_reclaimed(reclaimed)
     return PassResult(reclaimed=len(reclaimed), workers_pruned=pruned, schedules_fired=fired,
                       ops_pruned=ops, vacuumed=vacuum and vacuum_if_needed(conn), leader=leader,
-                      reclaimed_jobs=tuple(reclaimed))
+                      reclaimed_jobs=tuple(reclaimed), ready_recycled=recycled)
 
 
 def _log_reclaimed(reclaimed: list[reclaim.Reclaimed]) -> None:

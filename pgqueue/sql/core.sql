@@ -118,14 +118,10 @@ CREATE TABLE pgqueue.job (
     timeout_ms            int CHECK (timeout_ms > 0)
 ) WITH (fillfactor = 70);  -- room on each page so renewals stay HOT updates
 
--- Lease order: priority DESC then id, within a stream. Nothing a renewal writes is indexed.
-CREATE INDEX job_pending_idx ON pgqueue.job (stream, priority DESC, id) WHERE state = 'pending';
+-- Nothing a renewal writes is indexed. Ready jobs are found through pgqueue.ready (below),
+-- not an index of this table: an index entry of a job leased or acked since the vacuum
+-- horizon was pinned stays for every lease scan to step over.
 CREATE INDEX job_scheduled_idx ON pgqueue.job (stream, not_before, id) WHERE state = 'scheduled';
--- Ready jobs by kind: a lease of a stream with limited kinds takes each kind's jobs apart
--- (pgqueue.pick_within_limits), so a backlog of a kind at its limit is never read through.
--- The price of the limits: one more entry per ready job enqueued (nothing per lease or ack).
-CREATE INDEX job_pending_kind_idx ON pgqueue.job (stream, kind, priority DESC, id)
-    WHERE state = 'pending';
 -- Leased jobs only (reclaim reads them all: few), never keyed on the expiry, which renewals
 -- change. By kind and concurrency key within a stream: the lease counts a limited kind's leased jobs
 -- (max_concurrency) and a key's (max_per_key) with a range of it, however many other jobs are
@@ -135,13 +131,50 @@ CREATE INDEX job_leased_idx ON pgqueue.job (stream, kind, concurrency_key, id)
 -- Operators (and the dashboard's keyset pages) list a stream's jobs in one state, newest
 -- first. Only the states a hot path never writes are indexed here: a ready job costs the
 -- enqueue no entry (its pages are read through the primary key, dense with ready jobs, or
--- job_pending_idx when they are few), a lease none (leased jobs: job_leased_idx). Measured:
+-- pgqueue.ready when they are few), a lease none (leased jobs: job_leased_idx). Measured:
 -- indexing pending jobs here cost batched enqueue 7-10 % (and a kind column 10 % more).
 CREATE INDEX job_listed_idx ON pgqueue.job (stream, state, id)
     WHERE state IN ('scheduled', 'quarantined', 'undecodable');
 -- At most one live job per (stream, dedup_key): enforced here, never by read-then-write.
 CREATE UNIQUE INDEX job_dedup_idx ON pgqueue.job (stream, dedup_key)
     WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased');
+
+-- The ready jobs in lease order (priority DESC then id, within a stream): one entry per job
+-- that became pending, written by the job table's statement triggers (pgqueue.count_jobs) on
+-- every path, replicas' apply included, and removed by the lease that takes it. Derived
+-- state, not in the op log (a migration or a promotion can rebuild it from job).
+--
+-- Why not an index of job: under a pinned vacuum horizon (a session idle in transaction, a
+-- long REPEATABLE READ report, a logical slot) the entry of every job leased or acked since
+-- stays in the index, and every lease scan steps over all of them: 2,000 buffers per lease
+-- after a minute at 400 jobs/s, growing for as long as the horizon is held. Here each entry
+-- goes to the partition of the second it was written in (pgqueue.ready_slot: a ring of 8),
+-- and once a past second's partition holds no ready job it is truncated whole
+-- (pgqueue.recycle_ready), which no horizon holds back: a lease steps over at most the
+-- entries of the last few seconds.
+--
+-- An entry may outlive its job's readiness (the job was cancelled, parked or leased by a path
+-- that does not remove it): a lease checks the job row it locks and drops such entries; a
+-- job is leased only when its row says pending. Every pending job has an entry.
+CREATE TABLE pgqueue.ready (
+    slot     smallint NOT NULL,
+    stream   text NOT NULL,
+    priority smallint NOT NULL,
+    job_id   bigint NOT NULL,
+    kind     text
+) PARTITION BY LIST (slot);
+CREATE TABLE pgqueue.ready_0 PARTITION OF pgqueue.ready FOR VALUES IN (0);
+CREATE TABLE pgqueue.ready_1 PARTITION OF pgqueue.ready FOR VALUES IN (1);
+CREATE TABLE pgqueue.ready_2 PARTITION OF pgqueue.ready FOR VALUES IN (2);
+CREATE TABLE pgqueue.ready_3 PARTITION OF pgqueue.ready FOR VALUES IN (3);
+CREATE TABLE pgqueue.ready_4 PARTITION OF pgqueue.ready FOR VALUES IN (4);
+CREATE TABLE pgqueue.ready_5 PARTITION OF pgqueue.ready FOR VALUES IN (5);
+CREATE TABLE pgqueue.ready_6 PARTITION OF pgqueue.ready FOR VALUES IN (6);
+CREATE TABLE pgqueue.ready_7 PARTITION OF pgqueue.ready FOR VALUES IN (7);
+-- Lease order within a stream, and by kind (a lease of a stream with limited kinds takes each
+-- kind's jobs apart: pgqueue.pick_within_limits).
+CREATE INDEX ready_order_idx ON pgqueue.ready (stream, priority DESC, job_id);
+CREATE INDEX ready_kind_idx ON pgqueue.ready (stream, kind, priority DESC, job_id);
 
 -- Jobs that used up their attempts, moved out of job with their checkpoint and last error.
 CREATE TABLE pgqueue.dead_letter (

@@ -20,6 +20,24 @@ CREATE TABLE pgqueue.kind_lease (
 
 -- schema: functions -------------------------------------------------------------------------
 
+-- The partition of pgqueue.ready an entry written now goes to: the second it is written in,
+-- on a ring of 8 (pgqueue.recycle_ready empties a past second's partition whole).
+CREATE OR REPLACE FUNCTION pgqueue.ready_slot() RETURNS smallint
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$ SELECT (floor(extract(epoch FROM clock_timestamp()))::bigint % 8)::smallint $$;
+
+-- Remove the ready entries of these jobs (by stream, priority and id, in every partition):
+-- jobs that stopped being pending by a path other than a lease (count_jobs).
+CREATE OR REPLACE FUNCTION pgqueue.ready_drop(p_streams text[], p_priorities smallint[],
+                                              p_ids bigint[])
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    DELETE FROM pgqueue.ready r
+    USING unnest(p_streams, p_priorities, p_ids) AS d(stream, priority, id)
+    WHERE r.stream = d.stream AND r.priority = d.priority AND r.job_id = d.id
+$$;
+
 -- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
 -- at most p_limit per call: leasing does this itself, so a due job never waits for a
 -- maintenance pass, and then leases in exact priority order.
@@ -84,6 +102,13 @@ CREATE OR REPLACE FUNCTION pgqueue.lease(
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
+-- Its plans must not depend on statistics: pgqueue.ready's partitions are truncated every few
+-- seconds (and the parent is never analyzed), and the job table's pages are mostly dead ones
+-- while the horizon is held. Taken from statistics that said "a few rows", a bitmap scan and
+-- a sort read every ready entry of the stream and a sequential scan every page of job.
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -97,6 +122,8 @@ DECLARE
                                        'expires_at_ms', pgqueue.to_ms(v_exp));
     v_body_ahead jsonb := v_body || '{"started": false}'::jsonb;
     v_ids bigint[];
+    v_slots smallint[];  -- where the ready entries of v_ids are
+    v_ats tid[];
     v_rated bigint[] := '{}';  -- of rate-limited kinds (pgqueue.pick_within_limits)
     v_kinds text[];
     v_max int[];
@@ -143,11 +170,25 @@ BEGIN
     WHERE k.stream = p_stream AND (k.max_concurrency IS NOT NULL OR k.rate_count IS NOT NULL
                                    OR k.max_per_key IS NOT NULL);
     IF v_kinds IS NULL THEN
-        v_ids := ARRAY(SELECT j.id FROM pgqueue.job j
-                       WHERE j.stream = p_stream AND j.state = 'pending'
-                       ORDER BY j.priority DESC, j.id
-                       LIMIT p_limit
-                       FOR UPDATE SKIP LOCKED);
+        -- the ready entries in lease order, each job's row locked (SKIP LOCKED: a job another
+        -- lease holds is passed over) and checked to be pending (an entry may be stale)
+        SELECT coalesce(array_agg(c.id), '{}'), array_agg(c.slot), array_agg(c.at)
+        INTO v_ids, v_slots, v_ats
+        FROM (SELECT j.id, r.slot, r.ctid AS at
+              FROM pgqueue.ready r JOIN pgqueue.job j ON j.id = r.job_id
+              WHERE r.stream = p_stream AND j.state = 'pending'
+              ORDER BY r.priority DESC, r.job_id
+              LIMIT p_limit
+              FOR UPDATE OF j SKIP LOCKED) c;
+        IF cardinality(v_ids) > 1 THEN  -- a job with two entries (one stale) comes once
+            v_ids := ARRAY(SELECT t.id FROM unnest(v_ids) WITH ORDINALITY AS t(id, n)
+                           GROUP BY t.id ORDER BY min(t.n));
+        END IF;
+        -- the entries taken go now, by where they are (the trigger of the UPDATE below would
+        -- look each one up by key in every partition)
+        DELETE FROM pgqueue.ready r USING unnest(v_slots, v_ats) AS d(slot, at)
+        WHERE r.slot = d.slot AND r.ctid = d.at;
+        PERFORM set_config('pgqueue.ready_taken', 'on', true);
     ELSE
         -- The limits count other leases under a kind's lock; only READ COMMITTED gives each
         -- statement a snapshot taken after that lock (a transaction snapshot from before it
@@ -171,7 +212,7 @@ BEGIN
             worker_node = p_worker_node, worker_instance = p_worker_instance,
             lease_expires_at = v_exp,
             lease_started = (p_start IS NULL OR r.n <= p_start OR j.unstarted_reclaims > 0)
-        FROM ranked r WHERE j.id = r.id
+        FROM ranked r WHERE j.id = ANY(v_ids) AND j.id = r.id
         RETURNING j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
                   j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
                   j.last_completed_step,
@@ -186,6 +227,7 @@ BEGIN
         FROM leased l ORDER BY l.id
     )
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
+    PERFORM set_config('pgqueue.ready_taken', 'off', true);
 END
 $$;
 
@@ -250,32 +292,36 @@ $$;
 
 -- A kind's ready jobs in lease order that stand ahead of (p_pri, p_id) in it (priority
 -- above p_pri, or equal and id below p_id; every one when p_pri is NULL), at most p_limit
--- (NULL: no limit). Two index ranges of job_pending_kind_idx, one after the other, so a
--- backlog of the kind behind the bound is never read (as one OR'ed filter it was: each lease
--- read the kind's whole backlog).
+-- (NULL: no limit), from their ready entries (one whose job is no longer pending is passed
+-- over). Two ranges of ready_kind_idx, one after the other, so a backlog of the kind behind
+-- the bound is never read (as one OR'ed filter it was: each lease read the kind's whole
+-- backlog).
 CREATE OR REPLACE FUNCTION pgqueue.ready_ahead(p_stream text, p_kind text, p_pri smallint,
                                                p_id bigint, p_limit int)
 RETURNS TABLE (id bigint, priority smallint, concurrency_key text)
 LANGUAGE sql STABLE
 AS $$
-    (SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
-     WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kind
-       AND j.priority > coalesce(p_pri::int, -32769)
-     ORDER BY j.kind, j.priority DESC, j.id
-     LIMIT p_limit)
-    UNION ALL
-    (SELECT j.id, j.priority, j.concurrency_key FROM pgqueue.job j
-     WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = p_kind
-       AND j.priority = p_pri AND j.id < p_id
-     ORDER BY j.kind, j.priority DESC, j.id
-     LIMIT p_limit)
+    SELECT c.id, c.priority, j.concurrency_key FROM (
+        (SELECT r.job_id AS id, r.priority FROM pgqueue.ready r
+         WHERE r.stream = p_stream AND r.kind = p_kind
+           AND r.priority > coalesce(p_pri::int, -32769)
+         ORDER BY r.kind, r.priority DESC, r.job_id
+         LIMIT p_limit)
+        UNION ALL
+        (SELECT r.job_id, r.priority FROM pgqueue.ready r
+         WHERE r.stream = p_stream AND r.kind = p_kind
+           AND r.priority = p_pri AND r.job_id < p_id
+         ORDER BY r.kind, r.priority DESC, r.job_id
+         LIMIT p_limit)) c
+    JOIN pgqueue.job j ON j.id = c.id AND j.state = 'pending'
+    ORDER BY c.priority DESC, c.id
 $$;
 
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
 -- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
 -- locked (SKIP LOCKED; a few rounds when concurrent leases took some), so a lease locks no
 -- more than it leases. Jobs without a kind and each kind without a limit (a skip scan of
--- job_pending_kind_idx: one probe per ready kind) give their first candidates. A limited kind
+-- ready_kind_idx: one probe per ready kind) give their first candidates. A limited kind
 -- with ready jobs is counted under its lock (pgqueue.lock_kind; taken without waiting: a kind
 -- another lease is counting is left to that lease, and nobody else takes its jobs meanwhile): its
 -- room is its max_concurrency less its leased jobs and its rate_count less its leases in the
@@ -291,6 +337,9 @@ CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
     p_per_key int[], p_start int, OUT ids bigint[], OUT rated bigint[]
 )
 LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off  -- plans that do not depend on statistics (see pgqueue.lease)
+SET enable_bitmapscan = off
+SET enable_sort = off
 AS $$
 DECLARE
     v_room int;
@@ -321,12 +370,13 @@ DECLARE
 BEGIN
     LOOP
         v_round := v_round + 1;
-        -- jobs of kinds without a limit (and without a kind): read in lease order passing
-        -- over limited kinds' jobs, at most v_cap of them; only when a limited backlog that
-        -- long stands ahead is each such kind taken apart (a skip scan of
-        -- job_pending_kind_idx: one probe per ready kind, then its first candidates). The
-        -- skip scan is not the first resort: it steps over the index entries of jobs leased
-        -- or acked since the last vacuum.
+        -- jobs of kinds without a limit (and without a kind): their ready entries read in
+        -- lease order passing over limited kinds' jobs, at most v_cap of them; only when a
+        -- limited backlog that long stands ahead is each such kind taken apart (a skip scan
+        -- of ready_kind_idx: one probe per ready kind, then its first candidates). The skip
+        -- scan is not the first resort: it steps over the entries of every kind taken since
+        -- the partition was last emptied. (An entry whose job is no longer pending is a
+        -- candidate the lock step below passes over.)
         -- (the v_cap-th job read comes back too, whatever its kind: it says the scan stopped
         -- at the cap, not at the end of the jobs)
         SELECT coalesce(array_agg(c.id ORDER BY c.n) FILTER (WHERE c.free), '{}'),
@@ -334,11 +384,11 @@ BEGIN
                coalesce(max(c.n), 0)
         INTO v_free_ids, v_free_pris, v_scanned
         FROM (SELECT c.id, c.priority, c.n, c.kind IS NULL OR c.kind <> ALL(p_kinds) AS free
-              FROM (SELECT j.id, j.priority, j.kind,
-                           row_number() OVER (ORDER BY j.priority DESC, j.id) AS n
-                    FROM pgqueue.job j
-                    WHERE j.stream = p_stream AND j.state = 'pending' AND j.id <> ALL(v_tried)
-                    ORDER BY j.priority DESC, j.id
+              FROM (SELECT r.job_id AS id, r.priority, r.kind,
+                           row_number() OVER (ORDER BY r.priority DESC, r.job_id) AS n
+                    FROM pgqueue.ready r
+                    WHERE r.stream = p_stream AND r.job_id <> ALL(v_tried)
+                    ORDER BY r.priority DESC, r.job_id
                     LIMIT v_cap) c
               WHERE c.kind IS NULL OR c.kind <> ALL(p_kinds) OR c.n = v_cap
               LIMIT p_limit + 1) c;  -- stops the scan at p_limit found (and one more)
@@ -347,30 +397,28 @@ BEGIN
         IF cardinality(v_free_ids) < p_limit AND v_scanned >= v_cap THEN
             SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.priority), '{}')
             INTO v_free_ids, v_free_pris
-            FROM (SELECT j.id, j.priority FROM pgqueue.job j
-                  WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind IS NULL
-                    AND j.id <> ALL(v_tried)
-                  ORDER BY j.kind, j.priority DESC, j.id  -- kind first: the kind index's order
+            FROM (SELECT r.job_id AS id, r.priority FROM pgqueue.ready r
+                  WHERE r.stream = p_stream AND r.kind IS NULL AND r.job_id <> ALL(v_tried)
+                  ORDER BY r.kind, r.priority DESC, r.job_id  -- kind first: the kind index's order
                   LIMIT p_limit) c;
             FOR v_kind IN
                 WITH RECURSIVE ready AS (
-                    (SELECT j.kind FROM pgqueue.job j
-                     WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind IS NOT NULL
-                     ORDER BY j.kind LIMIT 1)
+                    (SELECT e.kind FROM pgqueue.ready e
+                     WHERE e.stream = p_stream AND e.kind IS NOT NULL
+                     ORDER BY e.kind LIMIT 1)
                     UNION ALL
-                    SELECT (SELECT j.kind FROM pgqueue.job j
-                            WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind > r.kind
-                            ORDER BY j.kind LIMIT 1)
+                    SELECT (SELECT e.kind FROM pgqueue.ready e
+                            WHERE e.stream = p_stream AND e.kind > r.kind
+                            ORDER BY e.kind LIMIT 1)
                     FROM ready r WHERE r.kind IS NOT NULL)
                 SELECT r.kind FROM ready r WHERE r.kind IS NOT NULL AND r.kind <> ALL(p_kinds)
             LOOP
                 SELECT v_free_ids || coalesce(array_agg(c.id), '{}'),
                        v_free_pris || coalesce(array_agg(c.priority), '{}')
                 INTO v_free_ids, v_free_pris
-                FROM (SELECT j.id, j.priority FROM pgqueue.job j
-                      WHERE j.stream = p_stream AND j.state = 'pending' AND j.kind = v_kind
-                        AND j.id <> ALL(v_tried)
-                      ORDER BY j.kind, j.priority DESC, j.id
+                FROM (SELECT r.job_id AS id, r.priority FROM pgqueue.ready r
+                      WHERE r.stream = p_stream AND r.kind = v_kind AND r.job_id <> ALL(v_tried)
+                      ORDER BY r.kind, r.priority DESC, r.job_id
                       LIMIT p_limit) c;
             END LOOP;
         END IF;
@@ -438,7 +486,7 @@ BEGIN
             ORDER BY t.priority DESC, t.id LIMIT p_limit - cardinality(v_got));
         EXIT WHEN cardinality(v_chosen) = 0;
         -- by primary key: `state || ''` keeps the partial indexes out of reach (without
-        -- statistics the planner took job_pending_kind_idx, skip-scanning it per id)
+        -- statistics the planner took a pending index, skip-scanning it per id)
         SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.priority), '{}')
         INTO v_locked, v_locked_pris
         FROM (SELECT j.id, j.priority FROM pgqueue.job j

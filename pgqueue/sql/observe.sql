@@ -28,9 +28,13 @@ CREATE INDEX job_pending_since_idx ON pgqueue.job (stream, not_before)
 
 -- schema: functions -------------------------------------------------------------------------
 
--- The statement triggers behind job_count_delta: the rows a statement removed count -1 in
--- their (stream, state), the rows it wrote +1, nothing is written for no net change (a
--- renewal). They run on every path that writes jobs, replicas' apply included (ENABLE ALWAYS).
+-- The statement triggers behind job_count_delta and pgqueue.ready: the rows a statement
+-- removed count -1 in their (stream, state), the rows it wrote +1, nothing is written for no
+-- net change (a renewal); a job that became pending (or changed its priority or kind while
+-- pending) gets an entry in pgqueue.ready, and one that stopped being pending loses its entry
+-- (but not in a statement of a lease, which removed the entries it took: pgqueue.lease says
+-- so by pgqueue.ready_taken). They run on every path that writes jobs, replicas' apply
+-- included (ENABLE ALWAYS), so every pending job has its entry wherever it is.
 CREATE OR REPLACE FUNCTION pgqueue.count_jobs() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
@@ -38,15 +42,36 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO pgqueue.job_count_delta (stream, state, delta)
         SELECT stream, state, count(*) FROM new_rows GROUP BY stream, state;
+        INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind)
+        SELECT pgqueue.ready_slot(), n.stream, n.priority, n.id, n.kind
+        FROM new_rows n WHERE n.state = 'pending';
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO pgqueue.job_count_delta (stream, state, delta)
         SELECT stream, state, -count(*) FROM old_rows GROUP BY stream, state;
+        IF EXISTS (SELECT 1 FROM old_rows o WHERE o.state = 'pending') THEN
+            PERFORM pgqueue.ready_drop(array_agg(o.stream), array_agg(o.priority), array_agg(o.id))
+            FROM old_rows o WHERE o.state = 'pending';
+        END IF;
     ELSE
         INSERT INTO pgqueue.job_count_delta (stream, state, delta)
         SELECT stream, state, sum(d) FROM (
             SELECT stream, state, 1 AS d FROM new_rows
             UNION ALL SELECT stream, state, -1 FROM old_rows) c
         GROUP BY stream, state HAVING sum(d) <> 0;
+        IF EXISTS (SELECT 1 FROM old_rows o WHERE o.state = 'pending')
+           AND current_setting('pgqueue.ready_taken', true) IS DISTINCT FROM 'on' THEN
+            PERFORM pgqueue.ready_drop(array_agg(o.stream), array_agg(o.priority), array_agg(o.id))
+            FROM old_rows o JOIN new_rows n ON n.id = o.id
+            WHERE o.state = 'pending' AND (n.state <> 'pending' OR n.priority <> o.priority
+                                           OR n.kind IS DISTINCT FROM o.kind);
+        END IF;
+        IF EXISTS (SELECT 1 FROM new_rows n WHERE n.state = 'pending') THEN
+            INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind)
+            SELECT pgqueue.ready_slot(), n.stream, n.priority, n.id, n.kind
+            FROM new_rows n JOIN old_rows o ON o.id = n.id
+            WHERE n.state = 'pending' AND (o.state <> 'pending' OR n.priority <> o.priority
+                                           OR n.kind IS DISTINCT FROM o.kind);
+        END IF;
     END IF;
     RETURN NULL;
 END
@@ -157,7 +182,7 @@ LIMIT %(limit)s
 -- given, with ids below %(after)s (keyset paging: the thousandth page costs what the first
 -- does), each payload cut to its first %(preview)s bytes. The primary keys serve it (the
 -- view's two branches merged by id); a stream and a state few jobs are in by job_listed_idx,
--- job_pending_idx, job_leased_idx or dead_letter_stream_idx. A state rules out the other
+-- job_leased_idx, dead_letter_stream_idx, or for ready jobs their entries in pgqueue.ready. A state rules out the other
 -- table's branch. A kind is a filter on the rows read: a rare one takes longer to find.
 -- planned per call: the filters given decide the index (a cached plan would not)
 SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
@@ -166,7 +191,12 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
        cancel_requested_at, error_summary, timeout_ms
-FROM pgqueue.jobs
+FROM (SELECT * FROM pgqueue.jobs
+      WHERE %(state)s::text IS DISTINCT FROM 'pending' OR %(stream)s::text IS NULL
+      UNION ALL  -- a stream's ready jobs: through their entries (the planner keeps one branch)
+      SELECT * FROM pgqueue.jobs
+      WHERE %(state)s::text = 'pending' AND %(stream)s::text IS NOT NULL
+        AND id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
@@ -184,7 +214,12 @@ LIMIT %(limit)s
 -- planned per call: the filters given decide the index (a cached plan would not)
 WITH win AS MATERIALIZED (
     SELECT min(id) AS floor, count(*) AS size
-    FROM (SELECT id FROM pgqueue.jobs
+    FROM (SELECT id FROM (SELECT * FROM pgqueue.jobs
+      WHERE %(state)s::text IS DISTINCT FROM 'pending' OR %(stream)s::text IS NULL
+      UNION ALL  -- a stream's ready jobs: through their entries (the planner keeps one branch)
+      SELECT * FROM pgqueue.jobs
+      WHERE %(state)s::text = 'pending' AND %(stream)s::text IS NOT NULL
+        AND id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
           WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
             AND (%(state)s::text IS NULL OR state = %(state)s::text)
             AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
@@ -198,7 +233,12 @@ FROM win LEFT JOIN LATERAL (
            worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
            checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
            cancel_requested_at, error_summary, timeout_ms
-    FROM pgqueue.jobs
+    FROM (SELECT * FROM pgqueue.jobs
+      WHERE %(state)s::text IS DISTINCT FROM 'pending' OR %(stream)s::text IS NULL
+      UNION ALL  -- a stream's ready jobs: through their entries (the planner keeps one branch)
+      SELECT * FROM pgqueue.jobs
+      WHERE %(state)s::text = 'pending' AND %(stream)s::text IS NOT NULL
+        AND id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
     WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
       AND (%(state)s::text IS NULL OR state = %(state)s::text)
       AND kind = %(kind)s::text
@@ -211,7 +251,12 @@ ORDER BY j.id DESC
 -- name: jobs_page_ids
 -- The ids of jobs_page (a bulk action walks them a batch at a time).
 -- planned per call: the filters given decide the index (a cached plan would not)
-SELECT id FROM pgqueue.jobs
+SELECT id FROM (SELECT * FROM pgqueue.jobs
+      WHERE %(state)s::text IS DISTINCT FROM 'pending' OR %(stream)s::text IS NULL
+      UNION ALL  -- a stream's ready jobs: through their entries (the planner keeps one branch)
+      SELECT * FROM pgqueue.jobs
+      WHERE %(state)s::text = 'pending' AND %(stream)s::text IS NOT NULL
+        AND id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)

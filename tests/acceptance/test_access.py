@@ -157,6 +157,31 @@ def test_the_cli_under_the_worker_and_producer_roles(dsn: str, q: pgqueue.Queue,
     assert pruned["pruned"] >= 1
 
 
+def test_a_workers_maintenance_empties_the_ready_partitions_of_past_seconds(
+        dsn: str, q: pgqueue.Queue, logins: Logins) -> None:
+    """The entries of jobs leased go with their partition once its second is past: truncated
+    by a worker role's `maintain --once` (pgqueue.recycle_ready runs as the owner), which
+    says how many it emptied."""
+    worker = logins.dsn(dsn, "worker")
+    q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(50)])
+    while batch := q.lease(limit=50):
+        q.ack_many(batch)
+    emptied: list[int] = []
+
+    def recycled() -> bool:
+        out = ok(worker, "maintain", "--once").stdout
+        found = re.search(r"emptied (\d+) ready partition\(s\)", out)
+        assert found, out
+        emptied.append(int(found[1]))
+        with connection.connect(dsn) as conn:
+            size = conn.execute("SELECT sum(pg_relation_size(inhrelid)) FROM pg_inherits "
+                                "WHERE inhparent = 'pgqueue.ready'::regclass").fetchone()
+        return size == (0,)  # once the clock moved past the entries' seconds
+
+    wait_for(recycled, 30, "the ready partitions of past seconds emptied", interval=0.2)
+    assert sum(emptied) >= 1, emptied
+
+
 def test_only_the_owner_migrates_and_a_role_is_told_so(dsn: str, logins: Logins) -> None:
     refused = run(logins.dsn(dsn, "operator"), "db", "upgrade")
     assert refused.exit_code == 1, refused.stderr
