@@ -26,6 +26,7 @@ here is asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import threading
 import time
@@ -38,7 +39,7 @@ from rich.table import Table
 
 import pgqueue
 from pgqueue.client import enqueue, lease, settle
-from pgqueue.client.benchmark import fresh_database, percentile, server
+from pgqueue.client.benchmark import family, fresh_database, percentile, server
 from pgqueue.db import connection
 from pgqueue.maintenance.maintain import run_pass, vacuum_if_needed
 
@@ -71,6 +72,8 @@ class Phase:
     scan_buffers: int = 0
     #: how long each maintenance pass took (reclaim, cron, pruning, counts, vacuum)
     pass_ms: list[float] = field(default_factory=list)
+    #: partitions of the ready entries the passes emptied (pgqueue.recycle_ready)
+    recycled: int = 0
 
 
 class Pressure:
@@ -103,9 +106,10 @@ class Pressure:
         with connection.connect(self.dsn) as conn:
             while not self.stop.wait(1.0):
                 t0 = time.perf_counter()
-                run_pass(conn, vacuum=False)
+                done = run_pass(conn, vacuum=False)
                 with self.lock:
                     self.phase.pass_ms.append((time.perf_counter() - t0) * 1000)
+                    self.phase.recycled += done.ready_recycled
 
     def vacuum(self) -> None:
         with connection.connect(self.dsn) as conn:
@@ -156,11 +160,16 @@ class Pressure:
 
 
 def table_stats(dsn: str) -> dict[str, tuple[int, int, int, int]]:
-    """Per pgqueue table: live rows, dead rows, total bytes, vacuums so far."""
+    """Per pgqueue table (a ring's partitions added up): live rows, dead rows, total bytes,
+    vacuums so far."""
+    found: dict[str, list[int]] = {}
     with connection.connect(dsn) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
-        return {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4]))
-                for r in conn.execute(TABLE_STATS).fetchall()}
+        for r in conn.execute(TABLE_STATS).fetchall():
+            into = found.setdefault(family(str(r[0])), [0, 0, 0, 0])
+            for i in range(4):
+                into[i] += int(r[i + 1])
+    return {name: (v[0], v[1], v[2], v[3]) for name, v in found.items()}
 
 
 def wal_lsn(dsn: str) -> int:
@@ -171,19 +180,24 @@ def wal_lsn(dsn: str) -> int:
 
 
 def scan_buffers(dsn: str) -> int:
-    """Shared buffers the ready-jobs scan a lease starts with reads to find 10 jobs (without
-    locking them; pgqueue.lease's scan of pgqueue.ready and the job rows, with its planner
-    settings): every dead index entry and heap page it steps over counts."""
+    """Shared buffers the scan of the ready jobs a lease starts with reads to find 10 (without
+    locking them): pgqueue.lease's scan of pgqueue.ready in lease order, then the jobs by
+    primary key, with its planner settings. Every dead index entry and heap page it steps
+    over counts."""
     with connection.connect(dsn) as conn:
-        conn.execute("SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off")
+        for setting in ("seqscan", "bitmapscan", "sort", "mergejoin", "hashjoin"):
+            conn.execute(f"SET enable_{setting} = off")
         row = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT j.id "
-            "FROM pgqueue.ready r JOIN pgqueue.job j ON j.id = r.job_id "
-            "WHERE r.stream = %s AND j.state = 'pending' "
-            "ORDER BY r.priority DESC, r.job_id LIMIT 10",
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+            "WITH c AS MATERIALIZED (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %s "
+            "ORDER BY r.priority DESC, r.job_id LIMIT 10) "
+            "SELECT j.id FROM pgqueue.job j "
+            "WHERE j.id = ANY(ARRAY(SELECT job_id FROM c)) AND j.state || '' = 'pending'",
             (STREAM,)).fetchone()
     assert row is not None
     plan = row[0][0]["Plan"]
+    if os.environ.get("PRESSURE_PLANS"):
+        print(json.dumps(row[0], indent=1))
     return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
 
 
@@ -246,6 +260,7 @@ def report(console: Console, phases: Sequence[Phase], rate: float) -> None:
     table = Table(title=f"pgqueue under pressure: {rate:,.0f} jobs/s offered")
     for column in ("phase", "completed / offered", "claim ms p50 / p95 / p99",
                    "end-to-end ms p50 / p99", "WAL bytes / job", "vacuums", "ready scan buffers",
+                   "ready partitions emptied",
                    "maintenance pass ms p50 / max", "back to clean"):
         table.add_column(column, justify="left" if column == "phase" else "right")
     for ph in phases:
@@ -255,6 +270,7 @@ def report(console: Console, phases: Sequence[Phase], rate: float) -> None:
             " / ".join(f"{percentile(ph.claim_ms, q):.1f}" for q in (50, 95, 99)),
             " / ".join(f"{percentile(ph.e2e_ms, q):.0f}" for q in (50, 99)),
             f"{ph.wal_bytes / max(ph.acked, 1):,.0f}", str(ph.vacuums), f"{ph.scan_buffers:,}",
+            str(ph.recycled),
             f"{percentile(ph.pass_ms, 50):.1f} / {max(ph.pass_ms, default=float('nan')):.1f}",
             "" if ph.name != "recovery" else
             ("not within the phase" if ph.back_to_clean_s is None else f"{ph.back_to_clean_s:.0f} s"))

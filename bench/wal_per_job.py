@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pgqueue
-from pgqueue.client.benchmark import fresh_database, server
+from pgqueue.client.benchmark import family, fresh_database, server
 from pgqueue.db import connection
 
 PAYLOAD = b"x" * 256
@@ -56,7 +56,7 @@ def lsn(dsn: str) -> str:
 def read_wal(dsn: str, start: str, end: str, part: Part) -> None:
     """Charge every WAL record between `start` and `end` to its first block's relation."""
     with connection.connect(dsn) as conn:
-        names = {int(node): str(rel) for node, rel in conn.execute(
+        names = {int(node): family(str(rel)) for node, rel in conn.execute(
             "SELECT pg_relation_filenode(c.oid), c.relname FROM pg_class c "
             "WHERE pg_relation_filenode(c.oid) IS NOT NULL").fetchall()}
         rows = conn.execute(
@@ -72,10 +72,13 @@ def read_wal(dsn: str, start: str, end: str, part: Part) -> None:
 
 
 def sizes(dsn: str) -> dict[str, int]:
+    found: dict[str, int] = defaultdict(int)
     with connection.connect(dsn) as conn:
-        return {str(r[0]): int(r[1]) for r in conn.execute(
-            "SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables "
-            "WHERE schemaname = 'pgqueue'").fetchall()}
+        for name, size in conn.execute(
+                "SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables "
+                "WHERE schemaname = 'pgqueue'").fetchall():
+            found[family(str(name))] += int(size)
+    return dict(found)
 
 
 def drain(dsn: str, app: pgqueue.App, stream: str, jobs: int) -> None:

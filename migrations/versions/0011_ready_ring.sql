@@ -38,11 +38,37 @@ CREATE TABLE pgqueue.ready_7 PARTITION OF pgqueue.ready FOR VALUES IN (7);
 CREATE INDEX ready_order_idx ON pgqueue.ready (stream, priority DESC, job_id);
 CREATE INDEX ready_kind_idx ON pgqueue.ready (stream, kind, priority DESC, job_id);
 
--- the pending jobs' entries, all in the partition of this second (recycling moves them on)
+-- the pending jobs' entries, all in the partition of this period (pgqueue.ring_slot)
 INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind)
-SELECT (floor(extract(epoch FROM clock_timestamp()))::bigint % 8)::smallint,
+SELECT (floor(extract(epoch FROM clock_timestamp()) / 4)::bigint % 8)::smallint,
        stream, priority, id, kind
 FROM pgqueue.job WHERE state = 'pending';
 
 DROP INDEX pgqueue.job_pending_idx;
 DROP INDEX pgqueue.job_pending_kind_idx;
+
+-- The job counts' deltas go to a ring of per-second partitions, folded and truncated whole
+-- (pgqueue.fold_job_counts), instead of rows deleted by each fold. The deltas so far are
+-- folded here, under the lock (a transition that wrote one before it and waits for job now
+-- fails as a deadlock and is retried by its caller: an operator's requeue of a dead letter
+-- racing the upgrade is the one that can).
+LOCK TABLE pgqueue.job_count_delta IN ACCESS EXCLUSIVE MODE;
+INSERT INTO pgqueue.job_count AS c (stream, state, n)
+SELECT stream, state, sum(delta) FROM pgqueue.job_count_delta GROUP BY stream, state
+ORDER BY stream, state
+ON CONFLICT (stream, state) DO UPDATE SET n = c.n + EXCLUDED.n;
+DROP TABLE pgqueue.job_count_delta;
+CREATE TABLE pgqueue.job_count_delta (
+    slot   smallint NOT NULL,
+    stream text NOT NULL,
+    state  text NOT NULL,
+    delta  bigint NOT NULL
+) PARTITION BY LIST (slot);
+CREATE TABLE pgqueue.job_count_delta_0 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (0);
+CREATE TABLE pgqueue.job_count_delta_1 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (1);
+CREATE TABLE pgqueue.job_count_delta_2 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (2);
+CREATE TABLE pgqueue.job_count_delta_3 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (3);
+CREATE TABLE pgqueue.job_count_delta_4 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (4);
+CREATE TABLE pgqueue.job_count_delta_5 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (5);
+CREATE TABLE pgqueue.job_count_delta_6 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (6);
+CREATE TABLE pgqueue.job_count_delta_7 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (7);

@@ -9,6 +9,7 @@ asserted anywhere; the caller prints them.
 """
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +36,17 @@ class Figure:
     name: str
     value: float
     unit: str
+
+
+#: A ring's partition (pgqueue.ready_3, job_count_delta_5 and their indexes), by its table.
+_RING = re.compile(r"^(ready|job_count_delta)_[0-7](_.*)?$")
+
+
+def family(relname: str) -> str:
+    """A relation's name, with a ring's partitions and their indexes named after the ring's
+    table (which second's partition a row went to is of no interest to a benchmark)."""
+    found = _RING.match(relname)
+    return found.group(1) + (found.group(2) or "") if found else relname
 
 
 def enqueue_single(q: Queue, n: int, progress: Progress) -> Figure:

@@ -148,14 +148,15 @@ CREATE UNIQUE INDEX job_dedup_idx ON pgqueue.job (stream, dedup_key)
 -- long REPEATABLE READ report, a logical slot) the entry of every job leased or acked since
 -- stays in the index, and every lease scan steps over all of them: 2,000 buffers per lease
 -- after a minute at 400 jobs/s, growing for as long as the horizon is held. Here each entry
--- goes to the partition of the second it was written in (pgqueue.ready_slot: a ring of 8),
--- and once a past second's partition holds no ready job it is truncated whole
+-- goes to the partition of the 4-second period it was written in (pgqueue.ring_slot: a ring
+-- of 8), and once a past period's partition holds no ready job it is truncated whole
 -- (pgqueue.recycle_ready), which no horizon holds back: a lease steps over at most the
--- entries of the last few seconds.
+-- entries of the last few periods.
 --
--- An entry may outlive its job's readiness (the job was cancelled, parked or leased by a path
--- that does not remove it): a lease checks the job row it locks and drops such entries; a
--- job is leased only when its row says pending. Every pending job has an entry.
+-- An entry may outlive its job's readiness (a path that does not remove it): a lease checks
+-- the job row it locks and drops such entries; a job is leased only when its row says
+-- pending. Every pending job has an entry (a lease that took the entry of a job another
+-- transaction holds puts it back).
 CREATE TABLE pgqueue.ready (
     slot     smallint NOT NULL,
     stream   text NOT NULL,
@@ -204,6 +205,40 @@ CREATE TABLE pgqueue.dead_letter (
 CREATE INDEX dead_letter_stream_idx ON pgqueue.dead_letter (stream, id);
 
 -- schema: functions -------------------------------------------------------------------------
+
+-- The partition a row of a ring written now goes to (pgqueue.ready, pgqueue.job_count_delta):
+-- the 4-second period it is written in, on a ring of 8 (32 seconds around). Past periods'
+-- partitions are emptied whole, by TRUNCATE (pgqueue.recycle_ready, pgqueue.fold_job_counts):
+-- nothing left for vacuum, which a held horizon keeps from removing anything. Not every
+-- second: a TRUNCATE makes every session plan its statements on the ring again, and leases
+-- wait behind its lock.
+CREATE OR REPLACE FUNCTION pgqueue.ring_slot() RETURNS smallint
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$ SELECT (floor(extract(epoch FROM clock_timestamp()) / 4)::bigint % 8)::smallint $$;
+
+-- Lock a ring's past partitions for truncation (pgqueue.recycle_ready, pgqueue.fold_job_counts)
+-- in one request, never queueing for it: NOWAIT, tried p_tries times 2 ms apart. A queued
+-- ACCESS EXCLUSIVE request would make every lease (which reads all the ring's partitions)
+-- wait behind it. False: another session held one of them each time (they are left for the
+-- next pass). Held to the end of the transaction.
+CREATE OR REPLACE FUNCTION pgqueue.lock_for_truncate(p_parts regclass[], p_tries int)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_list text := (SELECT string_agg(format('%s', p), ', ') FROM unnest(p_parts) p);
+BEGIN
+    FOR i IN 1 .. p_tries LOOP
+        BEGIN
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_list);
+            RETURN true;
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM pg_sleep(0.002);
+        END;
+    END LOOP;
+    RETURN false;
+END
+$$;
 
 -- A failure's one-line summary from what was said about it: a traceback's last line (Python's
 -- `ExceptionType: message`), else its first non-blank line; whitespace runs made one space, at

@@ -20,12 +20,6 @@ CREATE TABLE pgqueue.kind_lease (
 
 -- schema: functions -------------------------------------------------------------------------
 
--- The partition of pgqueue.ready an entry written now goes to: the second it is written in,
--- on a ring of 8 (pgqueue.recycle_ready empties a past second's partition whole).
-CREATE OR REPLACE FUNCTION pgqueue.ready_slot() RETURNS smallint
-LANGUAGE sql VOLATILE PARALLEL SAFE
-AS $$ SELECT (floor(extract(epoch FROM clock_timestamp()))::bigint % 8)::smallint $$;
-
 -- Remove the ready entries of these jobs (by stream, priority and id, in every partition):
 -- jobs that stopped being pending by a path other than a lease (count_jobs).
 CREATE OR REPLACE FUNCTION pgqueue.ready_drop(p_streams text[], p_priorities smallint[],
@@ -109,6 +103,8 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET enable_sort = off
+SET enable_mergejoin = off
+SET enable_hashjoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -122,8 +118,6 @@ DECLARE
                                        'expires_at_ms', pgqueue.to_ms(v_exp));
     v_body_ahead jsonb := v_body || '{"started": false}'::jsonb;
     v_ids bigint[];
-    v_slots smallint[];  -- where the ready entries of v_ids are
-    v_ats tid[];
     v_rated bigint[] := '{}';  -- of rate-limited kinds (pgqueue.pick_within_limits)
     v_kinds text[];
     v_max int[];
@@ -170,24 +164,22 @@ BEGIN
     WHERE k.stream = p_stream AND (k.max_concurrency IS NOT NULL OR k.rate_count IS NOT NULL
                                    OR k.max_per_key IS NOT NULL);
     IF v_kinds IS NULL THEN
-        -- the ready entries in lease order, each job's row locked (SKIP LOCKED: a job another
-        -- lease holds is passed over) and checked to be pending (an entry may be stale)
-        SELECT coalesce(array_agg(c.id), '{}'), array_agg(c.slot), array_agg(c.at)
-        INTO v_ids, v_slots, v_ats
-        FROM (SELECT j.id, r.slot, r.ctid AS at
-              FROM pgqueue.ready r JOIN pgqueue.job j ON j.id = r.job_id
-              WHERE r.stream = p_stream AND j.state = 'pending'
-              ORDER BY r.priority DESC, r.job_id
-              LIMIT p_limit
-              FOR UPDATE OF j SKIP LOCKED) c;
-        IF cardinality(v_ids) > 1 THEN  -- a job with two entries (one stale) comes once
-            v_ids := ARRAY(SELECT t.id FROM unnest(v_ids) WITH ORDINALITY AS t(id, n)
-                           GROUP BY t.id ORDER BY min(t.n));
-        END IF;
-        -- the entries taken go now, by where they are (the trigger of the UPDATE below would
-        -- look each one up by key in every partition)
-        DELETE FROM pgqueue.ready r USING unnest(v_slots, v_ats) AS d(slot, at)
-        WHERE r.slot = d.slot AND r.ctid = d.at;
+        -- the first ready entries in lease order that no other lease holds (SKIP LOCKED),
+        -- taken out now (by where they are: the trigger of the UPDATE below would look each
+        -- one up by key in every partition); their jobs are leased below where still pending
+        -- (an entry whose job is not is just gone)
+        WITH taken AS (
+            SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
+            WHERE r.stream = p_stream
+            ORDER BY r.priority DESC, r.job_id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        ), gone AS (
+            DELETE FROM pgqueue.ready r USING taken t
+            WHERE r.slot = t.slot AND r.ctid = t.at
+            RETURNING r.job_id
+        )
+        SELECT coalesce(array_agg(g.job_id), '{}') INTO v_ids FROM gone g;
         PERFORM set_config('pgqueue.ready_taken', 'on', true);
     ELSE
         -- The limits count other leases under a kind's lock; only READ COMMITTED gives each
@@ -199,6 +191,8 @@ BEGIN
                 USING ERRCODE = '0A000',
                       HINT = 'lease outside the transaction, or SET TRANSACTION ISOLATION LEVEL READ COMMITTED';
         END IF;
+        -- this lease's UPDATE removes the entries of the jobs it takes (its trigger does)
+        PERFORM set_config('pgqueue.ready_taken', 'off', true);
         SELECT p.ids, p.rated INTO v_ids, v_rated
         FROM pgqueue.pick_within_limits(p_stream, p_limit, v_kinds, v_max, v_rate, v_rate_ms,
                                         v_per_key, p_start) p;
@@ -213,6 +207,9 @@ BEGIN
             lease_expires_at = v_exp,
             lease_started = (p_start IS NULL OR r.n <= p_start OR j.unstarted_reclaims > 0)
         FROM ranked r WHERE j.id = ANY(v_ids) AND j.id = r.id
+          -- (an entry's job no longer pending is not leased; one another transaction holds,
+          -- an operator's, is waited for and leased if still pending then)
+          AND j.state = 'pending'
         RETURNING j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
                   j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
                   j.last_completed_step,
@@ -227,7 +224,6 @@ BEGIN
         FROM leased l ORDER BY l.id
     )
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
-    PERFORM set_config('pgqueue.ready_taken', 'off', true);
 END
 $$;
 
@@ -340,6 +336,8 @@ LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off  -- plans that do not depend on statistics (see pgqueue.lease)
 SET enable_bitmapscan = off
 SET enable_sort = off
+SET enable_mergejoin = off
+SET enable_hashjoin = off
 AS $$
 DECLARE
     v_room int;

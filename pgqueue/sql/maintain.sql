@@ -51,28 +51,29 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ UPDATE pgqueue.maintenance_runner SET until = '-infinity' WHERE holder = p_holder $$;
 
--- Empty the partitions of pgqueue.ready that a past second filled once they hold no ready
+-- Empty the partitions of pgqueue.ready that past periods filled once they hold no ready
 -- job, by TRUNCATE: their dead entries are gone at once, whatever holds the vacuum horizon
--- back (a vacuum could remove none of them then). The partitions of the last second, this
+-- back (a vacuum could remove none of them then). The partitions of the last period, this
 -- one and the next are left alone (entries still being written). A partition still holding
 -- ready jobs is emptied too when they are few (at most 1,000): their entries move to this
--- second's partition first, in the same transaction; a backlog larger than that drains
--- through leases. The lock is taken for at most 20 ms: a partition a lease or an enqueue
--- holds that long is tried again at the next pass (while the lock is queued, leases wait
--- behind it). Returns how many partitions were emptied. A worker's (maintenance passes):
--- SECURITY DEFINER for the TRUNCATE, which needs the owner.
+-- period's partition first, in the same transaction; a backlog larger than that drains
+-- through leases. All of them in one lock request and one TRUNCATE; the lock is never queued
+-- for (pgqueue.lock_for_truncate, NOWAIT tried for 50 ms: every lease reads all the ring's
+-- partitions and would wait behind a queued request); when it cannot be had they are left
+-- for the next pass.
+-- Returns how many partitions were emptied. A worker's (maintenance passes): SECURITY
+-- DEFINER for the TRUNCATE, which needs the owner.
 CREATE OR REPLACE FUNCTION pgqueue.recycle_ready() RETURNS int
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    v_now smallint := pgqueue.ready_slot();
+    v_now smallint := pgqueue.ring_slot();
     v_part regclass;
+    v_parts regclass[] := '{}';
     v_slot int;
     v_live int;
-    v_timeout text := current_setting('lock_timeout');
-    v_n int := 0;
 BEGIN
     FOR v_slot IN SELECT s FROM generate_series(0, 7) s
                   WHERE (s - v_now + 8) % 8 NOT IN (0, 1, 7) LOOP
@@ -82,24 +83,22 @@ BEGIN
                        'ON j.id = r.job_id AND j.state = ''pending'' LIMIT 1001) c', v_part)
         INTO v_live;
         CONTINUE WHEN v_live > 1000;
-        BEGIN
-            PERFORM set_config('lock_timeout', '20ms', true);
-            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_part);
-            PERFORM set_config('lock_timeout', v_timeout, true);
-            -- nobody reads or writes the partition now: its ready jobs' entries move, the
-            -- rest (taken, or no longer pending) go with it
-            EXECUTE format('INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind) '
-                           'SELECT DISTINCT ON (r.job_id) $1, r.stream, r.priority, r.job_id, r.kind '
-                           'FROM %s r JOIN pgqueue.job j ON j.id = r.job_id '
-                           'AND j.state = ''pending'' AND j.priority = r.priority', v_part)
-            USING v_now;
-            EXECUTE format('TRUNCATE %s', v_part);
-            v_n := v_n + 1;
-        EXCEPTION WHEN lock_not_available THEN
-            PERFORM set_config('lock_timeout', v_timeout, true);
-        END;
+        v_parts := v_parts || v_part;
     END LOOP;
-    RETURN v_n;
+    IF cardinality(v_parts) = 0 OR NOT pgqueue.lock_for_truncate(v_parts, 25) THEN
+        RETURN 0;
+    END IF;
+    -- nobody reads or writes these partitions now: their ready jobs' entries move, the rest
+    -- (taken, or no longer pending) go with them
+    FOREACH v_part IN ARRAY v_parts LOOP
+        EXECUTE format('INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind) '
+                       'SELECT DISTINCT ON (r.job_id) $1, r.stream, r.priority, r.job_id, r.kind '
+                       'FROM %s r JOIN pgqueue.job j ON j.id = r.job_id '
+                       'AND j.state = ''pending'' AND j.priority = r.priority', v_part)
+        USING v_now;
+    END LOOP;
+    EXECUTE 'TRUNCATE ' || (SELECT string_agg(format('%s', p), ', ') FROM unnest(v_parts) p);
+    RETURN cardinality(v_parts);
 END
 $$;
 

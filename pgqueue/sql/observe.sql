@@ -6,7 +6,10 @@
 -- queue): every statement that inserts, updates or deletes jobs or dead letters appends its
 -- net change per (stream, state) to job_count_delta (an insert: writers never wait on each
 -- other), and fold_job_counts() adds the deltas into job_count now and then (maintenance, and
--- a metrics scrape). A count is job_count's plus the deltas not folded yet.
+-- a metrics scrape). A count is job_count's plus the deltas not folded yet. The deltas go to
+-- the partition of the second they are written in (pgqueue.ring_slot), and a past second's
+-- partition is folded and truncated whole: deleting folded deltas left a dead row each, which
+-- a held vacuum horizon kept for every fold and count to read (43,000 of them after a minute).
 CREATE TABLE pgqueue.job_count (
     stream text NOT NULL,
     state  text NOT NULL,
@@ -14,10 +17,19 @@ CREATE TABLE pgqueue.job_count (
     PRIMARY KEY (stream, state)
 );
 CREATE TABLE pgqueue.job_count_delta (
+    slot   smallint NOT NULL,
     stream text NOT NULL,
     state  text NOT NULL,
     delta  bigint NOT NULL
-);
+) PARTITION BY LIST (slot);
+CREATE TABLE pgqueue.job_count_delta_0 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (0);
+CREATE TABLE pgqueue.job_count_delta_1 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (1);
+CREATE TABLE pgqueue.job_count_delta_2 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (2);
+CREATE TABLE pgqueue.job_count_delta_3 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (3);
+CREATE TABLE pgqueue.job_count_delta_4 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (4);
+CREATE TABLE pgqueue.job_count_delta_5 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (5);
+CREATE TABLE pgqueue.job_count_delta_6 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (6);
+CREATE TABLE pgqueue.job_count_delta_7 PARTITION OF pgqueue.job_count_delta FOR VALUES IN (7);
 -- The oldest ready job of a stream in one index probe (pgqueue_oldest_pending_age_seconds).
 -- Only a query that says `not_before > '-infinity'` may use it: a lease never does, so no
 -- lease plan can take it (with the job table not analyzed yet, e.g. right after a first burst
@@ -40,21 +52,21 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, state, count(*) FROM new_rows GROUP BY stream, state;
+        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
+        SELECT pgqueue.ring_slot(), stream, state, count(*) FROM new_rows GROUP BY stream, state;
         INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind)
-        SELECT pgqueue.ready_slot(), n.stream, n.priority, n.id, n.kind
+        SELECT pgqueue.ring_slot(), n.stream, n.priority, n.id, n.kind
         FROM new_rows n WHERE n.state = 'pending';
     ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, state, -count(*) FROM old_rows GROUP BY stream, state;
+        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
+        SELECT pgqueue.ring_slot(), stream, state, -count(*) FROM old_rows GROUP BY stream, state;
         IF EXISTS (SELECT 1 FROM old_rows o WHERE o.state = 'pending') THEN
             PERFORM pgqueue.ready_drop(array_agg(o.stream), array_agg(o.priority), array_agg(o.id))
             FROM old_rows o WHERE o.state = 'pending';
         END IF;
     ELSE
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, state, sum(d) FROM (
+        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
+        SELECT pgqueue.ring_slot(), stream, state, sum(d) FROM (
             SELECT stream, state, 1 AS d FROM new_rows
             UNION ALL SELECT stream, state, -1 FROM old_rows) c
         GROUP BY stream, state HAVING sum(d) <> 0;
@@ -67,7 +79,7 @@ BEGIN
         END IF;
         IF EXISTS (SELECT 1 FROM new_rows n WHERE n.state = 'pending') THEN
             INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind)
-            SELECT pgqueue.ready_slot(), n.stream, n.priority, n.id, n.kind
+            SELECT pgqueue.ring_slot(), n.stream, n.priority, n.id, n.kind
             FROM new_rows n JOIN old_rows o ON o.id = n.id
             WHERE n.state = 'pending' AND (o.state <> 'pending' OR n.priority <> o.priority
                                            OR n.kind IS DISTINCT FROM o.kind);
@@ -82,11 +94,11 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, 'dead', count(*) FROM new_rows GROUP BY stream;
+        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
+        SELECT pgqueue.ring_slot(), stream, 'dead', count(*) FROM new_rows GROUP BY stream;
     ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO pgqueue.job_count_delta (stream, state, delta)
-        SELECT stream, 'dead', -count(*) FROM old_rows GROUP BY stream;
+        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
+        SELECT pgqueue.ring_slot(), stream, 'dead', -count(*) FROM old_rows GROUP BY stream;
     END IF;
     RETURN NULL;
 END
@@ -111,21 +123,44 @@ ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_delete;
 ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_insert;
 ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_delete;
 
--- Add the deltas written so far into job_count (concurrent folds each take other rows).
--- Returns how many delta rows it folded.
+-- Add the deltas of past periods into job_count and truncate their partitions (the last
+-- period's, this one's and the next's are still being written), all in one lock request
+-- (pgqueue.lock_for_truncate, never queued for) and one TRUNCATE; when another session holds
+-- one of them (a fold running elsewhere, a count being read) they are left for the next call.
+-- Counts read job_count plus every delta left, so they are exact whenever this runs. Returns
+-- how many delta rows it folded.
 CREATE OR REPLACE FUNCTION pgqueue.fold_job_counts() RETURNS bigint
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
-    WITH d AS (DELETE FROM pgqueue.job_count_delta RETURNING stream, state, delta),
+DECLARE
+    v_now smallint := pgqueue.ring_slot();
+    v_slots smallint[];
+    v_parts regclass[];
+    v_n bigint;
+BEGIN
+    v_slots := ARRAY(SELECT s FROM generate_series(0, 7) s
+                     WHERE (s - v_now + 8) % 8 NOT IN (0, 1, 7)
+                       AND pg_relation_size(format('pgqueue.job_count_delta_%s', s)::regclass) > 0
+                     ORDER BY s);
+    v_parts := ARRAY(SELECT format('pgqueue.job_count_delta_%s', s)::regclass
+                     FROM unnest(v_slots) s);
+    IF cardinality(v_parts) = 0 OR NOT pgqueue.lock_for_truncate(v_parts, 5) THEN
+        RETURN 0;
+    END IF;
+    WITH d AS (SELECT c.stream, c.state, c.delta FROM pgqueue.job_count_delta c
+               WHERE c.slot = ANY(v_slots)),
     folded AS (
         INSERT INTO pgqueue.job_count AS c (stream, state, n)
-        SELECT stream, state, sum(delta) FROM d GROUP BY stream, state
-        ORDER BY stream, state  -- one lock order: concurrent folds never deadlock
+        SELECT d.stream, d.state, sum(d.delta) FROM d GROUP BY d.stream, d.state
+        ORDER BY d.stream, d.state  -- one lock order: concurrent folds never deadlock
         ON CONFLICT (stream, state) DO UPDATE SET n = c.n + EXCLUDED.n
         RETURNING 1)
-    SELECT count(*) FROM d
+    SELECT count(*) INTO v_n FROM d;
+    EXECUTE 'TRUNCATE ' || (SELECT string_agg(format('%s', p), ', ') FROM unnest(v_parts) p);
+    RETURN v_n;
+END
 $$;
 
 -- name: job_by_id

@@ -40,11 +40,11 @@ def recycle_past(dsn: str) -> None:
     clock has moved three partitions on from now (entries of the last second are left alone)
     and a pass after that found nothing left to truncate: what a maintenance pass does every
     second."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     with connection.connect(dsn) as conn:
-        start = int(conn.execute("SELECT pgqueue.ready_slot()").fetchone()[0])  # type: ignore[index]
+        start = int(conn.execute("SELECT pgqueue.ring_slot()").fetchone()[0])  # type: ignore[index]
         while time.monotonic() < deadline:
-            now = int(conn.execute("SELECT pgqueue.ready_slot()").fetchone()[0])  # type: ignore[index]
+            now = int(conn.execute("SELECT pgqueue.ring_slot()").fetchone()[0])  # type: ignore[index]
             conn.execute("SELECT pgqueue.recycle_ready()")
             if (now - start) % 8 >= 3:
                 sizes = conn.execute(

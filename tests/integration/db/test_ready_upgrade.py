@@ -98,7 +98,7 @@ class OldClients:
 
     def _work(self) -> None:
         with psycopg.connect(self.db, autocommit=True) as conn:
-            while not self.stop.is_set() or len(self.acked) < len(self.enqueued):
+            while not self.stop.is_set():
                 rows = conn.execute("SELECT id, lease_id FROM pgqueue.lease('b', 5, 60000, 2, 2)"
                                     ).fetchall()
                 if rows:
@@ -115,6 +115,13 @@ class OldClients:
         self.stop.set()
         for t in self.threads:
             t.join(timeout=60)
+        # what the worker had not taken yet when it stopped: every job must still be leasable
+        with psycopg.connect(self.db, autocommit=True) as conn:
+            while rows := conn.execute("SELECT id, lease_id FROM pgqueue.lease('b', 50, 60000, 2, 2)"
+                                       ).fetchall():
+                done = conn.execute("SELECT * FROM pgqueue.ack(%s, %s)",
+                                    ([r[0] for r in rows], [r[1] for r in rows])).fetchall()
+                self.acked.extend(int(d[0]) for d in done)
 
 
 def test_0011_upgrades_a_running_queue_in_place(at_0010: str) -> None:

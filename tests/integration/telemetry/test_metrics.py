@@ -128,15 +128,29 @@ def apply(q: pgqueue.Queue, dsn: str, step: str) -> None:
 
 
 def test_folding_moves_the_deltas_into_the_counts_and_keeps_them(q: pgqueue.Queue, dsn: str) -> None:
+    """Deltas of past seconds are folded into job_count and their partitions truncated
+    (nothing left for vacuum); the counts are exact before, during and after."""
     q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(30)])
     q.lease(limit=10)
+    expected = {("default", "pending"): 20, ("default", "leased"): 10}
     with connection.connect(dsn) as conn:
         deltas = conn.execute("SELECT count(*) FROM pgqueue.job_count_delta").fetchone()
         assert deltas is not None and deltas[0] > 0
-        before = kept_counts(q)  # folds first
-        left = conn.execute("SELECT count(*) FROM pgqueue.job_count_delta").fetchone()
-        assert left == (0,)
-    assert before == {("default", "pending"): 20, ("default", "leased"): 10} == true_counts(dsn)
+        assert kept_counts(q) == expected == true_counts(dsn)  # (folds what it may first)
+
+        def folded() -> bool:
+            conn.execute("SELECT pgqueue.fold_job_counts()")
+            assert kept_counts(q) == expected  # at every step
+            return conn.execute("SELECT count(*) FROM pgqueue.job_count_delta").fetchone() == (0,)
+
+        wait_for(folded, 30, "the deltas folded once their seconds were past", interval=0.2)
+        sizes = conn.execute("SELECT sum(pg_relation_size(inhrelid)) FROM pg_inherits "
+                             "WHERE inhparent = 'pgqueue.job_count_delta'::regclass").fetchone()
+        assert sizes == (0,)  # truncated, not deleted: no dead row left behind
+        kept = conn.execute("SELECT stream, state, n FROM pgqueue.job_count WHERE n <> 0 "
+                            "ORDER BY state").fetchall()
+    assert kept == [("default", "leased", 10), ("default", "pending", 20)]
+    assert kept_counts(q) == expected == true_counts(dsn)
 
 
 def test_the_gauge_queries_read_no_job_table_scan(q: pgqueue.Queue, dsn: str) -> None:
