@@ -44,9 +44,10 @@ CREATE INDEX job_pending_since_idx ON pgqueue.job (stream, not_before)
 -- removed count -1 in their (stream, state), the rows it wrote +1, nothing is written for no
 -- net change (a renewal); a job that became pending (or changed its priority or kind while
 -- pending) gets an entry in pgqueue.ready, and one that stopped being pending loses its entry
--- (but not in a statement of a lease, which removed the entries it took: pgqueue.lease says
--- so by pgqueue.ready_taken). They run on every path that writes jobs, replicas' apply
--- included (ENABLE ALWAYS), so every pending job has its entry wherever it is.
+-- (but not once a plain lease in the transaction removed the entries it took: pgqueue.lease
+-- sets pgqueue.ready_taken for the rest of it; an entry a later statement leaves behind is
+-- harmless, dropped by the lease that takes it). They run on every path that writes jobs,
+-- replicas' apply included (ENABLE ALWAYS), so every pending job has its entry wherever it is.
 CREATE OR REPLACE FUNCTION pgqueue.count_jobs() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
