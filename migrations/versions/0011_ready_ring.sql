@@ -38,17 +38,16 @@ CREATE TABLE pgqueue.ready_7 PARTITION OF pgqueue.ready FOR VALUES IN (7);
 CREATE INDEX ready_order_idx ON pgqueue.ready (stream, priority DESC, job_id);
 CREATE INDEX ready_kind_idx ON pgqueue.ready (stream, kind, priority DESC, job_id);
 
--- the pending jobs' entries, all in the partition of this period (pgqueue.ring_slot)
+-- the pending jobs' entries, all in the first partition (any will do: recycling moves up to
+-- 1,000 ready jobs' entries on, and a larger backlog drains from where it is)
 INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind)
-SELECT (floor(extract(epoch FROM clock_timestamp()) / 4)::bigint % 8)::smallint,
-       stream, priority, id, kind
-FROM pgqueue.job WHERE state = 'pending';
+SELECT 0, stream, priority, id, kind FROM pgqueue.job WHERE state = 'pending';
 
 DROP INDEX pgqueue.job_pending_idx;
 DROP INDEX pgqueue.job_pending_kind_idx;
 
--- The job counts' deltas go to a ring of per-second partitions, folded and truncated whole
--- (pgqueue.fold_job_counts), instead of rows deleted by each fold. The deltas so far are
+-- The job counts' deltas go to a ring of partitions, one per 4-second period, folded and
+-- truncated whole (pgqueue.fold_job_counts), instead of rows deleted by each fold. The deltas so far are
 -- folded here, under the lock (a transition that wrote one before it and waits for job now
 -- fails as a deadlock and is retried by its caller: an operator's requeue of a dead letter
 -- racing the upgrade is the one that can).

@@ -153,10 +153,8 @@ CREATE UNIQUE INDEX job_dedup_idx ON pgqueue.job (stream, dedup_key)
 -- (pgqueue.recycle_ready), which no horizon holds back: a lease steps over at most the
 -- entries of the last few periods.
 --
--- An entry may outlive its job's readiness (a path that does not remove it): a lease checks
--- the job row it locks and drops such entries; a job is leased only when its row says
--- pending. Every pending job has an entry (a lease that took the entry of a job another
--- transaction holds puts it back).
+-- An entry may outlive its job's readiness (a path that does not remove it): a lease takes
+-- it out and leases the job only when its row says pending. Every pending job has an entry.
 CREATE TABLE pgqueue.ready (
     slot     smallint NOT NULL,
     stream   text NOT NULL,
@@ -215,6 +213,15 @@ CREATE INDEX dead_letter_stream_idx ON pgqueue.dead_letter (stream, id);
 CREATE OR REPLACE FUNCTION pgqueue.ring_slot() RETURNS smallint
 LANGUAGE sql VOLATILE PARALLEL SAFE
 AS $$ SELECT (floor(extract(epoch FROM clock_timestamp()) / 4)::bigint % 8)::smallint $$;
+
+-- The ring's partitions that may be emptied now: all but the last period's, this one's and
+-- the next's (rows are still being written to those), in slot order.
+CREATE OR REPLACE FUNCTION pgqueue.ring_past_slots() RETURNS smallint[]
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT array_agg(s::smallint ORDER BY s) FROM generate_series(0, 7) s, pgqueue.ring_slot() n
+    WHERE (s - n + 8) % 8 NOT IN (0, 1, 7)
+$$;
 
 -- Lock a ring's past partitions for truncation (pgqueue.recycle_ready, pgqueue.fold_job_counts)
 -- in one request, never queueing for it: NOWAIT, tried p_tries times 2 ms apart. A queued

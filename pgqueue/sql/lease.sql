@@ -21,15 +21,20 @@ CREATE TABLE pgqueue.kind_lease (
 -- schema: functions -------------------------------------------------------------------------
 
 -- Remove the ready entries of these jobs (by stream, priority and id, in every partition):
--- jobs that stopped being pending by a path other than a lease (count_jobs).
+-- jobs that stopped being pending by a path other than a lease (count_jobs). An entry a lease
+-- holds is passed over, never waited for: that lease is taking it out (and waits for this
+-- transaction's job row, which it will find no longer pending); waiting here would deadlock.
 CREATE OR REPLACE FUNCTION pgqueue.ready_drop(p_streams text[], p_priorities smallint[],
                                               p_ids bigint[])
 RETURNS void
 LANGUAGE sql VOLATILE
 AS $$
-    DELETE FROM pgqueue.ready r
-    USING unnest(p_streams, p_priorities, p_ids) AS d(stream, priority, id)
-    WHERE r.stream = d.stream AND r.priority = d.priority AND r.job_id = d.id
+    WITH gone AS (
+        SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
+        JOIN unnest(p_streams, p_priorities, p_ids) AS d(stream, priority, id)
+          ON r.stream = d.stream AND r.priority = d.priority AND r.job_id = d.id
+        FOR UPDATE OF r SKIP LOCKED)
+    DELETE FROM pgqueue.ready r USING gone g WHERE r.slot = g.slot AND r.ctid = g.at
 $$;
 
 -- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
@@ -177,9 +182,11 @@ BEGIN
         ), gone AS (
             DELETE FROM pgqueue.ready r USING taken t
             WHERE r.slot = t.slot AND r.ctid = t.at
-            RETURNING r.job_id
+            RETURNING r.job_id, r.priority
         )
-        SELECT coalesce(array_agg(g.job_id), '{}') INTO v_ids FROM gone g;
+        -- in lease order (p_start counts in it), a job with two entries once
+        SELECT coalesce(array_agg(g.job_id ORDER BY g.priority DESC, g.job_id), '{}') INTO v_ids
+        FROM (SELECT DISTINCT gone.job_id, gone.priority FROM gone) g;
         PERFORM set_config('pgqueue.ready_taken', 'on', true);
     ELSE
         -- The limits count other leases under a kind's lock; only READ COMMITTED gives each
@@ -208,7 +215,8 @@ BEGIN
             lease_started = (p_start IS NULL OR r.n <= p_start OR j.unstarted_reclaims > 0)
         FROM ranked r WHERE j.id = ANY(v_ids) AND j.id = r.id
           -- (an entry's job no longer pending is not leased; one another transaction holds,
-          -- an operator's, is waited for and leased if still pending then)
+          -- an operator's, is waited for and leased if still pending then: that transaction
+          -- never waits for the entry this lease holds, pgqueue.ready_drop)
           AND j.state = 'pending'
         RETURNING j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
                   j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,

@@ -72,11 +72,10 @@ DECLARE
     v_now smallint := pgqueue.ring_slot();
     v_part regclass;
     v_parts regclass[] := '{}';
-    v_slot int;
+    v_slot smallint;
     v_live int;
 BEGIN
-    FOR v_slot IN SELECT s FROM generate_series(0, 7) s
-                  WHERE (s - v_now + 8) % 8 NOT IN (0, 1, 7) LOOP
+    FOREACH v_slot IN ARRAY pgqueue.ring_past_slots() LOOP
         v_part := format('pgqueue.ready_%s', v_slot)::regclass;
         CONTINUE WHEN pg_relation_size(v_part) = 0;  -- empty since its last truncation
         EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM %s r JOIN pgqueue.job j '

@@ -7,7 +7,7 @@
 -- net change per (stream, state) to job_count_delta (an insert: writers never wait on each
 -- other), and fold_job_counts() adds the deltas into job_count now and then (maintenance, and
 -- a metrics scrape). A count is job_count's plus the deltas not folded yet. The deltas go to
--- the partition of the second they are written in (pgqueue.ring_slot), and a past second's
+-- the partition of the period they are written in (pgqueue.ring_slot), and a past period's
 -- partition is folded and truncated whole: deleting folded deltas left a dead row each, which
 -- a held vacuum horizon kept for every fold and count to read (43,000 of them after a minute).
 CREATE TABLE pgqueue.job_count (
@@ -136,14 +136,12 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    v_now smallint := pgqueue.ring_slot();
     v_slots smallint[];
     v_parts regclass[];
     v_n bigint;
 BEGIN
-    v_slots := ARRAY(SELECT s FROM generate_series(0, 7) s
-                     WHERE (s - v_now + 8) % 8 NOT IN (0, 1, 7)
-                       AND pg_relation_size(format('pgqueue.job_count_delta_%s', s)::regclass) > 0
+    v_slots := ARRAY(SELECT s FROM unnest(pgqueue.ring_past_slots()) s
+                     WHERE pg_relation_size(format('pgqueue.job_count_delta_%s', s)::regclass) > 0
                      ORDER BY s);
     v_parts := ARRAY(SELECT format('pgqueue.job_count_delta_%s', s)::regclass
                      FROM unnest(v_slots) s);
@@ -401,7 +399,7 @@ SELECT pgqueue.fold_job_counts() AS folded
 
 -- name: gauge_job_counts
 -- Jobs by stream and state without a scan of the job table: the folded counts plus the deltas
--- not folded yet (as many rows as write statements since the last fold, a second or so).
+-- not folded yet (a row per write statement of the last three 4-second periods or so).
 SELECT stream, state, sum(n)::bigint AS count
 FROM (SELECT stream, state, n FROM pgqueue.job_count
       UNION ALL SELECT stream, state, delta FROM pgqueue.job_count_delta) c

@@ -115,3 +115,15 @@ def test_recycling_waits_for_a_partition_lock_only_briefly(q: pgqueue.Queue, dsn
         assert sizes > 0  # the reader kept them
         reader.rollback()
         assert scalar(runner, "SELECT pgqueue.recycle_ready()") >= 1
+
+
+def test_a_transition_never_waits_for_an_entry_a_lease_holds(q: pgqueue.Queue, dsn: str) -> None:
+    """A lease holds its entries (then waits for their job rows); a cancel of one of those
+    jobs removes the job without waiting for the entry, or the two would deadlock."""
+    (job_id,) = q.enqueue_many([pgqueue.NewJob(b"x")])
+    with psycopg.connect(dsn) as lease_side, connection.connect(dsn) as conn:
+        lease_side.execute("SELECT 1 FROM pgqueue.ready WHERE job_id = %s FOR UPDATE", [job_id])
+        conn.execute("SET statement_timeout = '5s'")
+        assert scalar(conn, "SELECT pgqueue.cancel(%s)", job_id) == "cancelled"
+        lease_side.rollback()
+    assert q.job(job_id) is None and q.lease(limit=5) == []
