@@ -137,6 +137,30 @@ def replay(source: str, target: str, as_json: bool) -> None:
 
 
 @oplog.command()
+@click.argument("keep", required=False, type=click.FloatRange(min=1), metavar="[SECONDS]")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def retention(keep: float | None, as_json: bool) -> None:
+    """Show how long the op log keeps ops, or set it to SECONDS (at least 1).
+
+    The maintenance passes remove history by truncating whole partitions of the log's ring of
+    32, once every op in one is older than this, committed, and applied by every replica;
+    nothing is deleted row by row. Setting it is an operator's.
+    """
+    with open_queue() as q, q.connection() as conn:
+        if keep is not None:
+            pg_oplog.set_retention(conn, keep)
+        found = pg_oplog.retention(conn)
+    if as_json:
+        print_json({"seconds": found.seconds, "partitions": found.partitions,
+                    "oldest_closed_at": found.oldest_closed_at})
+        return
+    oldest = ("" if found.oldest_closed_at is None
+              else f"; the oldest was left at {ago(found.oldest_closed_at)} UTC")
+    say(f"op log retention: {found.seconds:g} s ({found.seconds / 3600:.4g} h); "
+        f"{found.partitions} of 32 partitions in use{oldest}")
+
+
+@oplog.command()
 @click.option("--keep", type=click.FloatRange(min=0), default=7 * 86400.0, show_default=True,
               metavar="SECONDS", help="Keep ops younger than this (they are the jobs' history).")
 @click.option("--stale-after", type=click.FloatRange(min=0), default=86400.0, show_default=True,

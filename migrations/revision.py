@@ -21,6 +21,7 @@ afresh. The library reads it to accept a database one or more compatible revisio
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,21 @@ class Revision:
         path = self.versions / f"{self.id}_{self.slug}{suffix}"
         if path.exists():
             queries.run_script(_driver(), path.read_text(encoding="utf-8"))
+
+    def before(self, conn: Any) -> None:
+        """Run the revision's before-step, `NNNN_slug.before.sql`, if it has one, on `conn` in
+        autocommit mode, ahead of the upgrade's transaction: each statement (separated by a
+        line `-- next transaction`) commits on its own. For work that must not hold the
+        upgrade's locks, such as validating a constraint while writers go on; it changes
+        nothing the running release notices, and does nothing when run twice."""
+        path = self.versions / f"{self.id}_{self.slug}.before.sql"
+        if not path.exists():
+            return
+        for statement in re.split(r"^-- next transaction$", path.read_text(encoding="utf-8"),
+                                  flags=re.MULTILINE):
+            if any(line.strip() and not line.lstrip().startswith("--")
+                   for line in statement.splitlines()):
+                queries.run_script(conn, statement)
 
     def upgrade(self) -> None:
         self._run(".sql")

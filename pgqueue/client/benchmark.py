@@ -39,14 +39,16 @@ class Figure:
 
 
 #: A ring's partition (pgqueue.ready_3, job_count_delta_5 and their indexes), by its table.
-_RING = re.compile(r"^(ready|job_count_delta)_[0-7](_.*)?$")
+_RING = re.compile(r"^(ready|job_count_delta)_[0-7](_.*)?$|^(op_log)_(?:[0-9]|[12][0-9]|3[01])(_.*)?$")
 
 
 def family(relname: str) -> str:
     """A relation's name, with a ring's partitions and their indexes named after the ring's
-    table (which second's partition a row went to is of no interest to a benchmark)."""
+    table (which period's partition a row went to is of no interest to a benchmark)."""
     found = _RING.match(relname)
-    return found.group(1) + (found.group(2) or "") if found else relname
+    if not found:
+        return relname
+    return (found.group(1) or found.group(3)) + ((found.group(2) or found.group(4)) or "")
 
 
 def enqueue_single(q: Queue, n: int, progress: Progress) -> Figure:

@@ -9,6 +9,7 @@ so replaying twice changes nothing.
 """
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +43,40 @@ def tail(conn: run.Conn, *, limit: int = 20, stream: str | None = None,
 def counts(conn: run.Conn) -> dict[str, int]:
     """Ops in the log by kind."""
     return {r["op"]: r["count"] for r in run.fetch(conn, "oplog_counts")}
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long the maintenance passes keep ops, how many of the ring's 32 partitions hold
+    some, and when the oldest of those was left (None: only the current one)."""
+
+    seconds: float
+    partitions: int
+    oldest_closed_at: dt.datetime | None
+
+
+def retention(conn: run.Conn) -> Retention:
+    """The op log's retention (pgqueue.op_log_policy) and the ring's use."""
+    row = run.fetch_one(conn, "op_log_retention")
+    assert row is not None  # the policy table has its one row from the install on
+    return Retention(float(row["seconds"]), int(row["partitions"]), row["oldest_closed_at"])
+
+
+def set_retention(conn: run.Conn, keep: float | dt.timedelta) -> float:
+    """Keep ops `keep` seconds (or a timedelta), at least 1 s: the maintenance passes truncate
+    the ring's partitions once all their ops are older (pgqueue.set_op_log_retention, an
+    operator's). Returns the retention in seconds."""
+    seconds = validate.seconds(keep, "op log retention")
+    if seconds < 1:
+        raise ValueError(f"op log retention must be at least 1 second, got {seconds:g}")
+    return float(run.scalar(conn, "set_op_log_retention", {"seconds": seconds}))
+
+
+def recycle(conn: run.Conn) -> tuple[int, bool]:
+    """One retention pass of the op log (pgqueue.recycle_op_log, what every maintenance pass
+    runs): the ops it removed by truncating partitions, and whether the ring moved on."""
+    row = run.fetch_one(conn, "recycle_op_log")
+    return (0, False) if row is None else (int(row["pruned"] or 0), bool(row["rotated"]))
 
 
 def replay(source_dsn: str, target_dsn: str, *, batch: int = BATCH,

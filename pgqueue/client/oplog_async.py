@@ -8,6 +8,7 @@ so replaying twice changes nothing.
 """
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +43,40 @@ async def tail(conn: run.AsyncConn, *, limit: int = 20, stream: str | None = Non
 async def counts(conn: run.AsyncConn) -> dict[str, int]:
     """Ops in the log by kind."""
     return {r["op"]: r["count"] for r in await run.fetch(conn, "oplog_counts")}
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long the maintenance passes keep ops, how many of the ring's 32 partitions hold
+    some, and when the oldest of those was left (None: only the current one)."""
+
+    seconds: float
+    partitions: int
+    oldest_closed_at: dt.datetime | None
+
+
+async def retention(conn: run.AsyncConn) -> Retention:
+    """The op log's retention (pgqueue.op_log_policy) and the ring's use."""
+    row = await run.fetch_one(conn, "op_log_retention")
+    assert row is not None  # the policy table has its one row from the install on
+    return Retention(float(row["seconds"]), int(row["partitions"]), row["oldest_closed_at"])
+
+
+async def set_retention(conn: run.AsyncConn, keep: float | dt.timedelta) -> float:
+    """Keep ops `keep` seconds (or a timedelta), at least 1 s: the maintenance passes truncate
+    the ring's partitions once all their ops are older (pgqueue.set_op_log_retention, an
+    operator's). Returns the retention in seconds."""
+    seconds = validate.seconds(keep, "op log retention")
+    if seconds < 1:
+        raise ValueError(f"op log retention must be at least 1 second, got {seconds:g}")
+    return float(await run.scalar(conn, "set_op_log_retention", {"seconds": seconds}))
+
+
+async def recycle(conn: run.AsyncConn) -> tuple[int, bool]:
+    """One retention pass of the op log (pgqueue.recycle_op_log, what every maintenance pass
+    runs): the ops it removed by truncating partitions, and whether the ring moved on."""
+    row = await run.fetch_one(conn, "recycle_op_log")
+    return (0, False) if row is None else (int(row["pruned"] or 0), bool(row["rotated"]))
 
 
 async def replay(source_dsn: str, target_dsn: str, *, batch: int = BATCH,

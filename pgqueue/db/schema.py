@@ -2,9 +2,10 @@
 
 A database without the pgqueue schema is installed from pgqueue/sql/<stage>.sql (every stage's
 tables, then its functions) and stamped at head, in one transaction. A database that has the
-schema moves between revisions through alembic; the revisions ship inside the wheel (package
-`pgqueue_migrations`, the repository's `migrations/` folder), each a small delta of plain SQL
-for the tables plus the code of the revision it lands on (see migrations/revision.py).
+schema moves between revisions through alembic, each revision of an upgrade committed on its
+own; the revisions ship inside the wheel (package `pgqueue_migrations`, the repository's
+`migrations/` folder), each a small delta of plain SQL for the tables plus the code of the
+revision it lands on (see migrations/revision.py).
 """
 from __future__ import annotations
 
@@ -158,11 +159,34 @@ def upgrade(dsn: str, revision: str = "head", *, location: Path | None = None) -
     from alembic import command
     from alembic.util.exc import CommandError
 
+    _before_steps(dsn, found, revision, location)
     with _alembic(dsn, location) as (cfg, _):
+        cfg.attributes["commit_each_revision"] = True
         try:
             command.upgrade(cfg, revision)
         except CommandError as exc:
             raise ValueError(f"revision: {exc}") from None
+
+
+def _before_steps(dsn: str, found: str | None, revision: str, location: Path | None) -> None:
+    """Run the before-steps of the revisions between `found` and `revision`, oldest first, each
+    statement committed on its own (pgqueue_migrations.revision.Revision.before): they prepare
+    while the queue runs what the upgrade's transaction would otherwise do under its locks."""
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
+
+    script = ScriptDirectory.from_config(_config(location))
+    try:
+        pending = list(script.iterate_revisions(revision, found))
+    except CommandError as exc:
+        raise ValueError(f"revision: {exc}") from None
+    steps = [spec for rev in reversed(pending)
+             if (spec := getattr(rev.module, "REVISION", None)) is not None]
+    if not steps:
+        return
+    with connection.connect(dsn, autocommit=True) as conn:
+        for spec in steps:
+            spec.before(conn)
 
 
 def upgrade_by_revisions(dsn: str, revision: str = "head") -> None:
@@ -170,7 +194,9 @@ def upgrade_by_revisions(dsn: str, revision: str = "head") -> None:
     database goes through; the catalog test compares it with a fresh install)."""
     from alembic import command
 
+    _before_steps(dsn, current(dsn), revision, None)
     with _alembic(dsn) as (cfg, _):
+        cfg.attributes["commit_each_revision"] = True
         command.upgrade(cfg, revision)
 
 

@@ -30,9 +30,6 @@ log = logging.getLogger("pgqueue.maintain")
 
 #: Workers silent for this long are dropped from the registry.
 WORKER_TTL_SECONDS = 600.0
-#: Ops pruned per statement, and statements per maintenance pass at most (200,000 ops a pass).
-OPLOG_PRUNE_BATCH = 10_000
-OPLOG_PRUNE_BATCHES = 20
 #: Vacuum the job table when this many dead row versions (or a fifth of the live ones) piled
 #: up: autovacuum wakes once a minute, too late for a queue table (see NOTES: 248 MB vs 43 MB).
 VACUUM_DEAD_ROWS = 5000
@@ -125,13 +122,11 @@ def _leader_pass(conn: queries.Conn) -> tuple[list[reclaim.Reclaimed], int, int]
     reclaimed = reclaim.reclaim_expired_jobs(conn)
     ticks = schedule.tick(conn)
     replica.touch(conn)
-    # no waiting for a logical replica's slot here: ops are kept a week anyway, and a wait
-    # would hold this pass (and its snapshot) back; a busy queue writes ops faster than one
-    # batch a second would remove them, hence several batches
-    # ops a week old, once every replica seen within a day applied them (pgqueue.prune_old_ops:
-    # the bounds are the database's, so a worker's role prunes nothing younger)
-    ops = replica.prune_old_batches(conn, batch=OPLOG_PRUNE_BATCH,
-                                    max_batches=OPLOG_PRUNE_BATCHES)
+    # the op log's retention, by whole partitions (pgqueue.recycle_op_log: the bounds are the
+    # database's, so a worker's role prunes nothing younger); no waiting for a logical
+    # replica's slot here, which would hold this pass (and its snapshot) back
+    row = queries.fetch_one(conn, "recycle_op_log")
+    ops = 0 if row is None else int(row["pruned"] or 0)
     return reclaimed, ticks.fired, ops
 
 

@@ -90,7 +90,7 @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
     pgqueue.register_worker, pgqueue.heartbeat_worker, pgqueue.deregister_worker,
     pgqueue.prune_workers, pgqueue.claim_due_schedules, pgqueue.advance_schedule,
     pgqueue.prune_old_ops, pgqueue.touch_replicas, pgqueue.claim_maintenance,
-    pgqueue.release_maintenance, pgqueue.recycle_ready
+    pgqueue.release_maintenance, pgqueue.recycle_ready, pgqueue.recycle_op_log
     TO pgqueue_worker;
 
 -- operator
@@ -98,7 +98,7 @@ GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqu
     pgqueue.accept_step_set, pgqueue.cancel, pgqueue.requeue_dead_letter, pgqueue.apply_to_jobs,
     pgqueue.apply_verb_to_jobs,
     pgqueue.configure_stream, pgqueue.upsert_schedule, pgqueue.remove_schedule,
-    pgqueue.lock_schedule, pgqueue.prune_op_log
+    pgqueue.lock_schedule, pgqueue.prune_op_log, pgqueue.set_op_log_retention
     TO pgqueue_operator;
 
 -- queries -----------------------------------------------------------------------------------

@@ -101,6 +101,125 @@ BEGIN
 END
 $$;
 
+-- The maintenance passes' retention of the op log, by whole partitions of its ring (see
+-- pgqueue.op_log): no DELETE, so nothing is left for vacuum, whatever holds its horizon back.
+-- 1. A partition the sequence has left is marked closed (the time, and a transaction id drawn
+--    after it was left, above every xid that wrote to it) if it was not already: after a
+--    promotion or an upgrade.
+-- 2. The closed partitions are truncated in seq order while the oldest is wholly older than
+--    the retention (pgqueue.op_log_policy), every transaction that wrote to it has
+--    ended, and every replica seen in the last day applied its last op (replica_status's
+--    rules, without waiting for a logical replica's slot, as prune_old_ops). The lock is only
+--    tried (pgqueue.lock_for_truncate); a partition a reader holds is left for the next pass.
+-- 3. The sequence moves on to the next partition (the next multiple of 2^32) once the current
+--    one was first written to more than a 24th of the retention ago, if the next one is empty.
+-- Nothing on a replica: its log is its leader's. One pass at a time (a transaction lock).
+-- Returns the ops removed and whether the sequence moved on. A worker's (maintenance
+-- passes): SECURITY DEFINER for the TRUNCATE and setval, which need the owner.
+CREATE OR REPLACE FUNCTION pgqueue.recycle_op_log(OUT pruned bigint, OUT rotated boolean)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+DECLARE
+    v_keep interval;
+    v_role text;
+    v_last bigint;
+    v_called boolean;
+    v_next bigint;
+    v_cur smallint;
+    v_xmin xid8 := pg_snapshot_xmin(pg_current_snapshot());
+    v_part regclass;
+    v_max bigint;
+    v_n bigint;
+    v_applied bigint;
+    v_opened timestamptz;
+    r record;
+BEGIN
+    pruned := 0;
+    rotated := false;
+    SELECT n.role INTO v_role FROM pgqueue.node n;
+    SELECT p.retention INTO v_keep FROM pgqueue.op_log_policy p;
+    IF v_role <> 'leader' OR NOT pg_try_advisory_xact_lock(hashtext('pgqueue.recycle_op_log')) THEN
+        RETURN;
+    END IF;
+    SELECT s.last_value, s.is_called INTO v_last, v_called FROM pgqueue.op_log_seq_seq s;
+    v_next := v_last + CASE WHEN v_called THEN 1 ELSE 0 END;  -- the next seq handed out
+    v_cur := (v_next >> 32) % 32;
+    FOR r IN SELECT g.slot FROM pgqueue.op_log_ring g
+             WHERE g.slot <> v_cur AND g.closed_at IS NULL LOOP
+        IF pg_relation_size(format('pgqueue.op_log_%s', r.slot)::regclass) > 0 THEN
+            UPDATE pgqueue.op_log_ring
+            SET closed_at = clock_timestamp(), closed_xid = pg_current_xact_id()
+            WHERE slot = r.slot;
+        END IF;
+    END LOOP;
+    -- oldest first: the partition after the current one in the ring holds the lowest seqs
+    FOR r IN SELECT g.slot, g.closed_at, g.closed_xid FROM pgqueue.op_log_ring g
+             WHERE g.slot <> v_cur AND g.closed_at IS NOT NULL
+             ORDER BY (g.slot - v_cur + 31) % 32 LOOP
+        EXIT WHEN r.closed_at > now() - v_keep OR r.closed_xid >= v_xmin;
+        v_part := format('pgqueue.op_log_%s', r.slot)::regclass;
+        EXECUTE format('SELECT max(seq) FROM %s', v_part) INTO v_max;  -- its primary key's end
+        IF v_max IS NOT NULL THEN
+            SELECT min(s.applied_seq) INTO v_applied
+            FROM pgqueue.replica_status(interval '1 day', interval '0', v_max) s
+            WHERE NOT s.stale;
+            EXIT WHEN v_applied < v_max;
+        END IF;
+        -- what is removed, counted only now (a partition waiting for a replica is not read on
+        -- every pass) and before the lock (which would hold readers of the log meanwhile)
+        EXECUTE format('SELECT count(*) FROM %s', v_part) INTO v_n;
+        EXIT WHEN NOT pgqueue.lock_for_truncate(ARRAY[v_part], 25);
+        EXECUTE format('TRUNCATE %s', v_part);
+        UPDATE pgqueue.op_log_ring SET opened_at = NULL, closed_at = NULL, closed_xid = NULL
+        WHERE slot = r.slot;
+        IF v_max IS NOT NULL THEN
+            UPDATE pgqueue.node SET pruned_through = greatest(pruned_through, v_max);
+        END IF;
+        pruned := pruned + v_n;
+    END LOOP;
+    v_part := format('pgqueue.op_log_%s', v_cur)::regclass;
+    IF pg_relation_size(v_part) = 0 THEN
+        RETURN;  -- nothing written to the current partition yet
+    END IF;
+    UPDATE pgqueue.op_log_ring SET opened_at = clock_timestamp()
+    WHERE slot = v_cur AND opened_at IS NULL
+    RETURNING opened_at INTO v_opened;
+    IF v_opened IS NULL THEN
+        SELECT g.opened_at INTO v_opened FROM pgqueue.op_log_ring g WHERE g.slot = v_cur;
+    END IF;
+    IF v_opened <= clock_timestamp() - v_keep / 24
+       AND pg_relation_size(format('pgqueue.op_log_%s', (v_cur + 1) % 32)::regclass) = 0 THEN
+        PERFORM setval('pgqueue.op_log_seq_seq', (((v_next >> 32) + 1) << 32) - 1, true);
+        -- after the move: every transaction that drew a seq of the partition left has an
+        -- older xid than this one, and began before this moment
+        UPDATE pgqueue.op_log_ring
+        SET closed_at = clock_timestamp(), closed_xid = pg_current_xact_id()
+        WHERE slot = v_cur;
+        rotated := true;
+    END IF;
+END
+$$;
+
+-- Set how long the maintenance passes keep ops (pgqueue.recycle_op_log); returns it. An
+-- operator's (who may prune the log anyway), not a worker's: a worker must not be able to
+-- empty the log.
+CREATE OR REPLACE FUNCTION pgqueue.set_op_log_retention(p_keep interval) RETURNS interval
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+BEGIN
+    IF p_keep IS NULL OR p_keep < interval '1 second' THEN
+        RAISE EXCEPTION 'op log retention must be at least 1 second, got %', p_keep
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE pgqueue.op_log_policy SET retention = p_keep;
+    RETURN p_keep;
+END
+$$;
+
 -- Delete the oldest ops: the prefix of the log, in seq order, whose ops are older than p_keep,
 -- were written by a transaction that has finished, and are applied by every replica that is
 -- not stale (replica_status's rules, which for a logical replica wait up to p_wait to be
@@ -185,6 +304,22 @@ SELECT pgqueue.release_maintenance(%(holder)s::uuid)
 -- name: oplog_prune_old
 -- One batch of the maintenance passes' prune (pgqueue.prune_old_ops): how many ops it deleted.
 SELECT pgqueue.prune_old_ops(%(limit)s::int) AS pruned
+
+-- name: recycle_op_log
+-- The op log's retention by whole partitions, and the ring's rotation (pgqueue.recycle_op_log).
+SELECT pruned, rotated FROM pgqueue.recycle_op_log()
+
+-- name: set_op_log_retention
+SELECT extract(epoch FROM pgqueue.set_op_log_retention(%(seconds)s * interval '1 second'))::float8
+       AS seconds
+
+-- name: op_log_retention
+-- How long the maintenance passes keep ops, and the ring's partitions in use.
+SELECT extract(epoch FROM p.retention)::float8 AS seconds,
+       (SELECT count(*) FROM pgqueue.op_log_ring g
+        WHERE g.opened_at IS NOT NULL OR g.closed_at IS NOT NULL) AS partitions,
+       (SELECT min(g.closed_at) FROM pgqueue.op_log_ring g) AS oldest_closed_at
+FROM pgqueue.op_log_policy p
 
 -- name: recycle_ready
 -- Truncate the ready entries' partitions that hold no ready job (pgqueue.recycle_ready).

@@ -420,9 +420,19 @@ SELECT s.stream,
 FROM unnest(%(streams)s::text[]) AS s(stream)
 
 -- name: gauge_op_log
--- The ops the log keeps, from its first and last seq (two probes of the primary key; seqs
--- rolled back leave gaps, so this is at most a few more than a count).
-SELECT coalesce(max(seq) - min(seq) + 1, 0)::bigint AS ops FROM pgqueue.op_log
+-- The ops the log keeps: for each window of 2^32 seqs it holds (a partition of its ring, see
+-- pgqueue.op_log), the last seq less the first, plus one (probes of the primary keys; seqs
+-- rolled back leave gaps, so this is at most a few more than a count). The windows are found
+-- by skipping from one to the next (the ring keeps at most 32), never by reading the log.
+WITH RECURSIVE w(k) AS (
+    SELECT min(seq) >> 32 FROM pgqueue.op_log
+    UNION ALL
+    SELECT (SELECT min(o.seq) >> 32 FROM pgqueue.op_log o WHERE o.seq >= (w.k + 1) << 32)
+    FROM w WHERE w.k IS NOT NULL
+)
+SELECT coalesce(sum((SELECT max(o.seq) - min(o.seq) + 1 FROM pgqueue.op_log o
+                     WHERE o.seq >= w.k << 32 AND o.seq < (w.k + 1) << 32)), 0)::bigint AS ops
+FROM w WHERE w.k IS NOT NULL
 
 -- name: gauge_workers
 -- Registered workers, live or stale by the database's clock (a heartbeat older than

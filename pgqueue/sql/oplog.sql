@@ -20,8 +20,20 @@
 -- say so (its default is nextval alone: an INSERT that was the transaction's first write drew
 -- the seq while it had no xid yet). A plain sequence owned by the column, since 0005.
 CREATE SEQUENCE pgqueue.op_log_seq_seq;
+-- The log lives on a ring of 32 partitions, op_log_0 .. op_log_31, so that its retention
+-- removes history by truncating whole partitions: a DELETE of old ops left a dead row per op,
+-- and while anything held the vacuum horizon back (a long transaction, a report, a logical
+-- slot) none of them could be removed. An op's partition follows from its seq alone,
+-- (seq >> 32) % 32, so a replica or a replay that inserts the leader's seq puts it in the
+-- same partition, and every partition always exists. The maintenance pass
+-- (pgqueue.recycle_op_log) moves the sequence on to the next multiple of 2^32 once the current
+-- partition is older than a 24th of the retention, and truncates a partition once all of it is
+-- older than the retention, committed, and applied by every replica: seq has gaps there, as
+-- after a rollback. Nothing is indexed on the parent but job_id and at: a primary key (or a
+-- unique index) on a table partitioned by an expression is refused, so each partition has its
+-- own; since seq decides the partition, unique per partition is unique in the log.
 CREATE TABLE pgqueue.op_log (
-    seq      bigint PRIMARY KEY
+    seq      bigint NOT NULL
              DEFAULT CASE WHEN pg_current_xact_id() IS NOT NULL
                           THEN nextval('pgqueue.op_log_seq_seq') END,
     stream   text NOT NULL,
@@ -45,17 +57,53 @@ CREATE TABLE pgqueue.op_log (
     -- first attempt did instead of doing it twice (pgqueue.request_begin). It travels to
     -- replicas with the row, so a retry on a promoted replica finds it too.
     request        uuid
-);
+) PARTITION BY LIST (((seq >> 32) % 32));
 ALTER SEQUENCE pgqueue.op_log_seq_seq OWNED BY pgqueue.op_log.seq;
 COMMENT ON COLUMN pgqueue.op_log.payload IS
     'Enqueue ops (0003 on): the job''s payload; kind .. schema_version likewise. NULL for other ops; pgqueue.op_body(op_log) gives the whole body.';
 CREATE INDEX op_log_job_idx ON pgqueue.op_log (job_id);
 -- No index on lsn: no query reads op_log by it, and every op paid ~0.2 ms per 1,000 for one.
 CREATE INDEX op_log_at_idx ON pgqueue.op_log USING brin (at);
--- One entry per enqueue or lease call (not per job). Unique: a re-sent call whose first
--- attempt is still running waits here for it, and fails if it committed (then it returns
--- what that attempt did); looked up only by a re-sent call.
-CREATE UNIQUE INDEX op_log_request_idx ON pgqueue.op_log (request) WHERE request IS NOT NULL;
+-- Each partition: its primary key, and one entry per enqueue or lease call (not per job) in a
+-- unique index of request tokens: a re-sent call whose first attempt is still running waits
+-- here for it, and fails if it committed (then it returns what that attempt did); looked up
+-- only by a re-sent call. Unique per partition: a first attempt that arrives only after its
+-- re-send committed, with a rotation of the ring in between, is not caught (request_begin's
+-- lock catches every other order).
+DO $$
+BEGIN
+    FOR s IN 0..31 LOOP
+        EXECUTE format('CREATE TABLE pgqueue.%I PARTITION OF pgqueue.op_log FOR VALUES IN (%s)',
+                       'op_log_' || s, s);
+        EXECUTE format('ALTER TABLE pgqueue.%I ADD CONSTRAINT %I PRIMARY KEY (seq)',
+                       'op_log_' || s, 'op_log_' || s || '_pkey');
+        EXECUTE format('CREATE UNIQUE INDEX %I ON pgqueue.%I (request) WHERE request IS NOT NULL',
+                       'op_log_' || s || '_request_idx', 'op_log_' || s);
+    END LOOP;
+END
+$$;
+
+-- The ring's partitions: when the current one was first written to, and when one was left
+-- (the sequence moved past it) with a transaction id drawn after that, above every xid that
+-- wrote to it (a seq is drawn only once its transaction has an xid). Local to each database:
+-- a replica's ring is filled by its leader's seqs and recycled by nobody until it is promoted.
+CREATE TABLE pgqueue.op_log_ring (
+    slot       smallint PRIMARY KEY CHECK (slot BETWEEN 0 AND 31),
+    opened_at  timestamptz,
+    closed_at  timestamptz,
+    closed_xid xid8
+);
+INSERT INTO pgqueue.op_log_ring (slot) SELECT generate_series(0, 31);
+
+-- How long the maintenance passes keep ops (pgqueue.recycle_op_log): a day by default (what
+-- that costs at 1,000 jobs/s: README); pgqueue.set_op_log_retention sets it. One row, local to
+-- each database, in a table of its own: a new table is all the upgrade to it locks.
+CREATE TABLE pgqueue.op_log_policy (
+    one       boolean PRIMARY KEY DEFAULT true CHECK (one),
+    retention interval NOT NULL DEFAULT interval '1 day'
+        CHECK (retention >= interval '1 second')
+);
+INSERT INTO pgqueue.op_log_policy DEFAULT VALUES;
 
 -- schema: functions -------------------------------------------------------------------------
 
@@ -219,8 +267,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 BEGIN
+    -- no conflict target: the primary keys are the partitions' (seq decides the partition)
     INSERT INTO pgqueue.op_log SELECT o.*
-    ON CONFLICT (seq) DO NOTHING;
+    ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
     END IF;

@@ -284,7 +284,7 @@ SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %(name)s) AS exists
 
 -- name: create_publication
 -- Logical replication of the op log: inserts only (the log is append-only; pruning is local).
-CREATE PUBLICATION pgqueue_oplog FOR TABLE pgqueue.op_log WITH (publish = 'insert')
+CREATE PUBLICATION pgqueue_oplog FOR TABLE pgqueue.op_log WITH (publish = 'insert', publish_via_partition_root = true)
 
 -- name: enable_apply_trigger
 SELECT pgqueue.enable_apply_trigger()

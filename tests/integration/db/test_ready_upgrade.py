@@ -106,6 +106,11 @@ class OldClients:
                                         ([r[0] for r in rows], [r[1] for r in rows])).fetchall()
                     self.acked.extend(int(d[0]) for d in done)
 
+    def report(self) -> str:
+        """The errors, each with the server's detail (a deadlock's names both processes)."""
+        return "\n".join(f"{e!r}: {getattr(getattr(e, 'diag', None), 'message_detail', '')}"
+                         for e in self.errors)
+
     def __enter__(self) -> OldClients:
         for t in self.threads:
             t.start()
@@ -136,13 +141,13 @@ def test_0011_upgrades_a_running_queue_in_place(at_0010: str) -> None:
     before = state_snapshot(db)
     with OldClients(db) as clients:
         while len(clients.acked) < 50:  # running before the upgrade
-            assert not clients.errors, clients.errors
+            assert not clients.errors, clients.report()
         schema.upgrade(db)
         assert schema.current(db) == connection.SCHEMA_REVISION
         upgraded_at = len(clients.enqueued)
         while len(clients.enqueued) < upgraded_at + 200:  # and after it
-            assert not clients.errors, clients.errors
-    assert not clients.errors, clients.errors
+            assert not clients.errors, clients.report()
+    assert not clients.errors, clients.report()
     assert sorted(clients.acked) == sorted(clients.enqueued)  # each once: none lost or twice
     # stream a untouched: every row, its checkpoint and every op as they were
     with psycopg.connect(db) as conn:

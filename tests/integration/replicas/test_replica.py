@@ -1132,3 +1132,50 @@ def test_metrics_report_replica_lag_and_replicas_keep_their_own_job_counts(
         # both replica paths carry the trace context the job was enqueued with
         assert one(db, "SELECT trace_context FROM pgqueue.job WHERE id = %s",
                    (traced_id,)) == traced
+
+
+def test_both_replicas_follow_the_leader_around_its_op_log_ring(cluster: Cluster) -> None:
+    """The leader's ring moves on to its next partition (seqs past 2^32) and truncates the
+    one it left once both replicas applied it: both replicas hold the same ops in the same
+    partitions, stay identical, and keep their own copy of the truncated ops (the retention
+    is each database's own; TRUNCATE is not replicated)."""
+    from pgqueue.client import oplog as pg_oplog
+
+    leader = cluster.leader
+    logical_db, follow_db = cluster.replica_db(0), cluster.replica_db(1)
+    enqueue_some(leader, 40)
+    replica.attach(leader, logical_db, "logical")
+    follower = cluster.follow(follow_db, "follower")
+    try:
+        wait_for(lambda: caught_up(leader, "logical", "follower"), 30, "both replicas")
+        first = ops_of(leader)
+        with connection.connect(leader) as conn:
+            pg_oplog.set_retention(conn, 2.4)
+            wait_for(lambda: pg_oplog.recycle(conn)[1], 20, "the leader's ring to move on")
+        enqueue_some(leader, 40)
+        wait_for(lambda: caught_up(leader, "logical", "follower"), 30, "both replicas")
+        later = [op for op in ops_of(leader) if op[0] > first[-1][0]]
+        assert later and all(op[0] >> 32 == (first[-1][0] >> 32) + 1 for op in later)
+        for db in (logical_db, follow_db):
+            where = rows(db, "SELECT tableoid::regclass::text, seq FROM pgqueue.op_log "
+                             "WHERE seq > %s", [first[-1][0]])
+            assert {w[0] for w in where} == {f"pgqueue.op_log_{(later[0][0] >> 32) % 32}"}
+        with connection.connect(leader) as conn:
+            pruned = wait_for(lambda: pg_oplog.recycle(conn)[0] or None, 30,
+                              "the leader to truncate the partition both replicas applied")
+        assert pruned == len(first)
+        assert ops_of(leader) == later
+        enqueue_some(leader, 10)
+    finally:
+        follower.stop()
+    follower = cluster.follow(follow_db, "follower")
+    try:
+        wait_for(lambda: caught_up(leader, "logical", "follower"), 30, "both replicas")
+    finally:
+        follower.stop()
+    for db in (logical_db, follow_db):
+        result = replica.verify(leader, db)
+        assert result.identical, result.differences[:20]
+        assert state_differences(leader, db) == []
+        # every op the leader still keeps, and the ones it truncated before them
+        assert ops_of(db) == first + ops_of(leader)
