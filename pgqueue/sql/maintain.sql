@@ -149,8 +149,11 @@ BEGIN
     FOR r IN SELECT g.slot FROM pgqueue.op_log_ring g
              WHERE g.slot <> v_cur AND g.closed_at IS NULL LOOP
         IF pg_relation_size(format('pgqueue.op_log_%s', r.slot)::regclass) > 0 THEN
+            -- left by a promotion, an upgrade or a pass that failed after its move: every
+            -- writer drew its xid before this moment, so below the snapshot's xmax
             UPDATE pgqueue.op_log_ring
-            SET closed_at = clock_timestamp(), closed_xid = pg_current_xact_id()
+            SET closed_at = clock_timestamp(),
+                closed_xid = greatest(pg_current_xact_id(), pg_snapshot_xmax(pg_current_snapshot()))
             WHERE slot = r.slot;
         END IF;
     END LOOP;
@@ -190,10 +193,15 @@ BEGIN
         SELECT g.opened_at INTO v_opened FROM pgqueue.op_log_ring g WHERE g.slot = v_cur;
     END IF;
     IF v_opened <= clock_timestamp() - v_keep / 24
+       -- the xid recorded below must be drawn after the move (not already this transaction's,
+       -- drawn before it by a truncation above: then the next pass moves on)
+       AND pg_current_xact_id_if_assigned() IS NULL
        AND pg_relation_size(format('pgqueue.op_log_%s', (v_cur + 1) % 32)::regclass) = 0 THEN
         PERFORM setval('pgqueue.op_log_seq_seq', (((v_next >> 32) + 1) << 32) - 1, true);
-        -- after the move: every transaction that drew a seq of the partition left has an
-        -- older xid than this one, and began before this moment
+        -- after the move. A transaction that wrote to the partition left holds its lock until
+        -- it ends, so the truncation's lock (tried, never waited for) passes it over whatever
+        -- its xid; one that drew a seq but has not written yet writes into the emptied
+        -- partition later, which step 1 marks closed again: nothing is lost either way
         UPDATE pgqueue.op_log_ring
         SET closed_at = clock_timestamp(), closed_xid = pg_current_xact_id()
         WHERE slot = v_cur;
