@@ -23,8 +23,13 @@ lint: venv
 	$(BIN)/ruff check pgqueue cli migrations tests bench examples setup.py
 	$(BIN)/mypy
 
+# One process per core (pytest-xdist), each with its own embedded server, a test file at a time
+# (module-scoped servers stay in one process). Against PGQUEUE_TEST_DSN, one process: they
+# would share its cluster-wide roles, which each one's install creates.
+XDIST := $(if $(PGQUEUE_TEST_DSN),,-n auto --dist loadfile)
+
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 
 bench: venv
 	$(BIN)/python bench/throughput.py

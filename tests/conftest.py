@@ -1,13 +1,28 @@
 """Fixtures shared by the integration and acceptance tests (see tests/pgbed.py)."""
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import pgqueue
 from tests.logins import Logins, session_logins
-from tests.pgbed import Bed, session_bed
+from tests.pgbed import Bed, session_bed, temp_files_in_memory
+
+_MEMORY_TMP: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Temporary files (the servers' data among them) in memory when there is room."""
+    global _MEMORY_TMP
+    _MEMORY_TMP = temp_files_in_memory()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _MEMORY_TMP is not None:
+        shutil.rmtree(_MEMORY_TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -90,6 +90,10 @@ def default_data_dir() -> Path:
     return Path(base) / "pgqueue" / "embedded"
 
 
+#: The longest Unix socket path the kernel takes (sockaddr_un.sun_path less its NUL, Linux).
+SOCKET_PATH_MAX = 107
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -228,7 +232,12 @@ class EmbeddedServer:
             os.chown(self.root, user.pw_uid, user.pw_gid)
         self._cmd([str(self.bin_dir / "initdb"), "-D", str(self.pgdata), "-U", "postgres",
                    "--auth=trust", "--encoding=UTF8", "--no-instructions"])
-        lines = [f"port = {free_port()}", f"unix_socket_directories = '{self.root}'"]
+        # Clients connect over TCP (dsn()); the Unix socket is a courtesy for psql, in the data
+        # directory's parent. Its path (dir/.s.PGSQL.<port>.lock) must fit a sockaddr_un (107
+        # bytes on Linux): under a longer directory the server would not start at all
+        # ("could not create any Unix-domain sockets"), so then it listens on TCP only.
+        sockets = str(self.root) if len(os.fsencode(self.root)) + 21 <= SOCKET_PATH_MAX else ""
+        lines = [f"port = {free_port()}", f"unix_socket_directories = '{sockets}'"]
         lines += [f"{k} = {v}" for k, v in self.settings.items()]
         auto = self.pgdata / "postgresql.auto.conf"
         with open(auto, "a") as fh:

@@ -10,6 +10,7 @@ revision it lands on (see migrations/revision.py).
 from __future__ import annotations
 
 import importlib.util
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,10 +51,21 @@ def _engine(dsn: str) -> Any:
     return create_engine("postgresql+psycopg://", creator=creator, poolclass=pool.NullPool)
 
 
+#: alembic's commands run through module-level proxies (alembic.context, alembic.op) that one
+#: command sets and removes: two at once in one process (two replicas' followers set up in
+#: threads) removed each other's ("KeyError: 'config'"), so they take turns.
+_COMMANDS = threading.RLock()
+
+
 @contextmanager
 def _alembic(dsn: str, location: Path | None = None) -> Iterator[tuple[Config, Any]]:
     """An alembic config on one transaction of `dsn` (committed when the block ends), and the
-    psycopg connection underneath it."""
+    psycopg connection underneath it; one at a time in a process (_COMMANDS)."""
+    with _COMMANDS:
+        yield from _alembic_session(dsn, location)
+
+
+def _alembic_session(dsn: str, location: Path | None) -> Iterator[tuple[Config, Any]]:
     from sqlalchemy.exc import DBAPIError
 
     engine = _engine(dsn)

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,26 @@ def test_dsn_and_psql_find_the_embedded_database(data_dir: Path) -> None:
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
                             check=False)
     assert failed.returncode != 0 and "nosuch" in failed.stderr  # psql's status and message
+
+
+def test_a_server_in_a_directory_too_deep_for_a_unix_socket_starts_on_tcp(tmp_path: Path) -> None:
+    # the socket's path (dir/.s.PGSQL.<port>.lock) must fit 107 bytes; under a deeper
+    # directory Postgres refused to start at all ("could not create any Unix-domain sockets")
+    deep = tmp_path / ("d" * max(1, embedded.SOCKET_PATH_MAX - len(str(tmp_path))))
+    server = EmbeddedServer(deep, settings=TEST_SETTINGS)
+    try:
+        dsn = server.start()
+        with pgqueue.db.connection.connect(dsn) as conn:
+            row = conn.execute("SHOW unix_socket_directories").fetchone()
+        assert row == ("",)
+    finally:
+        server.stop("immediate")
+    shallow = Path(tempfile.mkdtemp(prefix="pq-", dir="/tmp"))
+    server = EmbeddedServer(shallow, settings=TEST_SETTINGS)
+    try:
+        with pgqueue.db.connection.connect(server.start()) as conn:
+            row = conn.execute("SHOW unix_socket_directories").fetchone()
+        assert row == (str(shallow),)
+    finally:
+        server.stop("immediate")
+        shutil.rmtree(shallow, ignore_errors=True)

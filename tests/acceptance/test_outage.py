@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,6 +60,7 @@ def server() -> Iterator[Server]:
         yield s
     finally:
         s.server.stop("immediate")
+        shutil.rmtree(s.server.root, ignore_errors=True)
 
 
 @pytest.fixture

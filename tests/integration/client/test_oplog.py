@@ -66,10 +66,25 @@ ENQUEUE_FIELDS = frozenset({
 # Comparing two databases
 # -------------------------------------------------------------------------------------------
 
-def snapshot(dsn: str) -> dict[str, tuple[list[str], list[tuple[Any, ...]]]]:
+#: A database to read: its DSN (a connection is opened for the read), or an open autocommit
+#: connection to it (the property test keeps one per database: a new backend plans its first
+#: reads of the op log's 32 partitions from scratch, and it reads them hundreds of times).
+Db = str | connection.Conn
+
+
+@contextmanager
+def reading(db: Db) -> Iterator[connection.Conn]:
+    if isinstance(db, str):
+        with connection.connect(db) as conn:
+            yield conn
+    else:
+        yield db
+
+
+def snapshot(db: Db) -> dict[str, tuple[list[str], list[tuple[Any, ...]]]]:
     """Every row of the state tables and the op log, in key order, with column names."""
     out: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = {}
-    with connection.connect(dsn) as conn:
+    with reading(db) as conn:
         for table, key in TABLES:
             cur = conn.execute(f"SELECT * FROM {table} ORDER BY {key}")
             names = [d.name for d in cur.description or []]
@@ -77,7 +92,7 @@ def snapshot(dsn: str) -> dict[str, tuple[list[str], list[tuple[Any, ...]]]]:
     return out
 
 
-def differences(leader: str, replica: str) -> list[str]:
+def differences(leader: Db, replica: Db) -> list[str]:
     """Each differing row and column between two databases (empty when identical)."""
     a, b = snapshot(leader), snapshot(replica)
     found: list[str] = []
@@ -100,25 +115,26 @@ def differences(leader: str, replica: str) -> list[str]:
     return found
 
 
-def assert_identical(leader: str, replica: str) -> None:
+def assert_identical(leader: Db, replica: Db) -> None:
     diff = differences(leader, replica)
     assert not diff, "replica diverged from leader:\n" + "\n".join(diff[:40])
 
 
-def op_count(dsn: str) -> int:
-    with connection.connect(dsn) as conn:
+def op_count(db: Db) -> int:
+    with reading(db) as conn:
         row = conn.execute("SELECT count(*) FROM pgqueue.op_log").fetchone()
     assert row is not None
     return int(row[0])
 
 
-def replay_all(source: str, target: str) -> tuple[int, int]:
+def replay_all(source: str, target: str, *, counted: Db | None = None) -> tuple[int, int]:
     """Replay until the whole log has been read; returns (ops read, ops newly applied).
+    `counted`: where to count the source's ops (a connection to it kept by the caller).
 
     Replay takes only ops whose transaction is below its snapshot's xmin, and any transaction
     on the server (autoanalyze, say) can hold xmin back for a moment: then it reads a prefix,
     and the next call, which skips what the target already applied, reads the rest."""
-    total = op_count(source)
+    total = op_count(source if counted is None else counted)
     applied = 0
     for _ in range(50):
         result = pgqueue.replay(source, target)
@@ -683,6 +699,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.replica = self.bed.new_database()
         self.applied = 0  # ops the replica has applied so far
         self.conn = connection.connect(self.leader)
+        self.readers = (connection.connect(self.leader), connection.connect(self.replica))
         self.work = Workload.start(self.conn)
         self.completed = True  # False while a step runs: after a failure, teardown only cleans up
         self.steps_since_replay = 0
@@ -781,10 +798,10 @@ class ReplayMachine(RuleBasedStateMachine):
         self.steps_since_replay = 0
 
     def catch_up(self) -> None:
-        read, applied = replay_all(self.leader, self.replica)
+        read, applied = replay_all(self.leader, self.replica, counted=self.readers[0])
         self.applied += applied
         assert self.applied == read, "every op applied exactly once across replays"
-        assert_identical(self.leader, self.replica)
+        assert_identical(*self.readers)
 
     def teardown(self) -> None:
         try:
@@ -792,10 +809,12 @@ class ReplayMachine(RuleBasedStateMachine):
             if not self.completed:
                 return  # a step failed; its error is the report
             self.catch_up()
-            _, again = replay_all(self.leader, self.replica)
+            _, again = replay_all(self.leader, self.replica, counted=self.readers[0])
             assert again == 0, "a second replay of the whole log applied ops again"
-            assert_identical(self.leader, self.replica)
+            assert_identical(*self.readers)
         finally:
+            for reader in self.readers:
+                reader.close()
             self.bed.drop(self.leader)
             self.bed.drop(self.replica)
 

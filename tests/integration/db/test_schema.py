@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,31 @@ def test_migrate_is_idempotent_and_reports_head(empty_dsn: str) -> None:
     pgqueue.migrate(empty_dsn)
     pgqueue.migrate(empty_dsn)
     assert schema.current(empty_dsn) == schema.head() == connection.SCHEMA_REVISION
+
+
+def test_installs_in_threads_of_one_process_each_complete(bed: Bed) -> None:
+    # alembic's commands share module-level proxies: two at once in one process (followers of
+    # two replicas set up in threads) once removed each other's and failed with KeyError
+    dsns = [bed.new_database(migrated=False) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def install(d: str) -> None:
+        try:
+            pgqueue.migrate(d)
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=install, args=(d,)) for d in dsns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert [schema.current(d) for d in dsns] == [schema.head()] * len(dsns)
+    finally:
+        for d in dsns:
+            bed.drop(d)
 
 
 def test_downgrade_to_base_then_upgrade_again(dsn: str) -> None:
