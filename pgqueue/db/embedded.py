@@ -90,8 +90,10 @@ def default_data_dir() -> Path:
     return Path(base) / "pgqueue" / "embedded"
 
 
-#: The longest Unix socket path the kernel takes (sockaddr_un.sun_path less its NUL, Linux).
+#: The longest Unix socket path the kernel takes (sockaddr_un.sun_path less its NUL, Linux),
+#: and what Postgres adds to the directory for its socket's lock file at the highest port.
 SOCKET_PATH_MAX = 107
+SOCKET_FILE_MAX = len("/.s.PGSQL.65535.lock")
 
 
 def free_port() -> int:
@@ -236,7 +238,8 @@ class EmbeddedServer:
         # directory's parent. Its path (dir/.s.PGSQL.<port>.lock) must fit a sockaddr_un (107
         # bytes on Linux): under a longer directory the server would not start at all
         # ("could not create any Unix-domain sockets"), so then it listens on TCP only.
-        sockets = str(self.root) if len(os.fsencode(self.root)) + 21 <= SOCKET_PATH_MAX else ""
+        fits = len(os.fsencode(self.root)) + SOCKET_FILE_MAX <= SOCKET_PATH_MAX
+        sockets = str(self.root) if fits else ""
         lines = [f"port = {free_port()}", f"unix_socket_directories = '{sockets}'"]
         lines += [f"{k} = {v}" for k, v in self.settings.items()]
         auto = self.pgdata / "postgresql.auto.conf"

@@ -1,0 +1,1 @@
+-- Undo 0013's tables.

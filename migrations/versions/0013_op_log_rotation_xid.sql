@@ -1,0 +1,1 @@
+-- pgqueue 0013: the tables' delta (state only).
