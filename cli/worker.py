@@ -173,7 +173,8 @@ def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> N
             common.say(f"reclaimed {result.reclaimed} expired lease(s); fired "
                        f"{result.schedules_fired} schedule tick(s); pruned {result.ops_pruned} "
                        f"op(s); forgot {result.workers_pruned} silent worker(s); emptied "
-                       f"{result.ready_recycled} ready partition(s)")
+                       f"{result.ready_recycled} ready partition(s) and {result.expiry_recycled} "
+                       f"lease expiry partition(s)")
         return
     _logging(verbose)
     runner = maintain.Maintainer(dsn, interval=interval,

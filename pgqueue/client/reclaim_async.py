@@ -22,11 +22,18 @@ class Reclaimed:
     crashes: int | None
 
 
-async def reclaim_expired_jobs(conn: run.AsyncConn, *, batch: int = BATCH) -> list[Reclaimed]:
-    """Reclaim every expired lease, in batches until one comes back short; the jobs."""
+async def reclaim_expired_jobs(conn: run.AsyncConn, *, batch: int = BATCH,
+                               due_only: bool = False) -> list[Reclaimed]:
+    """Reclaim every expired lease, in batches until one comes back short; the jobs.
+
+    `due_only`: find them through the rows of pgqueue.lease_expiry that came due, which cost
+    the same however long the vacuum horizon has been held (what a maintenance runner does on
+    all but its first pass and one every few minutes); otherwise read every leased job, which
+    also finds a lease no such row names (granted by the previous release during an upgrade)."""
+    query = "reclaim_due" if due_only else "reclaim_expired"
     found: list[Reclaimed] = []
     while True:
-        rows = await run.fetch(conn, "reclaim_expired", {"limit": batch})
+        rows = await run.fetch(conn, query, {"limit": batch})
         found += [Reclaimed(**r) for r in rows]
         if len(rows) < batch:
             return found

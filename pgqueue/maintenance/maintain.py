@@ -52,6 +52,26 @@ class VacuumMemory:
 #: By server and database: run_pass is called with a connection, by a Maintainer or the CLI.
 _VACUUMS: dict[tuple[str, int, str], VacuumMemory] = {}
 
+#: Every pass reclaims the leases that pgqueue.lease_expiry says came due, whose cost does not
+#: grow while the vacuum horizon is held; a process's first leader pass on a database (and the
+#: first after a promotion: a new epoch), and one every this many seconds, reads every leased
+#: job instead (pgqueue.reclaim_expired_jobs), which also finds a lease no row names (one the
+#: previous release granted during the upgrade to 0014).
+FULL_RECLAIM_SECONDS = 300.0
+#: By server and database: the leader epoch and time.monotonic() of the last full reclaim.
+_FULL_RECLAIMS: dict[tuple[str, int, str], tuple[int, float]] = {}
+
+
+def _full_reclaim_due(conn: queries.Conn, epoch: int) -> bool:
+    """Whether this pass reads every leased job (and, if so, remember it did)."""
+    key = (conn.info.host, conn.info.port, conn.info.dbname)
+    last = _FULL_RECLAIMS.get(key)
+    now = time.monotonic()
+    if last is not None and last[0] == epoch and now - last[1] < FULL_RECLAIM_SECONDS:
+        return False
+    _FULL_RECLAIMS[key] = (epoch, now)
+    return True
+
 
 @dataclass(frozen=True)
 class PassResult:
@@ -68,6 +88,8 @@ class PassResult:
     reclaimed_jobs: tuple[reclaim.Reclaimed, ...] = ()
     #: partitions of the ready entries emptied (pgqueue.recycle_ready)
     ready_recycled: int = 0
+    #: partitions of the leases' expiries emptied (pgqueue.recycle_lease_expiry)
+    expiry_recycled: int = 0
 
 
 def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
@@ -76,10 +98,11 @@ def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
     of its own, so a long vacuum never delays reclaim and cron ticks)."""
     fired = ops = 0
     reclaimed: list[reclaim.Reclaimed] = []
-    leader = replica.is_leader(conn)
-    if leader:
+    node = queries.fetch_one(conn, "node_get")
+    leader = node is not None and node["role"] == "leader"
+    if node is not None and leader:
         try:
-            reclaimed, fired, ops = _leader_pass(conn)
+            reclaimed, fired, ops = _leader_pass(conn, full=_full_reclaim_due(conn, int(node["epoch"])))
         except NotLeader:
             # demoted between the role check and a write: the next pass sees the new role
             log.info("maintenance: this database became a replica; leader tasks skipped")
@@ -88,11 +111,14 @@ def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
     queries.fetch(conn, "fold_job_counts")  # the job counts' deltas, added up (observe.sql)
     # the ready entries' past partitions, truncated once they hold no ready job (maintain.sql)
     recycled = int(queries.scalar(conn, "recycle_ready"))
+    # the leases' expiries whose buckets are past and done with (reclaim.sql)
+    expiry = int(queries.scalar(conn, "recycle_lease_expiry"))
     if reclaimed:
         _log_reclaimed(reclaimed)
     return PassResult(reclaimed=len(reclaimed), workers_pruned=pruned, schedules_fired=fired,
                       ops_pruned=ops, vacuumed=vacuum and vacuum_if_needed(conn), leader=leader,
-                      reclaimed_jobs=tuple(reclaimed), ready_recycled=recycled)
+                      reclaimed_jobs=tuple(reclaimed), ready_recycled=recycled,
+                      expiry_recycled=expiry)
 
 
 def _log_reclaimed(reclaimed: list[reclaim.Reclaimed]) -> None:
@@ -117,9 +143,10 @@ def _log_reclaimed(reclaimed: list[reclaim.Reclaimed]) -> None:
                             "job_id": r.job_id, "outcome": "dead"}})
 
 
-def _leader_pass(conn: queries.Conn) -> tuple[list[reclaim.Reclaimed], int, int]:
-    """The writes only a leader makes: (leases reclaimed, cron ticks fired, ops pruned)."""
-    reclaimed = reclaim.reclaim_expired_jobs(conn)
+def _leader_pass(conn: queries.Conn, *, full: bool) -> tuple[list[reclaim.Reclaimed], int, int]:
+    """The writes only a leader makes: (leases reclaimed, cron ticks fired, ops pruned).
+    `full`: reclaim reads every leased job, not only the expiries that came due."""
+    reclaimed = reclaim.reclaim_expired_jobs(conn, due_only=not full)
     ticks = schedule.tick(conn)
     replica.touch(conn)
     # the op log's retention, by whole partitions (pgqueue.recycle_op_log: the bounds are the

@@ -86,6 +86,7 @@ GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_produc
 GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack,
     pgqueue.nack, pgqueue.return_leases, pgqueue.mark_undecodable, pgqueue.end_cancelled,
     pgqueue.upcast, pgqueue.reclaim_expired_jobs, pgqueue.reclaim_expired,
+    pgqueue.reclaim_due_jobs, pgqueue.recycle_lease_expiry,
     pgqueue.register_step_set, pgqueue.configure_kind_settings, pgqueue.configure_kind,
     pgqueue.register_worker, pgqueue.heartbeat_worker, pgqueue.deregister_worker,
     pgqueue.prune_workers, pgqueue.claim_due_schedules, pgqueue.advance_schedule,

@@ -230,6 +230,11 @@ BEGIN
                CASE WHEN l.lease_started THEN v_body ELSE v_body_ahead END,
                CASE WHEN l.id = (SELECT min(id) FROM leased) THEN p_request END
         FROM leased l ORDER BY l.id
+    ), expiring AS (
+        -- where reclaim finds them once they expire: one row for the call
+        INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids)
+        SELECT pgqueue.expiry_slot(v_exp), v_exp, array_agg(l.id ORDER BY l.id) FROM leased l
+        HAVING count(*) > 0
     )
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
@@ -633,6 +638,12 @@ BEGIN
             'expires_at_ms', pgqueue.to_ms(r.lease_expires_at),
             'checkpoint', pgqueue.checkpoint_json(r), 'started', r.lease_started)
         FROM renewed r ORDER BY r.id
+    ), expiring AS (
+        -- where reclaim finds them once they expire: one row per new expiry of the call
+        INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids)
+        SELECT pgqueue.expiry_slot(r.lease_expires_at), r.lease_expires_at,
+               array_agg(r.id ORDER BY r.id)
+        FROM renewed r GROUP BY r.lease_expires_at
     )
     SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
 END

@@ -55,11 +55,13 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     n pgqueue.node;
+    v_was text;
 BEGIN
     -- Wait for every transition in flight (each read this table in require_leader, and holds
     -- its ACCESS SHARE lock) before the role changes, so none commits as a leader's write
     -- after a demotion; the ones that come later wait, then read the new role.
     LOCK TABLE pgqueue.node IN ACCESS EXCLUSIVE MODE;
+    SELECT role INTO v_was FROM pgqueue.node;
     UPDATE pgqueue.node
     SET epoch = CASE WHEN p_role = 'leader' AND role <> 'leader' THEN epoch + 1 ELSE epoch END,
         role = p_role, name = coalesce(p_name, name),
@@ -71,6 +73,12 @@ BEGIN
                                 ELSE promoted_through END,
         changed_at = now()
     RETURNING * INTO n;
+    IF p_role = 'leader' AND v_was IS DISTINCT FROM 'leader' THEN
+        -- where reclaim finds the leases the apply path copied (it writes no lease_expiry rows)
+        INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids)
+        SELECT pgqueue.expiry_slot(j.lease_expires_at), j.lease_expires_at, array_agg(j.id ORDER BY j.id)
+        FROM pgqueue.job j WHERE j.state = 'leased' GROUP BY j.lease_expires_at;
+    END IF;
     RETURN n;
 END
 $$;
