@@ -18,7 +18,8 @@ from pgqueue.client import enqueue, lease, settle
 from pgqueue.db import connection, schema
 from pgqueue.db.queries import Conn
 from pgqueue.maintenance import maintain
-from tests.dbhelp import T0, set_now
+from tests.dbhelp import T0, set_now, wait_for
+from tests.integration.db.test_ready_upgrade import OldClients
 from tests.pgbed import Bed
 
 STREAM = "expiry"
@@ -223,7 +224,9 @@ def at_0013(bed: Bed) -> Iterator[str]:
 
 def test_0014_gives_the_leased_jobs_their_rows_in_place(at_0013: str) -> None:
     """Jobs leased under 0013 (one with a checkpoint) get their rows at the upgrade and are
-    reclaimed through them once expired; the other states and the op log are untouched."""
+    reclaimed through them once expired, while the previous release's producer and worker keep
+    enqueueing, leasing and acking through it (none of their jobs lost or done twice); the
+    other rows and the op log are untouched. Downgraded, the ring is gone."""
     with psycopg.connect(at_0013, autocommit=True) as conn:
         for i in range(4):
             conn.execute("SELECT pgqueue.enqueue_one('a', %s::bytea)", [f"j{i}".encode()])
@@ -234,17 +237,24 @@ def test_0014_gives_the_leased_jobs_their_rows_in_place(at_0013: str) -> None:
                       "cursor": "AAH+/w==", "schema_version": 2, "step_set_hash": "h1"}
         conn.execute("SELECT * FROM pgqueue.renew(%s, %s, %s, %s)",
                      ([j0], [l0], [1000], [Jsonb(checkpoint)]))
-        before = conn.execute("SELECT id, state, lease_id, lease_expires_at, cursor "
-                              "FROM pgqueue.job ORDER BY id").fetchall()
-        ops = conn.execute("SELECT count(*) FROM pgqueue.op_log").fetchone()
-    schema.upgrade(at_0013, "0014")
+        mine = "SELECT id, state, lease_id, lease_expires_at, cursor FROM pgqueue.job " \
+               "WHERE stream = 'a' ORDER BY id"
+        ops = "SELECT * FROM pgqueue.op_log WHERE stream = 'a' ORDER BY seq"
+        before, ops_before = conn.execute(mine).fetchall(), conn.execute(ops).fetchall()
+    with OldClients(at_0013) as clients:
+        wait_for(lambda: len(clients.acked) >= 50 or clients.errors, 60, "the old worker")
+        schema.upgrade(at_0013, "0014")
+        upgraded_at = len(clients.enqueued)
+        wait_for(lambda: len(clients.enqueued) >= upgraded_at + 200 or clients.errors, 60,
+                 "the old producer, after the upgrade")
+    assert not clients.errors, clients.report()
+    assert sorted(clients.acked) == sorted(clients.enqueued)  # each once
     with connection.connect(at_0013) as conn:
-        assert conn.execute("SELECT id, state, lease_id, lease_expires_at, cursor "
-                            "FROM pgqueue.job ORDER BY id").fetchall() == before
-        assert conn.execute("SELECT count(*) FROM pgqueue.op_log").fetchone() == ops
-        named = conn.execute("SELECT array_agg(i ORDER BY i) FROM pgqueue.lease_expiry, "
-                             "unnest(job_ids) i").fetchone()
-        assert named == (sorted([j0, j1]),)
+        assert conn.execute(mine).fetchall() == before
+        assert conn.execute(ops).fetchall() == ops_before
+        named = {int(r[0]) for r in conn.execute(
+            "SELECT i FROM pgqueue.lease_expiry, unnest(job_ids) i").fetchall()}
+        assert {j0, j1} <= named
         set_now(conn, dt.datetime.now(dt.timezone.utc) + 60 * S)
         assert sorted(r[0] for r in due(conn)) == sorted([j0, j1])
     schema.downgrade(at_0013, "0013")
