@@ -2,7 +2,8 @@
 vacuum horizon, and what each phase costs.
 
     python bench/pressure.py [--dsn DSN] [--rate JOBS_PER_S] [--seconds PER_PHASE]
-                             [--consumers N] [--payload BYTES] [--phases clean,xmin,readers,recovery]
+                             [--consumers N] [--payload BYTES]
+                             [--phases clean,xmin:600,readers,recovery]  (NAME[:SECONDS], in order)
 
 Producers offer `--rate` jobs a second (batches every 20 ms, as many request handlers would);
 `--consumers` threads lease up to 10 jobs at a time, spend 1 ms per job and ack them; a
@@ -297,12 +298,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="seconds per phase")
     parser.add_argument("--consumers", type=int, default=16)
     parser.add_argument("--payload", type=int, default=256, help="payload bytes per job")
-    parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help="phases in order, each NAME or NAME:SECONDS (its own length)")
     args = parser.parse_args(argv)
-    names = [n for n in args.phases.split(",") if n]
-    unknown = sorted(set(names) - set(PHASES))
-    if unknown:
-        parser.error(f"--phases: unknown {', '.join(unknown)} (the phases: {', '.join(PHASES)})")
+    plan: list[tuple[str, float]] = []
+    for item in (i for i in args.phases.split(",") if i):
+        name, _, length = item.partition(":")
+        if name not in PHASES:
+            parser.error(f"--phases: unknown {name!r} (the phases: {', '.join(PHASES)})")
+        try:
+            plan.append((name, float(length) if length else args.seconds))
+        except ValueError:
+            parser.error(f"--phases: {item!r}: the length after ':' must be seconds")
     console = Console(width=max(Console().width, 190))  # the tables are wide: never folded
     with server(args.dsn, "pressure") as (server_dsn, _embedded):
         dsn = fresh_database(server_dsn, "pgqueue_bench_pressure")
@@ -311,9 +318,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         time.sleep(min(10.0, args.seconds / 4))  # warm-up: leases and plans settle
         phases: list[Phase] = []
         clean: dict[str, int] | None = None
-        for name in names:
-            console.print(f"phase {name} ({args.seconds:.0f} s) ...")
-            phases.append(run_phase(p, name, args.seconds, clean))
+        for name, seconds in plan:
+            console.print(f"phase {name} ({seconds:.0f} s) ...")
+            phases.append(run_phase(p, name, seconds, clean))
             if name == "clean":
                 clean = {t: v[2] for t, v in phases[-1].tables.items()}
         p.finish()
