@@ -174,7 +174,9 @@ def maintain_cmd(once: bool, interval: float, as_json: bool, verbose: bool) -> N
                        f"{result.schedules_fired} schedule tick(s); pruned {result.ops_pruned} "
                        f"op(s); forgot {result.workers_pruned} silent worker(s); emptied "
                        f"{result.ready_recycled} ready partition(s) and {result.expiry_recycled} "
-                       f"lease expiry partition(s)")
+                       f"lease expiry partition(s)"
+                       + (f"; shrank pgqueue.job by {result.shrunk_bytes / 2**20:.1f} MB"
+                          if result.shrunk_bytes else ""))
         return
     _logging(verbose)
     runner = maintain.Maintainer(dsn, interval=interval,

@@ -121,6 +121,23 @@ def vacuum(conn: Conn, table: str) -> None:
     _ddl(conn, pg_sql.SQL("VACUUM (ANALYZE) {}").format(pg_sql.Identifier("pgqueue", table)))
 
 
+def vacuum_full(conn: Conn, table: str, *, lock_timeout_ms: int) -> bool:
+    """VACUUM FULL pgqueue.<table>, waiting at most `lock_timeout_ms` for its lock (an
+    autocommit connection; its lock_timeout is restored after). False when the lock could not
+    be had in time: nothing changed."""
+    previous = scalar(conn, "setting_get", {"name": "lock_timeout"})
+    fetch(conn, "setting_set", {"name": "lock_timeout", "value": f"{int(lock_timeout_ms)}ms"})
+    try:
+        conn.execute(pg_sql.SQL("VACUUM FULL {}").format(pg_sql.Identifier("pgqueue", table)))
+    except psycopg.errors.LockNotAvailable:
+        return False
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    finally:
+        fetch(conn, "setting_set", {"name": "lock_timeout", "value": previous})
+    return True
+
+
 def grant_role(conn: Conn, role: str, login: str) -> None:
     """GRANT role TO login (both through psycopg.sql.Identifier; the caller checks `role`)."""
     _ddl(conn, grant_role_sql(role, login))

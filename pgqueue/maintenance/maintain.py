@@ -18,40 +18,37 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psycopg
-
 from pgqueue.client import reclaim, schedule
 from pgqueue.db import connection, queries
 from pgqueue.errors import ConnectionFailed, NotLeader, PgQueueError
+from pgqueue.maintenance.vacuum import (  # re-exported: callers name them from here
+    VACUUM_BACKOFF_MAX_SECONDS,
+    VACUUM_DEAD_ROWS,
+    may_vacuum,
+    shrink_if_bloated,
+    vacuum_if_needed,
+    vacuum_job_table,
+)
 from pgqueue.replicas import replica
 from pgqueue.telemetry.outage import Outage
 
 log = logging.getLogger("pgqueue.maintain")
 
+__all__ = [
+    "FULL_RECLAIM_SECONDS",
+    "VACUUM_BACKOFF_MAX_SECONDS",
+    "VACUUM_DEAD_ROWS",
+    "Maintainer",
+    "PassResult",
+    "may_vacuum",
+    "run_pass",
+    "shrink_if_bloated",
+    "vacuum_if_needed",
+    "vacuum_job_table",
+]
+
 #: Workers silent for this long are dropped from the registry.
 WORKER_TTL_SECONDS = 600.0
-#: Vacuum the job table when this many dead row versions (or a fifth of the live ones) piled
-#: up: autovacuum wakes once a minute, too late for a queue table (see NOTES: 248 MB vs 43 MB).
-VACUUM_DEAD_ROWS = 5000
-#: A vacuum that removed less than half the dead row versions found its horizon held back (a
-#: long transaction, a REPEATABLE READ reader, a replication slot): the next waits 2, 4, 8 ...
-#: seconds, at most this long, instead of vacuuming again on every pass for nothing.
-VACUUM_BACKOFF_MAX_SECONDS = 60.0
-
-
-@dataclass
-class VacuumMemory:
-    """What the last vacuums of one database's job table achieved (per process)."""
-
-    #: vacuums in a row that removed less than half the dead row versions
-    held: int = 0
-    #: time.monotonic() before which no vacuum is tried
-    wait_until: float = 0.0
-
-
-#: By server and database: run_pass is called with a connection, by a Maintainer or the CLI.
-_VACUUMS: dict[tuple[str, int, str], VacuumMemory] = {}
-
 #: Every pass reclaims the leases that pgqueue.lease_expiry says came due, whose cost does not
 #: grow while the vacuum horizon is held; a process's first leader pass on a database (and the
 #: first after a promotion: a new epoch), and one every this many seconds, reads every leased
@@ -90,6 +87,8 @@ class PassResult:
     ready_recycled: int = 0
     #: partitions of the leases' expiries emptied (pgqueue.recycle_lease_expiry)
     expiry_recycled: int = 0
+    #: heap bytes of pgqueue.job given back by its shrink (vacuum.shrink_if_bloated)
+    shrunk_bytes: int = 0
 
 
 def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
@@ -115,10 +114,11 @@ def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
     expiry = int(queries.scalar(conn, "recycle_lease_expiry"))
     if reclaimed:
         _log_reclaimed(reclaimed)
+    vacuumed, shrunk = vacuum_job_table(conn) if vacuum else (False, 0)
     return PassResult(reclaimed=len(reclaimed), workers_pruned=pruned, schedules_fired=fired,
-                      ops_pruned=ops, vacuumed=vacuum and vacuum_if_needed(conn), leader=leader,
+                      ops_pruned=ops, vacuumed=vacuumed, leader=leader,
                       reclaimed_jobs=tuple(reclaimed), ready_recycled=recycled,
-                      expiry_recycled=expiry)
+                      expiry_recycled=expiry, shrunk_bytes=shrunk)
 
 
 def _log_reclaimed(reclaimed: list[reclaim.Reclaimed]) -> None:
@@ -155,59 +155,6 @@ def _leader_pass(conn: queries.Conn, *, full: bool) -> tuple[list[reclaim.Reclai
     row = queries.fetch_one(conn, "recycle_op_log")
     ops = 0 if row is None else int(row["pruned"] or 0)
     return reclaimed, ticks.fired, ops
-
-
-#: Whether each role may VACUUM the job table, as found (asked once per role and process).
-_MAY_VACUUM: dict[str, bool] = {}
-
-
-def may_vacuum(conn: queries.Conn) -> bool:
-    """Whether the connected role may VACUUM the job table (its owner may; a pgqueue role may
-    not). Said once, at WARNING, when it may not."""
-    user = conn.info.user
-    if user not in _MAY_VACUUM:
-        _MAY_VACUUM[user] = bool(queries.scalar(conn, "may_vacuum_job"))
-        if not _MAY_VACUUM[user]:
-            log.warning("maintenance: the role %s may not VACUUM pgqueue.job (its owner may): "
-                        "dead row versions are left to `pgqueue maintain` run as the owner (it "
-                        "vacuums whoever runs the passes), or to autovacuum", user)
-    return _MAY_VACUUM[user]
-
-
-def vacuum_if_needed(conn: queries.Conn) -> bool:
-    """VACUUM the job table when dead row versions piled up and the role may; True when it
-    did."""
-    if not may_vacuum(conn):
-        return False
-    row = queries.fetch_one(conn, "job_dead_tuples")
-    if row is None or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        return False
-    dead, live = int(row["dead"] or 0), int(row["live"] or 0)
-    if dead < max(VACUUM_DEAD_ROWS, live // 5):
-        return False
-    memory = _VACUUMS.setdefault((conn.info.host, conn.info.port, conn.info.dbname),
-                                 VacuumMemory())
-    if time.monotonic() < memory.wait_until:
-        return False
-    queries.vacuum(conn, "job")
-    after = queries.fetch_one(conn, "job_dead_tuples")  # as the vacuum itself reported
-    left = dead if after is None else int(after["dead"] or 0)
-    if 2 * left < dead:
-        if memory.held:
-            log.info("maintenance: vacuum of pgqueue.job removes dead row versions again "
-                     "(%d of %d)", dead - left, dead)
-        memory.held, memory.wait_until = 0, 0.0
-        log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)
-        return True
-    memory.held += 1
-    wait = min(VACUUM_BACKOFF_MAX_SECONDS, 2.0 ** memory.held)
-    memory.wait_until = time.monotonic() + wait
-    (log.warning if memory.held == 1 else log.debug)(
-        "maintenance: vacuum of pgqueue.job removed %d of %d dead row versions: something "
-        "holds back the vacuum horizon (a long or idle-in-transaction session, a REPEATABLE "
-        "READ reader, a replication slot: see pg_stat_activity.backend_xmin); the next "
-        "vacuum waits %.0fs", max(dead - left, 0), dead, wait)
-    return True
 
 
 def _closed(conn: queries.Conn | None) -> None:

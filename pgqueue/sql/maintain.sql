@@ -352,6 +352,28 @@ SELECT n_live_tup AS live, n_dead_tup AS dead,
        extract(epoch FROM now() - greatest(last_vacuum, last_autovacuum))::float8 AS since_vacuum
 FROM pg_stat_user_tables WHERE schemaname = 'pgqueue' AND relname = 'job'
 
+-- name: job_heap_use
+-- What the job table's heap takes, and what its live rows would need (pgqueue/maintenance/
+-- vacuum.py shrinks it when it is many times that): a row is its columns' average widths plus
+-- its header and line pointer (28 bytes), packed to the table's fillfactor (70 %), as the last
+-- VACUUM (ANALYZE) counted them; 1 kB a row when the statistics cannot be read. NULL
+-- live_bytes: the table was never analyzed.
+SELECT pg_relation_size(c.oid) AS heap_bytes,
+       CASE WHEN c.reltuples >= 0 THEN (c.reltuples * w.row_bytes / 0.7)::bigint END AS live_bytes,
+       w.row_bytes
+FROM pg_class c,
+     LATERAL (SELECT 28 + coalesce(sum(s.avg_width), 996)::int AS row_bytes FROM pg_stats s
+              WHERE s.schemaname = 'pgqueue' AND s.tablename = 'job') w
+WHERE c.oid = 'pgqueue.job'::regclass
+
+-- name: setting_get
+-- A setting of this session, to put back after a change (queries.vacuum_full).
+SELECT current_setting(%(name)s) AS value
+
+-- name: setting_set
+-- Set a setting for the rest of this session (not only the transaction).
+SELECT set_config(%(name)s, %(value)s, false) AS value
+
 -- name: maintenance_session
 -- The elected runner's session ends by itself when it stays idle this long (a frozen or
 -- stopped process keeps its TCP connection alive otherwise): the server closes it, and the

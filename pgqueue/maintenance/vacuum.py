@@ -1,0 +1,170 @@
+"""The job table's vacuum, and its shrink once a held vacuum horizon is released.
+
+A queue table churns: every lease and ack leaves a dead row version, so the maintenance passes
+vacuum it as soon as enough piled up (autovacuum wakes too late). While something holds the
+vacuum horizon back (a session idle in transaction, a REPEATABLE READ report, a replication
+slot) a vacuum can remove nothing, so it backs off instead of running on every pass. And the
+rows left behind meanwhile have grown the file: vacuum frees the space for reuse once the
+horizon moves, but a queue's inserts land all over the table, so the file never gets shorter.
+Once a vacuum has removed what piled up, a table many times larger than its live rows and one
+vacuum interval's churn need is rewritten (VACUUM FULL): a table of few live rows takes a
+moment to copy, under a lock the rewrite waits for at most SHRINK_LOCK_TIMEOUT_MS.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import psycopg
+
+from pgqueue.db import queries
+
+log = logging.getLogger("pgqueue.maintain")
+
+#: Vacuum the job table when this many dead row versions (or a fifth of the live ones) piled
+#: up: autovacuum wakes once a minute, too late for a queue table (see NOTES: 248 MB vs 43 MB).
+VACUUM_DEAD_ROWS = 5000
+#: A vacuum that removed less than half the dead row versions found its horizon held back (a
+#: long transaction, a REPEATABLE READ reader, a replication slot): the next waits 2, 4, 8 ...
+#: seconds, at most this long, instead of vacuuming again on every pass for nothing.
+VACUUM_BACKOFF_MAX_SECONDS = 60.0
+#: Shrink the job table once its heap is at least this large ...
+SHRINK_MIN_BYTES = 8 * 1024 * 1024
+#: ... and this many times what its live rows and VACUUM_DEAD_ROWS more need ...
+SHRINK_RATIO = 4
+#: ... and at most this large: the rewrite reads the whole heap with the table locked (about
+#: a second a GB from memory); a larger one is left to an operator (logged once).
+SHRINK_MAX_BYTES = 1024 * 1024 * 1024
+#: How long the rewrite waits for its lock (while it waits, the transitions queue behind it);
+#: when it cannot have it in time, the next try comes SHRINK_RETRY_SECONDS later.
+SHRINK_LOCK_TIMEOUT_MS = 100
+SHRINK_RETRY_SECONDS = 10.0
+
+
+@dataclass
+class VacuumMemory:
+    """What the last vacuums of one database's job table achieved (per process)."""
+
+    #: vacuums in a row that removed less than half the dead row versions
+    held: int = 0
+    #: time.monotonic() before which no vacuum is tried
+    wait_until: float = 0.0
+    #: a shrink is due (a vacuum freed the space) and is tried from this time.monotonic() on
+    shrink_at: float | None = None
+    #: a heap too large to rewrite was logged already
+    too_large_said: bool = False
+
+
+#: By server and database: run_pass is called with a connection, by a Maintainer or the CLI.
+_VACUUMS: dict[tuple[str, int, str], VacuumMemory] = {}
+
+#: Whether each role may VACUUM the job table, as found (asked once per role and process).
+_MAY_VACUUM: dict[str, bool] = {}
+
+
+def may_vacuum(conn: queries.Conn) -> bool:
+    """Whether the connected role may VACUUM the job table (its owner may; a pgqueue role may
+    not). Said once, at WARNING, when it may not."""
+    user = conn.info.user
+    if user not in _MAY_VACUUM:
+        _MAY_VACUUM[user] = bool(queries.scalar(conn, "may_vacuum_job"))
+        if not _MAY_VACUUM[user]:
+            log.warning("maintenance: the role %s may not VACUUM pgqueue.job (its owner may): "
+                        "dead row versions are left to `pgqueue maintain` run as the owner (it "
+                        "vacuums whoever runs the passes), or to autovacuum", user)
+    return _MAY_VACUUM[user]
+
+
+def _memory(conn: queries.Conn) -> VacuumMemory:
+    return _VACUUMS.setdefault((conn.info.host, conn.info.port, conn.info.dbname),
+                               VacuumMemory())
+
+
+class Vacuumed(NamedTuple):
+    """What vacuum_job_table did."""
+
+    vacuumed: bool
+    #: heap bytes the shrink gave back (0: none ran)
+    shrunk_bytes: int = 0
+
+
+def vacuum_if_needed(conn: queries.Conn) -> bool:
+    """vacuum_job_table; True when it vacuumed."""
+    return vacuum_job_table(conn).vacuumed
+
+
+def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
+    """VACUUM the job table when dead row versions piled up and the role may, and shrink it
+    when that freed most of a file grown while the horizon was held (shrink_if_bloated)."""
+    if not may_vacuum(conn):
+        return Vacuumed(False)
+    row = queries.fetch_one(conn, "job_dead_tuples")
+    if row is None or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return Vacuumed(False)
+    memory = _memory(conn)
+    dead, live = int(row["dead"] or 0), int(row["live"] or 0)
+    if dead < max(VACUUM_DEAD_ROWS, live // 5) or time.monotonic() < memory.wait_until:
+        if memory.shrink_at is not None and time.monotonic() >= memory.shrink_at:
+            return Vacuumed(False, shrink_if_bloated(conn))
+        return Vacuumed(False)
+    queries.vacuum(conn, "job")
+    after = queries.fetch_one(conn, "job_dead_tuples")  # as the vacuum itself reported
+    left = dead if after is None else int(after["dead"] or 0)
+    if 2 * left < dead:
+        if memory.held:
+            log.info("maintenance: vacuum of pgqueue.job removes dead row versions again "
+                     "(%d of %d)", dead - left, dead)
+        memory.held, memory.wait_until = 0, 0.0
+        log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)
+        return Vacuumed(True, shrink_if_bloated(conn))
+    memory.held += 1
+    wait = min(VACUUM_BACKOFF_MAX_SECONDS, 2.0 ** memory.held)
+    memory.wait_until = time.monotonic() + wait
+    (log.warning if memory.held == 1 else log.debug)(
+        "maintenance: vacuum of pgqueue.job removed %d of %d dead row versions: something "
+        "holds back the vacuum horizon (a long or idle-in-transaction session, a REPEATABLE "
+        "READ reader, a replication slot: see pg_stat_activity.backend_xmin); the next "
+        "vacuum waits %.0fs", max(dead - left, 0), dead, wait)
+    return Vacuumed(True)
+
+
+def shrink_if_bloated(conn: queries.Conn) -> int:
+    """Rewrite the job table (VACUUM FULL) when its heap is at least SHRINK_MIN_BYTES and
+    SHRINK_RATIO times what its live rows plus VACUUM_DEAD_ROWS more need (the statistics the
+    last VACUUM (ANALYZE) left), waiting at most SHRINK_LOCK_TIMEOUT_MS for the lock. Call it
+    after a vacuum that removed what piled up: a rewrite keeps every row version some
+    snapshot may still see, so under a held horizon it would shrink nothing. Returns the
+    heap bytes it gave back (0: not needed, not allowed, or the lock was busy: then it is
+    tried again SHRINK_RETRY_SECONDS later)."""
+    memory = _memory(conn)
+    memory.shrink_at = None
+    use = queries.fetch_one(conn, "job_heap_use")
+    if use is None or use["live_bytes"] is None:
+        return 0  # never analyzed: nothing to go by
+    heap, live, row = int(use["heap_bytes"]), int(use["live_bytes"]), int(use["row_bytes"])
+    needs = live + VACUUM_DEAD_ROWS * row
+    if heap < SHRINK_MIN_BYTES or heap <= SHRINK_RATIO * needs:
+        return 0
+    if heap > SHRINK_MAX_BYTES:
+        if not memory.too_large_said:
+            memory.too_large_said = True
+            log.warning("maintenance: pgqueue.job takes %d MB for about %d MB of rows, too "
+                        "large to rewrite under its lock here (above %d MB): VACUUM FULL "
+                        "pgqueue.job at a quiet time gives the space back", heap >> 20,
+                        max(live >> 20, 1), SHRINK_MAX_BYTES >> 20)
+        return 0
+    started = time.monotonic()
+    if not queries.vacuum_full(conn, "job", lock_timeout_ms=SHRINK_LOCK_TIMEOUT_MS):
+        memory.shrink_at = time.monotonic() + SHRINK_RETRY_SECONDS
+        log.debug("maintenance: pgqueue.job's lock was busy for its shrink; again in %.0fs",
+                  SHRINK_RETRY_SECONDS)
+        return 0
+    after = queries.fetch_one(conn, "job_heap_use")
+    now = heap if after is None else int(after["heap_bytes"])
+    log.info("maintenance: pgqueue.job shrank from %.1f to %.1f MB (VACUUM FULL, %.0f ms): "
+             "the file had grown while the vacuum horizon was held", heap / 2**20, now / 2**20,
+             (time.monotonic() - started) * 1000,
+             extra={"pgqueue": {"event": "shrunk", "count": heap - now}})
+    return max(heap - now, 0)
