@@ -39,7 +39,8 @@ class Figure:
 
 
 #: A ring's partition (pgqueue.ready_3, job_count_delta_5 and their indexes), by its table.
-_RING = re.compile(r"^(ready|job_count_delta)_[0-7](_.*)?$|^(op_log)_(?:[0-9]|[12][0-9]|3[01])(_.*)?$")
+_RING = re.compile(r"^(ready|job_count_delta)_[0-7](_.*)?$"
+                   r"|^(op_log|lease_expiry)_(?:[0-9]|[12][0-9]|3[01])(_.*)?$")
 
 
 def family(relname: str) -> str:

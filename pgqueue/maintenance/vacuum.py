@@ -107,7 +107,7 @@ def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
     dead, live = int(row["dead"] or 0), int(row["live"] or 0)
     if dead < max(VACUUM_DEAD_ROWS, live // 5) or time.monotonic() < memory.wait_until:
         if memory.shrink_at is not None and time.monotonic() >= memory.shrink_at:
-            return Vacuumed(False, shrink_if_bloated(conn))
+            return Vacuumed(False, shrink_if_bloated(conn))  # a retry: the lock was busy
         return Vacuumed(False)
     queries.vacuum(conn, "job")
     after = queries.fetch_one(conn, "job_dead_tuples")  # as the vacuum itself reported
@@ -133,13 +133,18 @@ def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
 def shrink_if_bloated(conn: queries.Conn) -> int:
     """Rewrite the job table (VACUUM FULL) when its heap is at least SHRINK_MIN_BYTES and
     SHRINK_RATIO times what its live rows plus VACUUM_DEAD_ROWS more need (the statistics the
-    last VACUUM (ANALYZE) left), waiting at most SHRINK_LOCK_TIMEOUT_MS for the lock. Call it
-    after a vacuum that removed what piled up: a rewrite keeps every row version some
-    snapshot may still see, so under a held horizon it would shrink nothing. Returns the
-    heap bytes it gave back (0: not needed, not allowed, or the lock was busy: then it is
-    tried again SHRINK_RETRY_SECONDS later)."""
+    last VACUUM (ANALYZE) left), waiting at most SHRINK_LOCK_TIMEOUT_MS for the lock. Only
+    while fewer than VACUUM_DEAD_ROWS dead row versions are left: a rewrite keeps every row
+    version some snapshot may still see, so under a held horizon it would copy them all
+    under the lock and shrink nothing. Returns the heap bytes it gave back (0: not needed,
+    not allowed, or the lock was busy: then it is tried again SHRINK_RETRY_SECONDS later)."""
     memory = _memory(conn)
     memory.shrink_at = None
+    stats = queries.fetch_one(conn, "job_dead_tuples")
+    if stats is None or int(stats["dead"] or 0) >= VACUUM_DEAD_ROWS:
+        # the horizon is held (again): the rewrite would copy every row version it keeps,
+        # under the table's lock, and give nothing back
+        return 0
     use = queries.fetch_one(conn, "job_heap_use")
     if use is None or use["live_bytes"] is None:
         return 0  # never analyzed: nothing to go by
