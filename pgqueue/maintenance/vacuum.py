@@ -34,8 +34,8 @@ VACUUM_BACKOFF_MAX_SECONDS = 60.0
 SHRINK_MIN_BYTES = 8 * 1024 * 1024
 #: ... and this many times what its live rows and VACUUM_DEAD_ROWS more need ...
 SHRINK_RATIO = 4
-#: ... and at most this large: the rewrite reads the whole heap with the table locked (about
-#: a second a GB from memory); a larger one is left to an operator (logged once).
+#: ... and at most this large: the rewrite reads the whole heap with the table locked, so its
+#: time grows with the file; a larger one is left to an operator (logged once).
 SHRINK_MAX_BYTES = 1024 * 1024 * 1024
 #: How long the rewrite waits for its lock (while it waits, the transitions queue behind it);
 #: when it cannot have it in time, the next try comes SHRINK_RETRY_SECONDS later.
