@@ -6,7 +6,8 @@ vacuum horizon, and what each phase costs.
                              [--phases clean,xmin:600,readers,recovery]  (NAME[:SECONDS], in order)
 
 Producers offer `--rate` jobs a second (batches every 20 ms, as many request handlers would);
-`--consumers` threads lease up to 10 jobs at a time, spend 1 ms per job and ack them; a
+`--consumers` threads lease up to 10 jobs at a time (each from where its last lease ended, as
+a worker's lease loop does), spend 1 ms per job and ack them; a
 maintenance pass runs every second, as a worker's elected runner makes them, and is timed.
 The phases, in the order given:
 
@@ -42,6 +43,7 @@ from rich.table import Table
 import pgqueue
 from pgqueue.client import enqueue, lease, settle
 from pgqueue.client.benchmark import family, fresh_database, percentile, server
+from pgqueue.client.position import LeasePosition
 from pgqueue.db import connection
 from pgqueue.maintenance.maintain import run_pass, vacuum_if_needed
 
@@ -139,10 +141,11 @@ class Pressure:
                 self.stop.wait(0.02)
 
     def _consume(self, instance: int) -> None:
+        position = LeasePosition()  # as a worker's lease loop keeps one
         with connection.connect(self.dsn) as conn:
             while not self.stop.is_set():
                 t0 = time.perf_counter()
-                held = lease.lease(conn, STREAM, 10, 30.0, 0, instance)
+                held = lease.lease(conn, STREAM, 10, 30.0, 0, instance, position=position)
                 claim = (time.perf_counter() - t0) * 1000
                 if not held:
                     with self.lock:

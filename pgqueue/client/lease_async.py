@@ -13,6 +13,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from pgqueue import validate
+from pgqueue.client.position import LeasePosition
 from pgqueue.db import run_async as run
 from pgqueue.models import Checkpoint, Lease, Renewed
 
@@ -27,12 +28,15 @@ async def lease(
     request: uuid.UUID | None = None,
     resent: bool = False,
     start: int | None = None,
+    position: LeasePosition | None = None,
 ) -> list[Lease]:
     """Lease up to `limit` jobs of `stream` for `visibility_timeout` seconds. A call `resent`
     with the same `request` token returns the leases its first attempt granted that are still
     current, instead of leasing more. `start`: how many of the returned jobs (in order) the
     caller starts at once; the others are leased ahead (Lease.started False) until a renewal
-    says they started (None: all count as started)."""
+    says they started (None: all count as started). `position`: the caller's last lease of
+    the stream, where this one starts (a lease loop keeps one per stream: see
+    pgqueue.client.position); it moves to this lease's last job."""
     validate.stream(stream)
     validate.integer(limit, "limit", low=1, high=100_000)
     vt_ms = validate.to_ms(visibility_timeout, "visibility_timeout", positive=True)
@@ -40,13 +44,22 @@ async def lease(
     validate.integer(worker_instance, "worker_instance", low=-(2**31), high=2**31 - 1)
     if start is not None:
         validate.integer(start, "start", low=0, high=100_000)
+    if position is not None and not isinstance(position, LeasePosition):
+        raise TypeError(f"position must be a pgqueue.client.position.LeasePosition, got "
+                        f"{type(position).__name__}")
+    after = None if position is None else position.after()
     rows = await run.fetch_tuples(conn, "lease_jobs", {
         "stream": stream, "limit": limit, "visibility_ms": vt_ms,
         "worker_node": worker_node, "worker_instance": worker_instance, "request": request,
         "resent": resent, "start": start,
+        "after_priority": None if after is None else after[0],
+        "after_id": None if after is None else after[1],
     })
     vt = vt_ms / 1000.0
-    return [Lease.from_lease_row(r, vt) for r in rows]
+    leased = [Lease.from_lease_row(r, vt) for r in rows]
+    if position is not None:
+        position.moved(after, leased)
+    return leased
 
 
 async def renew_many(

@@ -3,9 +3,12 @@
 A queue table churns: every lease and ack leaves a dead row version, so the maintenance passes
 vacuum it as soon as enough piled up (autovacuum wakes too late). While something holds the
 vacuum horizon back (a session idle in transaction, a REPEATABLE READ report, a replication
-slot) a vacuum can remove nothing, so it backs off instead of running on every pass. And the
-rows left behind meanwhile have grown the file: vacuum frees the space for reuse once the
-horizon moves, but a queue's inserts land all over the table, so the file never gets shorter.
+slot) a vacuum can remove nothing that died since: once one has run with the horizon where it
+is, the next waits until the horizon moves (read from the server's sessions, slots and
+prepared transactions, named in the log), instead of reading the whole table again on every
+pass for nothing. And the rows left behind meanwhile have grown the file: vacuum frees the
+space for reuse once the horizon moves, but a queue's inserts land all over the table, so the
+file never gets shorter.
 Once a vacuum has removed what piled up, a table many times larger than its live rows and one
 vacuum interval's churn need is rewritten (VACUUM FULL): a table of few live rows takes a
 moment to copy, under a lock the rewrite waits for at most SHRINK_LOCK_TIMEOUT_MS.
@@ -26,9 +29,8 @@ log = logging.getLogger("pgqueue.maintain")
 #: Vacuum the job table when this many dead row versions (or a fifth of the live ones) piled
 #: up: autovacuum wakes once a minute, too late for a queue table (see NOTES: 248 MB vs 43 MB).
 VACUUM_DEAD_ROWS = 5000
-#: A vacuum that removed less than half the dead row versions found its horizon held back (a
-#: long transaction, a REPEATABLE READ reader, a replication slot): the next waits 2, 4, 8 ...
-#: seconds, at most this long, instead of vacuuming again on every pass for nothing.
+#: Kept for callers of earlier releases: a vacuum no longer backs off by time, it waits for the
+#: vacuum horizon to move (VacuumMemory.horizon).
 VACUUM_BACKOFF_MAX_SECONDS = 60.0
 #: Shrink the job table once its heap is at least this large ...
 SHRINK_MIN_BYTES = 8 * 1024 * 1024
@@ -41,16 +43,22 @@ SHRINK_MAX_BYTES = 1024 * 1024 * 1024
 #: when it cannot have it in time, the next try comes SHRINK_RETRY_SECONDS later.
 SHRINK_LOCK_TIMEOUT_MS = 100
 SHRINK_RETRY_SECONDS = 10.0
+#: Not while a transaction older than this holds the vacuum horizon: the rewrite keeps every
+#: row version it may still see, so it would copy what died since it began under the lock
+#: (ten minutes of a busy queue's churn) and give little back; the shrink is tried again
+#: SHRINK_RETRY_SECONDS later.
+SHRINK_HELD_SECONDS = 1.0
 
 
 @dataclass
 class VacuumMemory:
     """What the last vacuums of one database's job table achieved (per process)."""
 
-    #: vacuums in a row that removed less than half the dead row versions
-    held: int = 0
-    #: time.monotonic() before which no vacuum is tried
-    wait_until: float = 0.0
+    #: the vacuum horizon (a 64-bit transaction id) when the last vacuum started: what died
+    #: since can be removed only once the horizon is past it
+    horizon: int | None = None
+    #: who held the horizon when a vacuum was last passed over (said once per holder)
+    held_by: str | None = None
     #: a shrink is due (a vacuum freed the space) and is tried from this time.monotonic() on
     shrink_at: float | None = None
     #: a heap too large to rewrite was logged already
@@ -96,8 +104,10 @@ def vacuum_if_needed(conn: queries.Conn) -> bool:
 
 
 def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
-    """VACUUM the job table when dead row versions piled up and the role may, and shrink it
-    when that freed most of a file grown while the horizon was held (shrink_if_bloated)."""
+    """VACUUM the job table when dead row versions piled up, the role may, and the vacuum
+    horizon moved since the last vacuum (one that has not could remove nothing that died
+    since); then shrink it when that freed most of a file grown while the horizon was held
+    (shrink_if_bloated)."""
     if not may_vacuum(conn):
         return Vacuumed(False)
     row = queries.fetch_one(conn, "job_dead_tuples")
@@ -105,28 +115,33 @@ def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
         return Vacuumed(False)
     memory = _memory(conn)
     dead, live = int(row["dead"] or 0), int(row["live"] or 0)
-    if dead < max(VACUUM_DEAD_ROWS, live // 5) or time.monotonic() < memory.wait_until:
+    if dead < max(VACUUM_DEAD_ROWS, live // 5):
         if memory.shrink_at is not None and time.monotonic() >= memory.shrink_at:
             return Vacuumed(False, shrink_if_bloated(conn))  # a retry: the lock was busy
         return Vacuumed(False)
+    seen = queries.fetch_one(conn, "vacuum_horizon")
+    horizon = None if seen is None or seen["horizon"] is None else int(seen["horizon"])
+    holder = None if seen is None else seen["holder"]
+    if horizon is not None and memory.horizon is not None and horizon <= memory.horizon:
+        if holder != memory.held_by:
+            memory.held_by = holder
+            log.warning("maintenance: pgqueue.job has %d dead row versions that no vacuum can "
+                        "remove while %s holds back the vacuum horizon (a long or "
+                        "idle-in-transaction session, a REPEATABLE READ reader, a replication "
+                        "slot: see pg_stat_activity.backend_xmin); the next vacuum waits until "
+                        "the horizon moves", dead, holder or "a transaction")
+        return Vacuumed(False)
+    if memory.held_by is not None:
+        log.info("maintenance: the vacuum horizon moved on (%s no longer holds it): vacuuming "
+                 "pgqueue.job's %d dead row versions", memory.held_by, dead)
+        memory.held_by = None
     queries.vacuum(conn, "job")
+    memory.horizon = horizon
     after = queries.fetch_one(conn, "job_dead_tuples")  # as the vacuum itself reported
     left = dead if after is None else int(after["dead"] or 0)
+    log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions, %d left)", dead, left)
     if 2 * left < dead:
-        if memory.held:
-            log.info("maintenance: vacuum of pgqueue.job removes dead row versions again "
-                     "(%d of %d)", dead - left, dead)
-        memory.held, memory.wait_until = 0, 0.0
-        log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)
         return Vacuumed(True, shrink_if_bloated(conn))
-    memory.held += 1
-    wait = min(VACUUM_BACKOFF_MAX_SECONDS, 2.0 ** memory.held)
-    memory.wait_until = time.monotonic() + wait
-    (log.warning if memory.held == 1 else log.debug)(
-        "maintenance: vacuum of pgqueue.job removed %d of %d dead row versions: something "
-        "holds back the vacuum horizon (a long or idle-in-transaction session, a REPEATABLE "
-        "READ reader, a replication slot: see pg_stat_activity.backend_xmin); the next "
-        "vacuum waits %.0fs", max(dead - left, 0), dead, wait)
     return Vacuumed(True)
 
 
@@ -134,17 +149,15 @@ def shrink_if_bloated(conn: queries.Conn) -> int:
     """Rewrite the job table (VACUUM FULL) when its heap is at least SHRINK_MIN_BYTES and
     SHRINK_RATIO times what its live rows plus VACUUM_DEAD_ROWS more need (the statistics the
     last VACUUM (ANALYZE) left), waiting at most SHRINK_LOCK_TIMEOUT_MS for the lock. Only
-    while fewer than VACUUM_DEAD_ROWS dead row versions are left: a rewrite keeps every row
-    version some snapshot may still see, so under a held horizon it would copy them all
-    under the lock and shrink nothing. Returns the heap bytes it gave back (0: not needed,
-    not allowed, or the lock was busy: then it is tried again SHRINK_RETRY_SECONDS later)."""
+    while no transaction older than SHRINK_HELD_SECONDS holds the vacuum horizon: a rewrite
+    keeps every row version some snapshot may still see, so under a held horizon it would copy
+    them all under the lock and shrink little. (Not by the dead row versions the vacuum left,
+    as before: at 1,000 jobs/s the rows that died while a vacuum of a grown table ran were more
+    than that limit every time, and the table was never rewritten.) Returns the heap bytes it
+    gave back (0: not needed, not allowed, the horizon held or the lock busy: then it is tried
+    again SHRINK_RETRY_SECONDS later)."""
     memory = _memory(conn)
     memory.shrink_at = None
-    stats = queries.fetch_one(conn, "job_dead_tuples")
-    if stats is None or int(stats["dead"] or 0) >= VACUUM_DEAD_ROWS:
-        # the horizon is held (again): the rewrite would copy every row version it keeps,
-        # under the table's lock, and give nothing back
-        return 0
     use = queries.fetch_one(conn, "job_heap_use")
     if use is None or use["live_bytes"] is None:
         return 0  # never analyzed: nothing to go by
@@ -159,6 +172,15 @@ def shrink_if_bloated(conn: queries.Conn) -> int:
                         "large to rewrite under its lock here (above %d MB): VACUUM FULL "
                         "pgqueue.job at a quiet time gives the space back", heap >> 20,
                         max(live >> 20, 1), SHRINK_MAX_BYTES >> 20)
+        return 0
+    seen = queries.fetch_one(conn, "vacuum_horizon")
+    if seen is not None and seen["holder"] is not None and (
+            seen["held_seconds"] is None or seen["held_seconds"] > SHRINK_HELD_SECONDS):
+        # the horizon is held (again): the rewrite would copy every row version the holder
+        # may see, under the table's lock, and give little back
+        memory.shrink_at = time.monotonic() + SHRINK_RETRY_SECONDS
+        log.debug("maintenance: %s holds the vacuum horizon; pgqueue.job's shrink again in "
+                  "%.0fs", seen["holder"], SHRINK_RETRY_SECONDS)
         return 0
     started = time.monotonic()
     if not queries.vacuum_full(conn, "job", lock_timeout_ms=SHRINK_LOCK_TIMEOUT_MS):

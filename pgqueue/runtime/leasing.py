@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from pgqueue.client import lease
+from pgqueue.client.position import LeasePosition
 from pgqueue.db import queries
 from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.models import Lease
@@ -58,8 +59,10 @@ class LeaseLoops:
         self._worker_id = worker_id
 
     def loop(self, turn: int = 0) -> None:
-        """Lease while there is capacity, one stream after the other, until stop."""
+        """Lease while there is capacity, one stream after the other, until stop. Each
+        stream's next lease starts where this loop's last one ended (LeasePosition)."""
         delay = FIRST_DELAY_SECONDS
+        positions = {stream: LeasePosition() for stream in self._streams}
         while not self._stopping.is_set():
             seen = self._wake.generation
             reservation = self._leases.reserve()
@@ -72,7 +75,7 @@ class LeaseLoops:
             stream = self._streams[turn % len(self._streams)]
             turn += 1
             try:
-                got = self.take(stream, reservation)
+                got = self.take(stream, reservation, positions[stream])
                 delay = FIRST_DELAY_SECONDS
                 self._outage.ok()
             except PgQueueError as exc:
@@ -88,10 +91,11 @@ class LeaseLoops:
                 # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.
                 self._wake.wait(seen, self._poll_interval)
 
-    def take(self, stream: str, reservation: Reservation) -> int:
+    def take(self, stream: str, reservation: Reservation,
+             position: LeasePosition | None = None) -> int:
         """Lease up to the reserved number of jobs of `stream` (saying how many start at
-        once) and hand them to the handlers; the reservation is given back whatever happens.
-        Returns how many were leased."""
+        once), after `position` (moved to the last one), and hand them to the handlers; the
+        reservation is given back whatever happens. Returns how many were leased."""
         fresh: list[Held] = []
         # One token for the call and its re-sends: a lease whose reply was lost returns the
         # leases its first attempt granted, which are not left to expire and be charged.
@@ -102,7 +106,8 @@ class LeaseLoops:
             resent = bool(sent)
             sent.append(True)
             return lease.lease(conn, stream, reservation.want, self._visibility_timeout,
-                               self._node, self._worker_id(), request, resent, reservation.start)
+                               self._node, self._worker_id(), request, resent, reservation.start,
+                               position)
 
         try:
             got = self._retry_db(take, "lease", until=self._stopping) or []

@@ -223,17 +223,23 @@ AS $$
     WHERE (s - n + 8) % 8 NOT IN (0, 1, 7)
 $$;
 
--- Lock a ring's past partitions for truncation (pgqueue.recycle_ready, pgqueue.fold_job_counts)
--- in one request, never queueing for it: NOWAIT, tried p_tries times 2 ms apart. A queued
--- ACCESS EXCLUSIVE request would make every lease (which reads all the ring's partitions)
--- wait behind it. False: another session held one of them each time (they are left for the
--- next pass). Held to the end of the transaction.
-CREATE OR REPLACE FUNCTION pgqueue.lock_for_truncate(p_parts regclass[], p_tries int)
+-- Lock a ring's past partitions for truncation (pgqueue.recycle_ready, pgqueue.fold_job_counts,
+-- pgqueue.recycle_op_log) in one request: NOWAIT, tried p_tries times 2 ms apart, then (when
+-- p_wait_ms > 0) once more queued for at most p_wait_ms. A queued ACCESS EXCLUSIVE request
+-- makes every lease (which reads all the ready ring's partitions) wait behind it, so the wait
+-- is short; but without it a busy queue's leases, which overlap back to back, left no moment
+-- free of them, no partition was emptied, and the entries piled up in front of every lease
+-- (measured: 8 truncations in 10 minutes of a held horizon at 1,000 jobs/s). False: another
+-- session held one of them throughout (they are left for the next pass). Held to the end of
+-- the transaction.
+CREATE OR REPLACE FUNCTION pgqueue.lock_for_truncate(p_parts regclass[], p_tries int,
+                                                     p_wait_ms int DEFAULT 0)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_list text := (SELECT string_agg(format('%s', p), ', ') FROM unnest(p_parts) p);
+    v_timeout text := current_setting('lock_timeout');
 BEGIN
     FOR i IN 1 .. p_tries LOOP
         BEGIN
@@ -243,7 +249,18 @@ BEGIN
             PERFORM pg_sleep(0.002);
         END;
     END LOOP;
-    RETURN false;
+    IF coalesce(p_wait_ms, 0) <= 0 THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
+        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_list);
+        PERFORM set_config('lock_timeout', v_timeout, true);
+        RETURN true;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout', v_timeout, true);
+        RETURN false;
+    END;
 END
 $$;
 

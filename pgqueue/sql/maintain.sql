@@ -57,10 +57,11 @@ AS $$ UPDATE pgqueue.maintenance_runner SET until = '-infinity' WHERE holder = p
 -- one and the next are left alone (entries still being written). A partition still holding
 -- ready jobs is emptied too when they are few (at most 1,000): their entries move to this
 -- period's partition first, in the same transaction; a backlog larger than that drains
--- through leases. All of them in one lock request and one TRUNCATE; the lock is never queued
--- for (pgqueue.lock_for_truncate, NOWAIT tried for 50 ms: every lease reads all the ring's
--- partitions and would wait behind a queued request); when it cannot be had they are left
--- for the next pass.
+-- through leases. All of them in one lock request and one TRUNCATE; the lock is tried
+-- without queueing for 10 ms, then queued for at most 50 ms (pgqueue.lock_for_truncate:
+-- every lease reads all the ring's partitions and waits behind a queued request, but a busy
+-- queue's leases overlap back to back and leave no free moment); when it cannot be had they
+-- are left for the next pass.
 -- Returns how many partitions were emptied. A worker's (maintenance passes): SECURITY
 -- DEFINER for the TRUNCATE, which needs the owner.
 CREATE OR REPLACE FUNCTION pgqueue.recycle_ready() RETURNS int
@@ -84,7 +85,7 @@ BEGIN
         CONTINUE WHEN v_live > 1000;
         v_parts := v_parts || v_part;
     END LOOP;
-    IF cardinality(v_parts) = 0 OR NOT pgqueue.lock_for_truncate(v_parts, 25) THEN
+    IF cardinality(v_parts) = 0 OR NOT pgqueue.lock_for_truncate(v_parts, 5, 50) THEN
         RETURN 0;
     END IF;
     -- nobody reads or writes these partitions now: their ready jobs' entries move, the rest
@@ -351,6 +352,40 @@ FROM pg_class c WHERE c.oid = 'pgqueue.job'::regclass
 SELECT n_live_tup AS live, n_dead_tup AS dead,
        extract(epoch FROM now() - greatest(last_vacuum, last_autovacuum))::float8 AS since_vacuum
 FROM pg_stat_user_tables WHERE schemaname = 'pgqueue' AND relname = 'job'
+
+-- name: vacuum_horizon
+-- The vacuum horizon of this database's tables as a 64-bit transaction id: what died in a
+-- transaction from it on, no vacuum can remove yet. It is held back by the oldest of: a
+-- session of this database with a transaction id or a snapshot (idle in transaction, a long
+-- REPEATABLE READ report), a standby's feedback, a replication slot, a prepared transaction.
+-- `holder` says which (NULL: none, the horizon is the next transaction id), `held_seconds`
+-- for how long (a session's transaction, a prepared transaction; NULL for a slot). A role that may
+-- not see other roles' sessions sees no horizon they hold: vacuuming then goes by the dead
+-- rows alone, as before.
+WITH next AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xid),
+held AS (
+    SELECT greatest(age(a.backend_xid), age(a.backend_xmin)) AS age,
+           format('session %s (%s, %s since %s)', a.pid,
+                  coalesce(nullif(a.application_name, ''), a.usename::text, a.backend_type),
+                  coalesce(a.state, a.backend_type),
+                  to_char(coalesce(a.xact_start, a.backend_start), 'YYYY-MM-DD HH24:MI:SS TZ')) AS holder,
+           extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, a.backend_start))::float8
+               AS held_seconds
+    FROM pg_stat_activity a
+    WHERE a.pid <> pg_backend_pid()
+      AND (a.datname = current_database() OR a.backend_type = 'walsender')
+      AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
+    UNION ALL
+    SELECT age(s.xmin), format('replication slot %s', s.slot_name), NULL::float8
+    FROM pg_replication_slots s WHERE s.xmin IS NOT NULL
+    UNION ALL
+    SELECT age(x.transaction), format('prepared transaction %s', quote_literal(x.gid)),
+           extract(epoch FROM clock_timestamp() - x.prepared)::float8
+    FROM pg_prepared_xacts x WHERE x.database = current_database()
+)
+SELECT next.xid - coalesce(h.age, 0) AS horizon, h.holder, h.held_seconds
+FROM next LEFT JOIN LATERAL (SELECT held.age, held.holder, held.held_seconds FROM held
+                             ORDER BY held.age DESC LIMIT 1) h ON true
 
 -- name: job_heap_use
 -- What the job table's heap takes, and what its live rows would need (pgqueue/maintenance/

@@ -1,0 +1,1 @@
+-- Undo 0015's tables.

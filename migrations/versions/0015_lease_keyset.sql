@@ -1,0 +1,1 @@
+-- pgqueue 0015: the tables' delta (state only).
