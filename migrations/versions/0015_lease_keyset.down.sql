@@ -1,1 +1,1 @@
--- Undo 0015's tables.
+-- Undo 0015's tables: nothing (0014's code makes its functions again).

@@ -1,1 +1,7 @@
--- pgqueue 0015: the tables' delta (state only).
+-- pgqueue 0015: the tables' delta (state only): none.
+--
+-- Code only: pgqueue.lease takes where the caller's last lease ended (p_after_priority,
+-- p_after_id; pgqueue.take_ready_after), and pgqueue.lock_for_truncate may queue for its lock
+-- briefly (p_wait_ms). Both are new signatures: the code reload creates them and drops the old
+-- ones in the upgrade's transaction, and the previous release's calls (fewer arguments) resolve
+-- to the new functions through the defaults, their prepared plans remade.
