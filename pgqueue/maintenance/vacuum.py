@@ -48,6 +48,11 @@ SHRINK_RETRY_SECONDS = 10.0
 #: (ten minutes of a busy queue's churn) and give little back; the shrink is tried again
 #: SHRINK_RETRY_SECONDS later.
 SHRINK_HELD_SECONDS = 1.0
+#: A vacuum is passed over only while the horizon has not moved since the last one AND the
+#: transaction holding it has run this long (or is a slot's): in a busy queue the horizon is
+#: always some transaction of a few milliseconds, which a reading may catch a moment before
+#: the last vacuum's own.
+VACUUM_HELD_SECONDS = 5.0
 
 
 @dataclass
@@ -122,7 +127,9 @@ def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
     seen = queries.fetch_one(conn, "vacuum_horizon")
     horizon = None if seen is None or seen["horizon"] is None else int(seen["horizon"])
     holder = None if seen is None else seen["holder"]
-    if horizon is not None and memory.horizon is not None and horizon <= memory.horizon:
+    held = seen is not None and seen["holder"] is not None and (
+        seen["held_seconds"] is None or seen["held_seconds"] >= VACUUM_HELD_SECONDS)
+    if held and horizon is not None and memory.horizon is not None and horizon <= memory.horizon:
         if holder != memory.held_by:
             memory.held_by = holder
             log.warning("maintenance: pgqueue.job has %d dead row versions that no vacuum can "
