@@ -59,7 +59,7 @@ VACUUM_HELD_SECONDS = 5.0
 class VacuumMemory:
     """What the last vacuums of one database's job table achieved (per process)."""
 
-    #: the vacuum horizon (a 64-bit transaction id) when the last vacuum started: what died
+    #: the vacuum horizon (a 32-bit transaction id) when the last vacuum started: what died
     #: since can be removed only once the horizon is past it
     horizon: int | None = None
     #: who held the horizon when a vacuum was last passed over (said once per holder)
@@ -108,6 +108,12 @@ def vacuum_if_needed(conn: queries.Conn) -> bool:
     return vacuum_job_table(conn).vacuumed
 
 
+def _moved(before: int, now: int) -> bool:
+    """Whether the vacuum horizon moved forward from `before` to `now` (32-bit transaction ids,
+    which wrap around: compared as the server compares them)."""
+    return 0 < (now - before) % 2**32 < 2**31
+
+
 def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
     """VACUUM the job table when dead row versions piled up, the role may, and the vacuum
     horizon moved since the last vacuum (one that has not could remove nothing that died
@@ -129,7 +135,8 @@ def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
     holder = None if seen is None else seen["holder"]
     held = seen is not None and seen["holder"] is not None and (
         seen["held_seconds"] is None or seen["held_seconds"] >= VACUUM_HELD_SECONDS)
-    if held and horizon is not None and memory.horizon is not None and horizon <= memory.horizon:
+    if held and horizon is not None and memory.horizon is not None \
+            and not _moved(memory.horizon, horizon):
         if holder != memory.held_by:
             memory.held_by = holder
             log.warning("maintenance: pgqueue.job has %d dead row versions that no vacuum can "

@@ -354,18 +354,20 @@ SELECT n_live_tup AS live, n_dead_tup AS dead,
 FROM pg_stat_user_tables WHERE schemaname = 'pgqueue' AND relname = 'job'
 
 -- name: vacuum_horizon
--- The vacuum horizon of this database's tables as a 64-bit transaction id: what died in a
--- transaction from it on, no vacuum can remove yet. It is held back by the oldest of: a
+-- The vacuum horizon of this database's tables, as the 32-bit transaction id it stands at
+-- (`horizon`, 0 to 2^32 - 1: compared modulo 2^32, pgqueue/maintenance/vacuum.py): what died
+-- in a transaction from it on, no vacuum can remove yet. It is held back by the oldest of: a
 -- session of this database with a transaction id or a snapshot (idle in transaction, a long
 -- REPEATABLE READ report), a standby's feedback, a replication slot, a prepared transaction.
 -- `holder` says which (NULL: none, the horizon is the next transaction id), `held_seconds`
--- for how long (a session's transaction, a prepared transaction; NULL for a slot). Running
--- vacuums are left out: their snapshots hold back no other vacuum. A role that may
--- not see other roles' sessions sees no horizon they hold: vacuuming then goes by the dead
--- rows alone, as before.
-WITH next AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xid),
-held AS (
-    SELECT greatest(age(a.backend_xid), age(a.backend_xmin)) AS age, a.backend_xid IS NOT NULL AS own,
+-- for how long (a session's transaction, a prepared transaction; NULL for a slot). The xid
+-- itself, not an age: two readings of one holder give the same number. Running vacuums are
+-- left out: their snapshots hold back no other vacuum. A role that may not see other roles'
+-- sessions sees no horizon they hold: vacuuming then goes by the dead rows alone, as before.
+WITH held AS (
+    SELECT CASE WHEN a.backend_xmin IS NULL OR age(a.backend_xid) >= age(a.backend_xmin)
+                THEN a.backend_xid ELSE a.backend_xmin END AS xid,
+           a.backend_xid IS NOT NULL AS own,
            format('session %s (%s, %s since %s)', a.pid,
                   coalesce(nullif(a.application_name, ''), a.usename::text, a.backend_type),
                   coalesce(a.state, a.backend_type),
@@ -379,19 +381,22 @@ held AS (
       -- a vacuum's snapshot holds back no other vacuum (PROC_IN_VACUUM)
       AND a.pid NOT IN (SELECT v.pid FROM pg_stat_progress_vacuum v)
     UNION ALL
-    SELECT age(s.xmin), true, format('replication slot %s', s.slot_name), NULL::float8
+    SELECT s.xmin, true, format('replication slot %s', s.slot_name), NULL::float8
     FROM pg_replication_slots s WHERE s.xmin IS NOT NULL
     UNION ALL
-    SELECT age(x.transaction), true, format('prepared transaction %s', quote_literal(x.gid)),
+    SELECT x.transaction, true, format('prepared transaction %s', quote_literal(x.gid)),
            extract(epoch FROM clock_timestamp() - x.prepared)::float8
     FROM pg_prepared_xacts x WHERE x.database = current_database()
 )
-SELECT next.xid - coalesce(h.age, 0) AS horizon, h.holder, h.held_seconds
-FROM next LEFT JOIN LATERAL (SELECT held.age, held.holder, held.held_seconds FROM held
-                             -- the session whose own transaction id holds it, not the
-                             -- snapshots that merely saw that transaction running
-                             ORDER BY held.age DESC, held.own DESC,
-                                      held.held_seconds DESC NULLS FIRST LIMIT 1) h ON true
+SELECT coalesce(h.xid::text::bigint,
+                pg_snapshot_xmax(pg_current_snapshot())::text::bigint % 4294967296) AS horizon,
+       h.holder, h.held_seconds
+FROM (SELECT 1) one LEFT JOIN LATERAL (
+    SELECT held.xid, held.holder, held.held_seconds FROM held
+    -- the session whose own transaction id holds it, not the snapshots that merely saw that
+    -- transaction running
+    ORDER BY age(held.xid) DESC, held.own DESC, held.held_seconds DESC NULLS FIRST
+    LIMIT 1) h ON true
 
 -- name: job_heap_use
 -- What the job table's heap takes, and what its live rows would need (pgqueue/maintenance/
