@@ -62,8 +62,12 @@ class VacuumMemory:
     #: the vacuum horizon (a 32-bit transaction id) when the last vacuum started: what died
     #: since can be removed only once the horizon is past it
     horizon: int | None = None
-    #: who held the horizon when a vacuum was last passed over (said once per holder)
+    #: who held the horizon when a vacuum was last passed over
     held_by: str | None = None
+    #: and the horizon it held (said once per horizon: several readers that took their
+    #: snapshots together hold one horizon, and the one named may change from one pass to
+    #: the next)
+    held_at: int | None = None
     #: a shrink is due (a vacuum freed the space) and is tried from this time.monotonic() on
     shrink_at: float | None = None
     #: a heap too large to rewrite was logged already
@@ -137,8 +141,8 @@ def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
         seen["held_seconds"] is None or seen["held_seconds"] >= VACUUM_HELD_SECONDS)
     if held and horizon is not None and memory.horizon is not None \
             and not _moved(memory.horizon, horizon):
-        if holder != memory.held_by:
-            memory.held_by = holder
+        if horizon != memory.held_at:
+            memory.held_by, memory.held_at = holder, horizon
             log.warning("maintenance: pgqueue.job has %d dead row versions that no vacuum can "
                         "remove while %s holds back the vacuum horizon (a long or "
                         "idle-in-transaction session, a REPEATABLE READ reader, a replication "
@@ -148,7 +152,7 @@ def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
     if memory.held_by is not None:
         log.info("maintenance: the vacuum horizon moved on (%s no longer holds it): vacuuming "
                  "pgqueue.job's %d dead row versions", memory.held_by, dead)
-        memory.held_by = None
+        memory.held_by = memory.held_at = None
     queries.vacuum(conn, "job")
     memory.horizon = horizon
     after = queries.fetch_one(conn, "job_dead_tuples")  # as the vacuum itself reported

@@ -367,7 +367,8 @@ FROM pg_stat_user_tables WHERE schemaname = 'pgqueue' AND relname = 'job'
 WITH held AS (
     SELECT CASE WHEN a.backend_xmin IS NULL OR age(a.backend_xid) >= age(a.backend_xmin)
                 THEN a.backend_xid ELSE a.backend_xmin END AS xid,
-           a.backend_xid IS NOT NULL AS own,
+           a.backend_xid IS NOT NULL
+               AND (a.backend_xmin IS NULL OR age(a.backend_xid) >= age(a.backend_xmin)) AS own,
            format('session %s (%s, %s since %s)', a.pid,
                   coalesce(nullif(a.application_name, ''), a.usename::text, a.backend_type),
                   coalesce(a.state, a.backend_type),
