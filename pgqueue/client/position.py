@@ -51,7 +51,3 @@ class LeasePosition:
         if leased:
             last = leased[-1]
             self._at = (last.priority, last.job_id)
-
-    def reset(self) -> None:
-        """Forget the position: the next lease starts from the start."""
-        self._at = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -112,6 +112,13 @@ def vacuum_if_needed(conn: queries.Conn) -> bool:
     return vacuum_job_table(conn).vacuumed
 
 
+def _held_longer_than(seen: dict[str, Any] | None, seconds: float) -> bool:
+    """Whether a vacuum_horizon reading says a transaction that has run for more than
+    `seconds` (or a slot, whose age is unknown) holds the horizon."""
+    return seen is not None and seen["holder"] is not None and (
+        seen["held_seconds"] is None or seen["held_seconds"] > seconds)
+
+
 def _moved(before: int, now: int) -> bool:
     """Whether the vacuum horizon moved forward from `before` to `now` (32-bit transaction ids,
     which wrap around: compared as the server compares them)."""
@@ -137,10 +144,8 @@ def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
     seen = queries.fetch_one(conn, "vacuum_horizon")
     horizon = None if seen is None or seen["horizon"] is None else int(seen["horizon"])
     holder = None if seen is None else seen["holder"]
-    held = seen is not None and seen["holder"] is not None and (
-        seen["held_seconds"] is None or seen["held_seconds"] >= VACUUM_HELD_SECONDS)
-    if held and horizon is not None and memory.horizon is not None \
-            and not _moved(memory.horizon, horizon):
+    if _held_longer_than(seen, VACUUM_HELD_SECONDS) and horizon is not None \
+            and memory.horizon is not None and not _moved(memory.horizon, horizon):
         if horizon != memory.held_at:
             memory.held_by, memory.held_at = holder, horizon
             log.warning("maintenance: pgqueue.job has %d dead row versions that no vacuum can "
@@ -155,12 +160,11 @@ def vacuum_job_table(conn: queries.Conn) -> Vacuumed:
         memory.held_by = memory.held_at = None
     queries.vacuum(conn, "job")
     memory.horizon = horizon
-    after = queries.fetch_one(conn, "job_dead_tuples")  # as the vacuum itself reported
-    left = dead if after is None else int(after["dead"] or 0)
-    log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions, %d left)", dead, left)
-    if 2 * left < dead:
-        return Vacuumed(True, shrink_if_bloated(conn))
-    return Vacuumed(True)
+    log.debug("maintenance: vacuumed pgqueue.job (%d dead row versions)", dead)
+    # the shrink reads the horizon and the file itself: the dead rows the statistics say the
+    # vacuum left count those that died while it ran too, which at a busy queue's rate said
+    # "held" after every vacuum of a grown table
+    return Vacuumed(True, shrink_if_bloated(conn))
 
 
 def shrink_if_bloated(conn: queries.Conn) -> int:
@@ -192,8 +196,7 @@ def shrink_if_bloated(conn: queries.Conn) -> int:
                         max(live >> 20, 1), SHRINK_MAX_BYTES >> 20)
         return 0
     seen = queries.fetch_one(conn, "vacuum_horizon")
-    if seen is not None and seen["holder"] is not None and (
-            seen["held_seconds"] is None or seen["held_seconds"] > SHRINK_HELD_SECONDS):
+    if seen is not None and _held_longer_than(seen, SHRINK_HELD_SECONDS):
         # the horizon is held (again): the rewrite would copy every row version the holder
         # may see, under the table's lock, and give little back
         memory.shrink_at = time.monotonic() + SHRINK_RETRY_SECONDS

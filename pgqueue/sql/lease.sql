@@ -66,17 +66,40 @@ BEGIN
 END
 $$;
 
+-- Take out the first p_limit ready entries of a stream in lease order with a priority from
+-- p_low to p_high and, within it, a job id above p_after_id, that no other lease holds (SKIP
+-- LOCKED); their job ids (once each) in lease order. One range of ready_order_idx: with
+-- p_low = p_high the scan starts at (stream, priority, p_after_id).
+CREATE OR REPLACE FUNCTION pgqueue.take_ready_range(p_stream text, p_limit int, p_low smallint,
+                                                    p_high smallint, p_after_id bigint)
+RETURNS bigint[]
+LANGUAGE sql VOLATILE
+AS $$
+    WITH taken AS (
+        SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
+        WHERE r.stream = p_stream AND r.priority >= p_low AND r.priority <= p_high
+          AND r.job_id > p_after_id
+        ORDER BY r.priority DESC, r.job_id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM pgqueue.ready r USING taken t WHERE r.slot = t.slot AND r.ctid = t.at
+        RETURNING r.job_id, r.priority
+    )
+    SELECT coalesce(array_agg(g.job_id ORDER BY g.priority DESC, g.job_id), '{}')
+    FROM (SELECT DISTINCT gone.job_id, gone.priority FROM gone) g
+$$;
+
 -- The ready entries of a stream a lease takes when its caller says where its last lease ended,
--- (p_after_priority, p_after_id): the first p_limit in lease order that no other lease holds
--- (SKIP LOCKED), leaving out those of that priority up to that id, taken out now; their job ids
--- in lease order. Three ranges of ready_order_idx, each read only while fewer than p_limit
--- were found: the higher priorities, that priority after that id, the lower priorities. The
--- second starts at that id, never reading the entries of the jobs leased before it, which
--- under a held vacuum horizon stay in the index (every lease from the start of the stream
--- stepped over all of them: 1,500-3,500 buffers per lease at 1,000 jobs/s). The caller looks
--- from the start again every so often (pgqueue.client.lease.LeasePosition): an entry behind
--- the position (a job that became pending again, or committed after later ones) waits for
--- that.
+-- (p_after_priority, p_after_id): the first p_limit in lease order, leaving out those of that
+-- priority up to that id, taken out now; their job ids in lease order. Three ranges
+-- (pgqueue.take_ready_range), each read only while fewer than p_limit were found: the higher
+-- priorities, that priority after that id, the lower priorities. The second starts at that id,
+-- never reading the entries of the jobs leased before it, which under a held vacuum horizon
+-- stay in the index (every lease from the start of the stream stepped over all of them:
+-- 1,500-3,500 buffers per lease at 1,000 jobs/s). The caller looks from the start again every
+-- so often (pgqueue.client.position.LeasePosition): an entry behind the position (a job that
+-- became pending again, or committed after later ones) waits for that.
 CREATE OR REPLACE FUNCTION pgqueue.take_ready_after(p_stream text, p_limit int,
                                                     p_after_priority smallint,
                                                     p_after_id bigint)
@@ -85,49 +108,22 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_ids bigint[];
-    v_more bigint[];
 BEGIN
-    WITH taken AS (
-        SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
-        WHERE r.stream = p_stream AND r.priority > p_after_priority
-        ORDER BY r.priority DESC, r.job_id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    ), gone AS (
-        DELETE FROM pgqueue.ready r USING taken t WHERE r.slot = t.slot AND r.ctid = t.at
-        RETURNING r.job_id, r.priority
-    )
-    SELECT coalesce(array_agg(g.job_id ORDER BY g.priority DESC, g.job_id), '{}') INTO v_ids
-    FROM (SELECT DISTINCT gone.job_id, gone.priority FROM gone) g;
-    IF cardinality(v_ids) < p_limit THEN
-        WITH taken AS (
-            SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
-            WHERE r.stream = p_stream AND r.priority = p_after_priority AND r.job_id > p_after_id
-            ORDER BY r.priority DESC, r.job_id
-            LIMIT p_limit - cardinality(v_ids)
-            FOR UPDATE SKIP LOCKED
-        ), gone AS (
-            DELETE FROM pgqueue.ready r USING taken t WHERE r.slot = t.slot AND r.ctid = t.at
-            RETURNING r.job_id
-        )
-        SELECT coalesce(array_agg(DISTINCT gone.job_id ORDER BY gone.job_id), '{}') INTO v_more
-        FROM gone;
-        v_ids := v_ids || v_more;
+    v_ids := '{}';
+    IF p_after_priority < 32767 THEN
+        v_ids := pgqueue.take_ready_range(p_stream, p_limit, (p_after_priority + 1)::smallint,
+                                          32767::smallint, -9223372036854775808);
     END IF;
     IF cardinality(v_ids) < p_limit THEN
-        WITH taken AS (
-            SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
-            WHERE r.stream = p_stream AND r.priority < p_after_priority
-            ORDER BY r.priority DESC, r.job_id
-            LIMIT p_limit - cardinality(v_ids)
-            FOR UPDATE SKIP LOCKED
-        ), gone AS (
-            DELETE FROM pgqueue.ready r USING taken t WHERE r.slot = t.slot AND r.ctid = t.at
-            RETURNING r.job_id, r.priority
-        )
-        SELECT coalesce(array_agg(g.job_id ORDER BY g.priority DESC, g.job_id), '{}') INTO v_more
-        FROM (SELECT DISTINCT gone.job_id, gone.priority FROM gone) g;
-        v_ids := v_ids || v_more;
+        v_ids := v_ids || pgqueue.take_ready_range(p_stream, p_limit - cardinality(v_ids),
+                                                   p_after_priority, p_after_priority,
+                                                   p_after_id);
+    END IF;
+    IF cardinality(v_ids) < p_limit AND p_after_priority > -32768 THEN
+        v_ids := v_ids || pgqueue.take_ready_range(p_stream, p_limit - cardinality(v_ids),
+                                                   (-32768)::smallint,
+                                                   (p_after_priority - 1)::smallint,
+                                                   -9223372036854775808);
     END IF;
     RETURN v_ids;
 END
