@@ -1,13 +1,15 @@
 """CPU per processed job: what the worker process and the Postgres server each spend on one
-no-op job, enqueue excluded, through one pgqueue.Worker.
+job, enqueue excluded, through one pgqueue.Worker.
 
-    python bench/cpu_per_job.py [--dsn DSN] [--jobs 20000] [--runs 3]
+    python bench/cpu_per_job.py [--dsn DSN] [--jobs 20000] [--runs 3] [--work-ms 0]
                                 [--setting concurrency=16,prefetch=0] [--setting ...]
 
-Enqueues `--jobs` no-op jobs (batches of 1,000), then runs a Worker in this process until
-every ack is written, and reads CPU time around the processing only: this process's (user +
-system, every thread: the handlers, the lease loops, the renewer, the settler, maintenance)
-and the server's (every `postgres` process on this machine, from /proc: the backends, the
+Enqueues `--jobs` jobs (batches of 1,000), then runs a Worker in this process until every
+ack is written (the handler does nothing, or sleeps `--work-ms`: `--work-ms 1 --setting
+concurrency=16 --setting concurrency=64` is the 16 / 64 workers comparison of issue 26),
+and reads CPU time around the processing only: this process's (user + system, every
+thread: the handlers, the lease loops, the renewer, the settler, maintenance) and the
+server's (every `postgres` process on this machine, from /proc: the backends, the
 WAL writer, the checkpointer, autovacuum), so run it against a server doing nothing else.
 Each `--setting` is a set of Worker options (default: the Worker's defaults, and concurrency
 64 beside 16 without prefetch); prints per setting the medians of the runs: jobs/s, worker
@@ -72,8 +74,10 @@ def parse_setting(text: str) -> dict[str, Any]:
     return options
 
 
-def one_run(dsn: str, jobs: int, options: dict[str, Any]) -> tuple[float, float, float]:
-    """(jobs/s, worker CPU s, server CPU s) of processing `jobs` no-op jobs."""
+def one_run(dsn: str, jobs: int, options: dict[str, Any],
+            work_ms: float = 0.0) -> tuple[float, float, float]:
+    """(jobs/s, worker CPU s, server CPU s) of processing `jobs` jobs that each sleep
+    `work_ms` (none: no-op)."""
     with pgqueue.Queue(dsn, stream=STREAM) as q:
         for start in range(0, jobs, 1000):
             q.enqueue_many([pgqueue.NewJob(b"{}", kind="noop")
@@ -82,7 +86,8 @@ def one_run(dsn: str, jobs: int, options: dict[str, Any]) -> tuple[float, float,
 
     @app.job("noop")
     def noop(job: pgqueue.JobContext) -> None:
-        return None
+        if work_ms:
+            time.sleep(work_ms / 1000)
 
     worker = pgqueue.Worker(app, dsn, streams=[STREAM], **{"poll_interval": 1.0, **options})
     srv0, own0, t0 = server_cpu(), own_cpu(), time.perf_counter()
@@ -108,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--setting", action="append", type=parse_setting,
                         help="Worker options, e.g. concurrency=16,prefetch=0 (repeatable)")
+    parser.add_argument("--work-ms", type=float, default=0.0,
+                        help="each job's handler sleeps this long (default: a no-op)")
     args = parser.parse_args(argv)
     settings: list[dict[str, Any]] = args.setting or [
         {}, {"concurrency": 16, "prefetch": 0}, {"concurrency": 64, "prefetch": 0}]
@@ -118,12 +125,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         for run in range(args.runs):
             for i, options in enumerate(settings):  # interleaved: drift hits every setting
                 dsn = fresh_database(server_dsn, "pgqueue_bench_cpu")
-                rate, own, srv = one_run(dsn, args.jobs, options)
+                rate, own, srv = one_run(dsn, args.jobs, options, args.work_ms)
                 figures[i].append((rate, own, srv))
                 console.print(f"  run {run + 1} {options or 'defaults'}: {rate:,.0f} jobs/s, "
                               f"worker {own / args.jobs * 1e6:,.0f} µs/job, "
                               f"server {srv / args.jobs * 1e6:,.0f} µs/job")
-    table = Table(title=f"CPU per processed job ({args.jobs:,} no-op jobs, medians of "
+    work = f"{args.work_ms:g} ms" if args.work_ms else "no-op"
+    table = Table(title=f"CPU per processed job ({args.jobs:,} {work} jobs, medians of "
                         f"{args.runs} run(s))")
     for column in ("Worker options", "jobs/s", "worker µs/job", "server µs/job", "server share"):
         table.add_column(column, justify="left" if column == "Worker options" else "right")

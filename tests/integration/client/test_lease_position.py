@@ -80,6 +80,44 @@ def test_a_job_ready_again_behind_the_position_waits_for_the_next_look_from_the_
         assert take(conn, 5, position) == [jobs[4]]
 
 
+def test_the_entries_of_a_lease_that_rolled_back_wait_for_the_next_look_from_the_start(
+        dsn: str) -> None:
+    """A lease after the position passes over every entry another lease has touched without
+    trying its lock (the entry's xmax is set); one whose lease rolled back keeps that mark, so
+    it waits, as a job behind the position does, for the next lease from the start, which
+    takes it in its order."""
+    clock = Clock()
+    position = LeasePosition(rescan_seconds=1.0, clock=clock)
+    call = ("SELECT id FROM pgqueue.lease(%s, 2, 60000, 0, 0, NULL, false, NULL, "
+            "0::smallint, %s)")
+    with connection.connect(dsn) as conn:
+        jobs = add(conn, 6)
+        assert take(conn, 1, position) == jobs[:1]
+        with psycopg.connect(dsn) as other:  # a positioned lease that fails and rolls back
+            assert [r[0] for r in other.execute(call, [STREAM, jobs[0]])] == jobs[1:3]
+            other.rollback()
+        assert take(conn, 2, position) == jobs[3:5]
+        clock.now += 1.0
+        assert position.after() is None
+        assert take(conn, 5, position) == [jobs[1], jobs[2], jobs[5]]
+
+
+def test_a_lease_in_flight_is_passed_over_and_nothing_is_taken_twice(dsn: str) -> None:
+    """While another lease holds its entries (not committed yet), a lease after the same
+    position takes the next ones; once that lease commits, its jobs are leased once."""
+    call = ("SELECT id FROM pgqueue.lease(%s, 3, 60000, 0, 0, NULL, false, NULL, "
+            "0::smallint, %s)")
+    with connection.connect(dsn) as conn:
+        jobs = add(conn, 7)
+        with psycopg.connect(dsn) as first, psycopg.connect(dsn) as second:
+            held = [r[0] for r in first.execute(call, [STREAM, jobs[0] - 1])]
+            assert held == jobs[:3]
+            assert [r[0] for r in second.execute(call, [STREAM, jobs[0] - 1])] == jobs[3:6]
+            first.commit()
+            second.commit()
+        assert take(conn, 10, None) == jobs[6:]
+
+
 def test_a_stream_with_limited_kinds_leases_from_the_start(dsn: str) -> None:
     """The limits count each kind from its first ready job: the position is not used there,
     so a job behind it is leased at once."""

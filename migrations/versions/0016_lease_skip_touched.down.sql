@@ -1,0 +1,1 @@
+-- Undo 0016's tables: nothing (0015's code makes its functions again).

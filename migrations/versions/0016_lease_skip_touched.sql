@@ -1,0 +1,6 @@
+-- pgqueue 0016: the tables' delta (state only): none.
+--
+-- Code only: pgqueue.take_ready_range (a lease after its caller's position) takes only ready
+-- entries no lease has touched (xmax 0), passing over those another lease holds without
+-- trying their locks. Same signatures: the previous release's workers keep running through the
+-- upgrade, and their positioned leases get the new body.
