@@ -6,9 +6,11 @@ idle in transaction, a long REPEATABLE READ report, a replication slot) that is 
 leased in the last few seconds: thousands of entries per lease at a busy queue's rate, read
 again by every lease. A lease given its caller's position starts after it instead
 (pgqueue.take_ready_after). What becomes ready behind a position (a job retried, reclaimed or
-given back keeps its id; a transaction that enqueued may commit after later ones did) is found
-by the next lease from the start: the position is trusted for RESCAN_SECONDS after the last
-such lease, and a higher priority is always read from its start.
+given back keeps its id; a transaction that enqueued may commit after later ones did), and
+the entries of a lease that rolled back (a lease after a position passes over entries another
+lease touched, revision 0016), are found by the next lease from the start: the position is
+trusted for RESCAN_SECONDS after the last such lease, and a higher priority is always read
+from its start.
 """
 from __future__ import annotations
 
