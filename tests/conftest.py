@@ -1,6 +1,7 @@
 """Fixtures shared by the integration and acceptance tests (see tests/pgbed.py)."""
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import pgqueue
+from tests.citusbed import CitusDatabase, CitusUnavailable, Cluster, session_cluster
 from tests.logins import Logins, session_logins
 from tests.pgbed import Bed, session_bed, temp_files_in_memory
 
@@ -58,3 +60,23 @@ def q(dsn: str) -> Iterator[pgqueue.Queue]:
 def logins(bed: Bed) -> Iterator[Logins]:
     """Login roles holding each pgqueue role (and one holding none), for the access tests."""
     yield from session_logins(bed)
+
+
+@pytest.fixture(scope="session")
+def citus_cluster() -> Iterator[Cluster]:
+    """A Citus coordinator and two workers for the session (Citus built once per machine).
+    Skips on a developer's machine that cannot build Citus; under CI that is a failure."""
+    try:
+        yield from session_cluster()
+    except CitusUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def citus_db(citus_cluster: Cluster) -> Iterator[CitusDatabase]:
+    """A fresh database across the Citus cluster, without the pgqueue schema."""
+    db = citus_cluster.new_database()
+    yield db
+    citus_cluster.drop(db)
