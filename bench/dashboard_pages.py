@@ -207,7 +207,8 @@ def move_jobs(queues: dict[str, pgqueue.Queue], loaded: Loaded, console: Console
         with q.connection() as conn:
             for one in held:
                 queries.scalar(conn, "mark_undecodable", {
-                    "job_id": one.job_id, "lease_id": one.lease_id, "reason": "unknown_kind",
+                    "stream": one.stream, "job_id": one.job_id, "lease_id": one.lease_id,
+                    "reason": "unknown_kind",
                     "detail": Jsonb({"kind": one.kind, "message": "no handler for this kind"})})
     loaded.seconds["undecodable"] = time.perf_counter() - t0
     # leased: held by a worker for the whole benchmark.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
@@ -438,3 +438,12 @@ class Verdict:
 
     reason: str
     detail: dict[str, Any]
+
+
+def by_stream(leases: Sequence[Lease]) -> dict[str, list[Lease]]:
+    """Leases grouped by their stream, streams in first-seen order: a call about leases is a
+    statement per stream (on Citus each runs on the node holding its stream)."""
+    groups: dict[str, list[Lease]] = {}
+    for held in leases:
+        groups.setdefault(held.stream, []).append(held)
+    return groups

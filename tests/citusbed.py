@@ -130,6 +130,10 @@ def citus_settings(install: Path) -> dict[str, str]:
         "dynamic_library_path": f"'{install / 'lib'}:$libdir'",
         "max_prepared_transactions": "100",
         "citus.enable_statistics_collection": "off",
+        # what the tests count: the calls each node ran (pg_stat_user_functions), and every
+        # two-phase commit (pg_dist_transaction keeps its row: no recovery pass removes it)
+        "track_functions": "'pl'",
+        "citus.recover_2pc_interval": "-1",
     }
 
 
@@ -206,3 +210,31 @@ def session_cluster() -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def stream_group(db: CitusDatabase, stream: str) -> int:
+    """The group id of the node holding `stream`'s shard of pgqueue.job."""
+    with psycopg.connect(db.dsn) as conn:
+        row = conn.execute(
+            "SELECT p.groupid FROM pg_dist_placement p "
+            "WHERE p.shardid = get_shard_id_for_distribution_column('pgqueue.job', %s::text)",
+            (stream,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def function_calls(dsn: str) -> dict[str, int]:
+    """How often each pgqueue function ran on the node behind `dsn` (track_functions)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT funcname, calls FROM pg_stat_user_functions "
+                            "WHERE schemaname = 'pgqueue'").fetchall()
+    return {str(name): int(calls) for name, calls in rows}
+
+
+def two_phase_commits(db: CitusDatabase) -> int:
+    """Two-phase commits the coordinator ran in this database (pg_dist_transaction keeps a
+    row for each: the bed turns recovery off)."""
+    with psycopg.connect(db.dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+    assert row is not None
+    return int(row[0])

@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 from pgqueue import validate
 from pgqueue.client.position import LeasePosition
 from pgqueue.db import run_async as run
-from pgqueue.models import Checkpoint, Lease, Renewed
+from pgqueue.models import Checkpoint, Lease, Renewed, by_stream
 
 
 async def lease(
@@ -84,21 +84,26 @@ async def renew_leases(
         return {}
     if started is not None and len(started) != len(items):
         raise ValueError(f"started has {len(started)} flags for {len(items)} leases")
-    params: dict[str, list[Any]] = {"job_ids": [], "lease_ids": [], "visibility_ms": [],
-                                    "checkpoints": []}
-    for held, vt, checkpoint in items:
+    # a statement per stream (pgqueue.models.by_stream), all in one round trip
+    streams: dict[str, dict[str, Any]] = {}
+    for i, (held, vt, checkpoint) in enumerate(items):
         if not isinstance(held, Lease):
             raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
             raise TypeError(f"checkpoint must be a pgqueue.Checkpoint, got {type(checkpoint).__name__}")
+        params = streams.setdefault(held.stream, {
+            "stream": held.stream, "job_ids": [], "lease_ids": [], "visibility_ms": [],
+            "checkpoints": [], "started": None if started is None else []})
         params["job_ids"].append(held.job_id)
         params["lease_ids"].append(held.lease_id)
         params["visibility_ms"].append(validate.to_ms(
             held.visibility_timeout if vt is None else vt, "visibility_timeout", positive=True))
         params["checkpoints"].append(None if checkpoint is None else Jsonb(checkpoint.to_json()))
-    rows = await run.fetch(conn, "renew_leases", {
-        **params, "started": None if started is None else [bool(s) for s in started]})
-    return {r["lease_id"]: Renewed(r["expires_at"], bool(r["cancel_requested"])) for r in rows}
+        if started is not None:
+            params["started"].append(bool(started[i]))
+    results = await run.fetch_each(conn, "renew_leases", list(streams.values()))
+    return {r["lease_id"]: Renewed(r["expires_at"], bool(r["cancel_requested"]))
+            for rows in results for r in rows}
 
 
 async def cancel_requested(conn: run.AsyncConn, leases: Sequence[Lease]) -> set[int]:
@@ -107,7 +112,8 @@ async def cancel_requested(conn: run.AsyncConn, leases: Sequence[Lease]) -> set[
     makes a worker look up)."""
     if not leases:
         return set()
-    rows = await run.fetch(conn, "cancel_requested", {
-        "job_ids": [held.job_id for held in leases],
-        "lease_ids": [held.lease_id for held in leases]})
-    return {int(r["lease_id"]) for r in rows}
+    results = await run.fetch_each(conn, "cancel_requested", [
+        {"stream": stream, "job_ids": [held.job_id for held in group],
+         "lease_ids": [held.lease_id for held in group]}
+        for stream, group in by_stream(leases).items()])
+    return {int(r["lease_id"]) for rows in results for r in rows}

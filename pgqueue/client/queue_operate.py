@@ -171,7 +171,8 @@ class QueueOperations:
         Raises LeaseLost when the lease is no longer current."""
         with self.connection() as conn:
             rows = run.fetch(conn, "return_leases", {
-                "job_ids": [lease_.job_id], "lease_ids": [lease_.lease_id]})
+                "stream": lease_.stream, "job_ids": [lease_.job_id],
+                "lease_ids": [lease_.lease_id]})
         if not rows:
             raise LeaseLost(f"lease {lease_.lease_id} of job {lease_.job_id} is no longer current")
 

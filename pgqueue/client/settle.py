@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from pgqueue import failures, validate
 from pgqueue.db import run
-from pgqueue.models import Lease
+from pgqueue.models import Lease, by_stream
 
 
 def ack_many(conn: run.Conn, leases: Sequence[Lease], *,
@@ -22,11 +22,13 @@ def ack_many(conn: run.Conn, leases: Sequence[Lease], *,
     for held in leases:
         if not isinstance(held, Lease):
             raise TypeError(f"lease must be a pgqueue.Lease, got {type(held).__name__}")
-    params = {"job_ids": [held.job_id for held in leases],
-              "lease_ids": [held.lease_id for held in leases]}
-    acked = {r[0] for r in run.fetch_tuples(conn, "ack_jobs", params)}
+    params = [{"stream": stream, "job_ids": [held.job_id for held in group],
+               "lease_ids": [held.lease_id for held in group]}
+              for stream, group in by_stream(leases).items()]
+    acked = {r["id"] for rows in run.fetch_each(conn, "ack_jobs", params) for r in rows}
     if retried and len(acked) < len(leases):
-        acked |= {r[0] for r in run.fetch_tuples(conn, "acked_before", params)}
+        acked |= {r["job_id"] for rows in run.fetch_each(conn, "acked_before", params)
+                  for r in rows}
     return acked
 
 
@@ -49,18 +51,19 @@ def nack(conn: run.Conn, held: Lease, error: str | BaseException | None,
     error, summary = validate.error_text(error), validate.error_text(summary)
     retry_ms = None if retry_in is None else validate.to_ms(retry_in, "retry_in")
     row = run.fetch_one(conn, "nack_job", {
-        "job_id": held.job_id, "lease_id": held.lease_id, "error": error, "summary": summary,
+        "stream": held.stream, "job_id": held.job_id, "lease_id": held.lease_id,
+        "error": error, "summary": summary,
         "retry_in_ms": retry_ms,
         "max_attempts": None if max_attempts is None
         else validate.integer(max_attempts, "max_attempts", low=0),
     })
     if row is None and retried:  # its first attempt may have committed before the reply was lost
-        row = run.fetch_one(conn, "nacked_before",
-                                {"job_id": held.job_id, "lease_id": held.lease_id})
+        row = run.fetch_one(conn, "nacked_before", {
+            "stream": held.stream, "job_id": held.job_id, "lease_id": held.lease_id})
     return None if row is None else str(row["state"])
 
 
 def end_cancelled(conn: run.Conn, held: Lease) -> bool:
     """The handler stopped on a cancel: the job ends as cancelled. False: the lease was lost."""
-    return bool(run.scalar(conn, "end_cancelled",
-                           {"job_id": held.job_id, "lease_id": held.lease_id}))
+    return bool(run.scalar(conn, "end_cancelled", {
+        "stream": held.stream, "job_id": held.job_id, "lease_id": held.lease_id}))

@@ -8,6 +8,7 @@ can print any statement for psql).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -50,6 +51,11 @@ def fetch(conn: Conn, name: str, params: Params = None) -> list[dict[str, Any]]:
 def fetch_tuples(conn: Conn, name: str, params: Params = None) -> list[tuple[Any, ...]]:
     """Run a named query and return its rows as tuples, in the query's column order."""
     return run.fetch_tuples(conn, name, params)
+
+
+def fetch_each(conn: Conn, name: str, params: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Run a named query once per parameter set in one round trip; each one's rows as dicts."""
+    return run.fetch_each(conn, name, params)
 
 
 def fetch_one(conn: Conn, name: str, params: Params = None) -> dict[str, Any] | None:

@@ -1,10 +1,10 @@
 """Executing the named queries of pgqueue/sql (the loader is statements.py, the errors
 translate.py, the DDL helpers queries.py): every statement a stage module or the Queue runs
-goes through these four, and LISTEN; a transaction block through `transaction`.
+goes through these five, and LISTEN; a transaction block through `transaction`.
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -57,6 +57,28 @@ async def fetch_tuples(conn: AsyncConn, name: str,
     """Run a named query and return its rows as tuples, in the query's column order: for the
     hot paths (a lease of 500 rows: no dict per row)."""
     return await _run(conn, name, params, tuple_row)
+
+
+async def fetch_each(conn: AsyncConn, name: str,
+                     params: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Run a named query once per parameter set, in one round trip (a pipeline), and return
+    each one's rows as dicts: a call about several streams is a statement per stream (each
+    its own transaction outside a transaction block), which on Citus each runs on the node
+    holding its stream."""
+    if len(params) == 1:
+        return [await _run(conn, name, params[0], dict_row)]
+    query = get(name)
+    sql: LiteralString = query.sql
+    try:
+        async with conn.pipeline():
+            cursors = []
+            for one in params:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(sql, one, prepare=None if query.prepare else False)
+                cursors.append(cur)
+        return [await cur.fetchall() for cur in cursors]
+    except psycopg.Error as exc:
+        raise translate(exc, conn.info.user, query) from exc
 
 
 async def fetch_one(conn: AsyncConn, name: str,

@@ -167,6 +167,7 @@ def upgrade(dsn: str, revision: str = "head", *, location: Path | None = None) -
         )
     if found is None and location is None and revision in ("head", newest):
         install(dsn)
+        distribute(dsn)
         return
     from alembic import command
     from alembic.util.exc import CommandError
@@ -178,6 +179,24 @@ def upgrade(dsn: str, revision: str = "head", *, location: Path | None = None) -
             command.upgrade(cfg, revision)
         except CommandError as exc:
             raise ValueError(f"revision: {exc}") from None
+    distribute(dsn)
+
+
+def distribute(dsn: str) -> bool:
+    """On a database with the citus extension, lay the schema out across the cluster
+    (pgqueue/sql/citus.sql: tables by stream, settings as reference tables, transitions
+    distributed on their stream, id sequences on every node); idempotent. False, and nothing
+    done, on a database without Citus."""
+    with connection.connect(dsn, autocommit=True) as conn:
+        if not queries.scalar(conn, "citus_installed"):
+            return False
+        with conn.transaction():
+            queries.fetch(conn, "citus_layout")
+        failed = [f"node {row['nodeid']}: {row['result']}"
+                  for row in queries.fetch(conn, "citus_node_sequences") if not row["success"]]
+    if failed:
+        raise SchemaError("making the id sequences of the Citus nodes failed: " + "; ".join(failed))
+    return True
 
 
 def _before_steps(dsn: str, found: str | None, revision: str, location: Path | None) -> None:

@@ -82,6 +82,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from pgqueue.client import lease, settle
 from pgqueue.db import queries
+from pgqueue.models import by_stream
 from pgqueue.runtime.running import Held
 
 if TYPE_CHECKING:
@@ -421,9 +422,11 @@ class HeldLeases:
 
             def give(conn: queries.Conn) -> list[dict[str, Any]]:
                 lease.renew_many(conn, items)
-                return queries.fetch(conn, "return_leases", {
-                    "job_ids": [h.lease.job_id for h in held],
-                    "lease_ids": [h.lease.lease_id for h in held]})
+                return [r for rows in queries.fetch_each(conn, "return_leases", [
+                    {"stream": stream, "job_ids": [g.job_id for g in group],
+                     "lease_ids": [g.lease_id for g in group]}
+                    for stream, group in by_stream([h.lease for h in held]).items()])
+                        for r in rows]
 
             returned = self._retry_db(give, "return leases", deadline=time.monotonic() + 10.0)
             log.info("worker %s: returned %d unfinished job(s)", self._worker_id(),

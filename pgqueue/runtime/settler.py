@@ -106,7 +106,8 @@ class JobSettler:
 
     def mark_undecodable(self, held: Held, reason: str, detail: dict[str, Any]) -> None:
         marked = self.write(held, "mark undecodable", lambda c: queries.scalar(
-            c, "mark_undecodable", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id,
+            c, "mark_undecodable", {"stream": held.lease.stream, "job_id": held.lease.job_id,
+                                    "lease_id": held.lease.lease_id,
                                     "reason": reason, "detail": Jsonb(detail)}))
         if marked == "undecodable":
             held.outcome = "undecodable"
@@ -129,7 +130,8 @@ class JobSettler:
 
     def upcast(self, held: Held, payload: bytes, schema_version: int) -> None:
         done = self.write(held, "upcast", lambda c: queries.scalar(
-            c, "upcast_job", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id,
+            c, "upcast_job", {"stream": held.lease.stream, "job_id": held.lease.job_id,
+                              "lease_id": held.lease.lease_id,
                               "payload": payload, "schema_version": schema_version}))
         if not done:
             held.lost.set()
@@ -163,7 +165,8 @@ class JobSettler:
         ("deferred"), or ended it because it was cancelled ("cancelled"); None: its lease was
         lost (or the database stayed unreachable)."""
         got = self.write(held, "rate-limited start", lambda c: queries.scalar(
-            c, "start_rated", {"job_id": held.lease.job_id, "lease_id": held.lease.lease_id}))
+            c, "start_rated", {"stream": held.lease.stream, "job_id": held.lease.job_id,
+                               "lease_id": held.lease.lease_id}))
         if got == "started":
             held.start_said = True
             held.started.set()
@@ -177,7 +180,8 @@ class JobSettler:
                 return True
             # a re-sent call whose first attempt committed before its reply was lost
             return bool(queries.scalar(conn, "cancelled_before", {
-                "job_id": held.lease.job_id, "lease_id": held.lease.lease_id}))
+                "stream": held.lease.stream, "job_id": held.lease.job_id,
+                "lease_id": held.lease.lease_id}))
 
         return bool(self.write(held, "end as cancelled", end))
 

@@ -14,9 +14,11 @@ DECLARE
     d      pgqueue.dead_letter;
     v_holder bigint;
     v_index  text;
+    v_stream text := (SELECT dl.stream FROM pgqueue.dead_letter dl WHERE dl.id = p_job_id);
 BEGIN
     PERFORM pgqueue.require_leader();
-    SELECT * INTO d FROM pgqueue.dead_letter WHERE id = p_job_id FOR UPDATE;
+    -- found by id, then locked by stream and id (on Citus a lock is taken on one node only)
+    SELECT * INTO d FROM pgqueue.dead_letter WHERE stream = v_stream AND id = p_job_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % is not a dead letter', p_job_id USING ERRCODE = 'PQ404';
     END IF;
@@ -26,7 +28,7 @@ BEGIN
             PERFORM pgqueue.refuse_dedup(format('requeue dead letter %s', p_job_id), v_holder);
         END IF;
     END IF;
-    DELETE FROM pgqueue.dead_letter WHERE id = p_job_id;
+    DELETE FROM pgqueue.dead_letter WHERE stream = d.stream AND id = p_job_id;
     BEGIN
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
             enqueued_at, dedup_key, attempts, max_attempts, last_error, last_completed_step,

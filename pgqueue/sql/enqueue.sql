@@ -21,7 +21,7 @@ DECLARE
 BEGIN
     -- the call's ops sit at or after its first op; its transaction is the one that wrote it
     v_plain := ARRAY(SELECT o.job_id FROM pgqueue.op_log o
-                     WHERE o.seq >= p_seq AND o.xid = p_xid AND o.op = 'Enqueue'
+                     WHERE o.stream = p_stream AND o.seq >= p_seq AND o.xid = p_xid AND o.op = 'Enqueue'
                        AND o.dedup_key IS NULL ORDER BY o.seq);
     FOR i IN 1 .. p_n LOOP
         v_key := p_dedup_keys[i];
@@ -31,7 +31,7 @@ BEGIN
         ELSE
             v_id := NULL;
             SELECT o.job_id INTO v_id FROM pgqueue.op_log o
-            WHERE o.seq >= p_seq AND o.xid = p_xid AND o.op = 'Enqueue' AND o.dedup_key = v_key
+            WHERE o.stream = p_stream AND o.seq >= p_seq AND o.xid = p_xid AND o.op = 'Enqueue' AND o.dedup_key = v_key
             ORDER BY o.seq LIMIT 1;
             IF v_id IS NULL THEN
                 SELECT j.id INTO v_id FROM pgqueue.job j
@@ -44,6 +44,14 @@ BEGIN
     RETURN v_result;
 END
 $$;
+
+-- Wake idle workers of this stream: identical notifications coalesce per commit. Not on a
+-- Citus cluster, where an enqueue runs on the node holding its stream: a notification there
+-- reaches only that node's listeners, and a transaction that notified on a worker node cannot
+-- take part in a two-phase commit (an enqueue into streams on two nodes).
+CREATE OR REPLACE FUNCTION pgqueue.notify_ready(p_stream text) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_notify('pgqueue_jobs', p_stream) FROM pgqueue.layout WHERE name = 'single' $$;
 
 -- What a job carries besides its payload, as every way in takes it (Python checks the same
 -- first, pgqueue/validate.py): a kind and a concurrency key of 1 to 200 characters, a dedup
@@ -208,7 +216,7 @@ BEGIN
     END IF;
     IF p_request IS NOT NULL THEN
         -- re-sent after a lost reply: what its first attempt returned, when that committed
-        v_seen := pgqueue.request_begin(p_request, p_resent);
+        v_seen := pgqueue.request_begin(p_stream, p_request, p_resent);
         IF v_seen.seq IS NOT NULL THEN
             RETURN QUERY SELECT unnest(pgqueue.request_enqueued(v_seen.seq, v_seen.xid,
                                                                 p_stream, p_dedup_keys, v_n));
@@ -260,7 +268,7 @@ BEGIN
         )             -- sorting the returned rows again cost 0.5 ms per 1,000 jobs
         SELECT bool_or(ins.state = 'pending') INTO v_ready FROM ins;
         IF v_ready THEN
-            PERFORM pg_notify('pgqueue_jobs', p_stream);
+            PERFORM pgqueue.notify_ready(p_stream);
         END IF;
         RETURN QUERY SELECT unnest(v_ids);
         RETURN;
@@ -321,8 +329,7 @@ BEGIN
         SELECT array_agg(job_id), bool_or(ready) INTO v_inserted, v_ready FROM logged;
         v_stamped := v_stamped OR v_inserted IS NOT NULL;
         IF v_ready THEN
-            -- Wake idle workers of this stream; identical notifications coalesce per commit.
-            PERFORM pg_notify('pgqueue_jobs', p_stream);
+            PERFORM pgqueue.notify_ready(p_stream);
         END IF;
 
         IF coalesce(cardinality(v_inserted), 0) = cardinality(v_todo) THEN
@@ -405,7 +412,7 @@ BEGIN
             HINT = 'pgqueue.configure_stream(stream, p_max_payload_bytes => N) sets the limit, up to 67108864 (64 MiB)';
     END IF;
     IF p_request IS NOT NULL THEN  -- see pgqueue.enqueue
-        v_seen := pgqueue.request_begin(p_request, p_resent);
+        v_seen := pgqueue.request_begin(p_stream, p_request, p_resent);
         IF v_seen.seq IS NOT NULL THEN
             RETURN (pgqueue.request_enqueued(v_seen.seq, v_seen.xid, p_stream,
                                              ARRAY[p_dedup_key], 1))[1];
@@ -433,7 +440,7 @@ BEGIN
                     j.kind, j.payload, j.priority, j.not_before, j.dedup_key, p_max_attempts,
                     j.schema_version, p_request);
             IF j.state = 'pending' THEN
-                PERFORM pg_notify('pgqueue_jobs', p_stream);
+                PERFORM pgqueue.notify_ready(p_stream);
             END IF;
             RETURN j.id;
         END IF;

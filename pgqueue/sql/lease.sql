@@ -24,17 +24,27 @@ CREATE TABLE pgqueue.kind_lease (
 -- jobs that stopped being pending by a path other than a lease (count_jobs). An entry a lease
 -- holds is passed over, never waited for: that lease is taking it out (and waits for this
 -- transaction's job row, which it will find no longer pending); waiting here would deadlock.
+-- A statement per stream (one in practice), each naming its stream: on Citus each is then
+-- planned for the one node that holds the stream.
 CREATE OR REPLACE FUNCTION pgqueue.ready_drop(p_streams text[], p_priorities smallint[],
                                               p_ids bigint[])
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
-    WITH gone AS (
-        SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
-        JOIN unnest(p_streams, p_priorities, p_ids) AS d(stream, priority, id)
-          ON r.stream = d.stream AND r.priority = d.priority AND r.job_id = d.id
-        FOR UPDATE OF r SKIP LOCKED)
-    DELETE FROM pgqueue.ready r USING gone g WHERE r.slot = g.slot AND r.ctid = g.at
+DECLARE
+    v_stream text;
+BEGIN
+    FOR v_stream IN SELECT DISTINCT s FROM unnest(p_streams) AS s LOOP
+        WITH gone AS (
+            SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
+            JOIN unnest(p_streams, p_priorities, p_ids) AS d(stream, priority, id)
+              ON r.priority = d.priority AND r.job_id = d.id
+            WHERE r.stream = v_stream AND d.stream = v_stream
+            FOR UPDATE OF r SKIP LOCKED)
+        DELETE FROM pgqueue.ready r USING gone g  -- (on "POSIX": take_ready_range)
+        WHERE r.stream = v_stream COLLATE "POSIX" AND r.slot = g.slot AND r.ctid = g.at;
+    END LOOP;
+END
 $$;
 
 -- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
@@ -54,7 +64,7 @@ BEGIN
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     ), promoted AS (
-        UPDATE pgqueue.job j SET state = 'pending' FROM due WHERE j.id = due.id
+        UPDATE pgqueue.job j SET state = 'pending' FROM due WHERE j.stream = p_stream AND j.id = due.id
         RETURNING j.id, j.stream
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, body)
@@ -92,7 +102,12 @@ AS $$
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     ), gone AS (
-        DELETE FROM pgqueue.ready r USING taken t WHERE r.slot = t.slot AND r.ctid = t.at
+        -- Each entry by where it is. The stream is named for Citus, which plans the statement
+        -- for the node holding it only when it says which; in the "POSIX" collation (equality
+        -- as in any other: bytewise), which no index of pgqueue.ready has, so that the planner
+        -- never reads the stream's index for it instead of going to each entry by its ctid.
+        DELETE FROM pgqueue.ready r USING taken t
+        WHERE r.stream = p_stream COLLATE "POSIX" AND r.slot = t.slot AND r.ctid = t.at
         RETURNING r.job_id, r.priority
     )
     SELECT coalesce(array_agg(g.job_id ORDER BY g.priority DESC, g.job_id), '{}')
@@ -201,6 +216,7 @@ DECLARE
                                        'expires_at_ms', pgqueue.to_ms(v_exp));
     v_body_ahead jsonb := v_body || '{"started": false}'::jsonb;
     v_ids bigint[];
+    v_lease_ids bigint[];
     v_rated bigint[] := '{}';  -- of rate-limited kinds (pgqueue.pick_within_limits)
     v_kinds text[];
     v_max int[];
@@ -218,22 +234,26 @@ BEGIN
         -- A lease re-sent after its reply was lost: the leases its first attempt granted that
         -- are still current, not a second set (which would be orphaned until reclaim charged
         -- each job an attempt and a crash). A first attempt still running is waited for.
-        v_seen := pgqueue.request_begin(p_request, p_resent);
+        v_seen := pgqueue.request_begin(p_stream, p_request, p_resent);
         IF v_seen.seq IS NOT NULL THEN
+            -- the stream's rate-limited kinds read first: on Citus a subquery on a settings
+            -- table (a reference table) inside the statement about the stream's rows is not
+            -- planned for one node
+            v_kinds := ARRAY(SELECT k.kind FROM pgqueue.kind_config k
+                             WHERE k.stream = p_stream AND k.rate_count IS NOT NULL);
             RETURN QUERY
             SELECT j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
                    j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
                    j.last_completed_step,
                    j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
                    j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context,
-                   NOT j.lease_started AND EXISTS (
-                       SELECT 1 FROM pgqueue.kind_config k
-                       WHERE k.stream = j.stream AND k.kind = j.kind AND k.rate_count IS NOT NULL),
+                   NOT j.lease_started AND j.kind = ANY(v_kinds),
                    j.timeout_ms
             FROM pgqueue.job j
             JOIN pgqueue.op_log o ON o.job_id = j.id AND o.lease_id = j.lease_id
             WHERE o.seq >= v_seen.seq AND o.xid = v_seen.xid AND o.op = 'Lease'
-              AND j.state = 'leased'
+              AND j.state = 'leased' COLLATE "POSIX" AND j.stream = p_stream
+              AND o.stream = p_stream
             ORDER BY j.priority DESC, j.id;
             RETURN;
         END IF;
@@ -261,8 +281,8 @@ BEGIN
             LIMIT p_limit
             FOR UPDATE SKIP LOCKED
         ), gone AS (
-            DELETE FROM pgqueue.ready r USING taken t
-            WHERE r.slot = t.slot AND r.ctid = t.at
+            DELETE FROM pgqueue.ready r USING taken t  -- (on "POSIX": take_ready_range)
+            WHERE r.stream = p_stream COLLATE "POSIX" AND r.slot = t.slot AND r.ctid = t.at
             RETURNING r.job_id, r.priority
         )
         -- in lease order (p_start counts in it), a job with two entries once
@@ -285,16 +305,21 @@ BEGIN
         FROM pgqueue.pick_within_limits(p_stream, p_limit, v_kinds, v_max, v_rate, v_rate_ms,
                                         v_per_key, p_start) p;
     END IF;
+    -- The lease ids are drawn before the UPDATE, one per candidate (Citus refuses a volatile
+    -- function in an UPDATE of a distributed table; a candidate no longer pending leaves a gap).
+    v_lease_ids := ARRAY(SELECT nextval('pgqueue.lease_id_seq')
+                         FROM generate_series(1, cardinality(v_ids)));
     RETURN QUERY
     WITH ranked AS (
-        SELECT t.id, t.n FROM unnest(v_ids) WITH ORDINALITY AS t(id, n)
+        SELECT t.id, t.lease_id, t.n
+        FROM unnest(v_ids, v_lease_ids) WITH ORDINALITY AS t(id, lease_id, n)
     ), leased AS (
         UPDATE pgqueue.job j
-        SET state = 'leased', lease_id = nextval('pgqueue.lease_id_seq'),
+        SET state = 'leased', lease_id = r.lease_id,
             worker_node = p_worker_node, worker_instance = p_worker_instance,
             lease_expires_at = v_exp,
             lease_started = (p_start IS NULL OR r.n <= p_start OR j.unstarted_reclaims > 0)
-        FROM ranked r WHERE j.id = ANY(v_ids) AND j.id = r.id
+        FROM ranked r WHERE j.stream = p_stream AND j.id = ANY(v_ids) AND j.id = r.id
           -- (an entry's job no longer pending is not leased; one another transaction holds,
           -- an operator's, is waited for and leased if still pending then: that transaction
           -- never waits for the entry this lease holds, pgqueue.ready_drop)
@@ -313,8 +338,9 @@ BEGIN
         FROM leased l ORDER BY l.id
     ), expiring AS (
         -- where reclaim finds them once they expire: one row for the call
-        INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids)
-        SELECT pgqueue.expiry_slot(v_exp), v_exp, array_agg(l.id ORDER BY l.id) FROM leased l
+        INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids, stream)
+        SELECT pgqueue.expiry_slot(v_exp), v_exp, array_agg(l.id ORDER BY l.id), p_stream
+        FROM leased l
         HAVING count(*) > 0
     )
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
@@ -617,13 +643,14 @@ $$;
 -- rate. When the window is full the job goes back, costing nothing, until the window has room
 -- (op ReturnLease; scheduled at that time), and a job whose cancel was requested ends as
 -- cancelled. Returns 'started', 'deferred' or 'cancelled'; NULL when the lease is not current.
-CREATE OR REPLACE FUNCTION pgqueue.start_rated(p_job_id bigint, p_lease_id bigint) RETURNS text
+CREATE OR REPLACE FUNCTION pgqueue.start_rated(p_job_id bigint, p_lease_id bigint,
+                                               p_stream text DEFAULT NULL) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id, p_stream);
     c pgqueue.kind_config;
     v_at bigint;
     v_free bigint;
@@ -651,7 +678,7 @@ BEGIN
         END IF;
         PERFORM pgqueue.rate_window_add(j.stream, j.kind, c.rate_ms, v_at, 1);
     END IF;
-    UPDATE pgqueue.job SET lease_started = true WHERE id = j.id;
+    UPDATE pgqueue.job SET lease_started = true WHERE stream = j.stream AND id = j.id;
     INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
     VALUES (j.stream, 'Renew', j.id, p_lease_id, jsonb_build_object(
         'job_id', j.id, 'lease_id', p_lease_id, 'expires_at_ms', pgqueue.to_ms(j.lease_expires_at),
@@ -666,9 +693,10 @@ $$;
 -- and whether an operator asked to cancel the job (pgqueue.cancel); a missing one was lost
 -- (fenced by lease_id). p_started[i] true: the lease's handler has
 -- started (a job leased ahead of its handler; see pgqueue.lease), said in the op as well.
+-- p_stream: the stream the leases came from (see pgqueue.ack); NULL: each of these jobs' in turn.
 CREATE OR REPLACE FUNCTION pgqueue.renew(
     p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[],
-    p_started boolean[] DEFAULT NULL
+    p_started boolean[] DEFAULT NULL, p_stream text DEFAULT NULL
 ) RETURNS TABLE (job_id bigint, lease_id bigint, expires_at timestamptz,
               cancel_requested boolean)
 LANGUAGE plpgsql VOLATILE
@@ -677,6 +705,8 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
+    v_stream text;
+    v_expires timestamptz[];
 BEGIN
     PERFORM pgqueue.require_leader();
     IF EXISTS (SELECT 1 FROM unnest(p_visibility_ms) v WHERE v IS NULL OR v < 0)
@@ -685,20 +715,34 @@ BEGIN
         RAISE EXCEPTION 'renew: every visibility must be >= 0 ms, one per job'
             USING ERRCODE = '22023';
     END IF;
+    -- each new expiry worked out here (timestamptz arithmetic is STABLE, which Citus refuses
+    -- in an UPDATE's SET over a column)
+    v_expires := ARRAY(SELECT v_now + v * interval '1 millisecond' FROM unnest(p_visibility_ms) v);
+    IF p_stream IS NULL THEN
+        FOR v_stream IN SELECT DISTINCT j.stream FROM pgqueue.job j WHERE j.id = ANY(p_job_ids) LOOP
+            RETURN QUERY SELECT * FROM pgqueue.renew(p_job_ids, p_lease_ids, p_visibility_ms,
+                                                     p_checkpoints, p_started, v_stream);
+        END LOOP;
+        RETURN;
+    END IF;
     RETURN QUERY
     -- Rows are locked in id order first (see ack): no deadlock with a concurrent batched ack.
+    -- The lock takes the jobs of these ids holding one of these leases, the UPDATE those whose
+    -- pair it was, with their inputs: the shapes Citus (14.0) plans for one node (see
+    -- pgqueue.ack; an array subscript by a column in the UPDATE crashed its worker).
     WITH input AS (
-        SELECT * FROM unnest(p_job_ids, p_lease_ids, p_visibility_ms, p_checkpoints,
+        SELECT * FROM unnest(p_job_ids, p_lease_ids, v_expires, p_checkpoints,
                              coalesce(p_started, '{}'::boolean[]))
-            AS t(job_id, lease_id, visibility_ms, cp, started)
+            AS t(job_id, lease_id, expires_at, cp, started)
     ), locked AS MATERIALIZED (
-        SELECT j.id FROM pgqueue.job j JOIN input i ON j.id = i.job_id AND j.lease_id = i.lease_id
-        WHERE j.state = 'leased'
+        SELECT j.id FROM pgqueue.job j
+        WHERE j.stream = p_stream AND j.id = ANY(p_job_ids) AND j.lease_id = ANY(p_lease_ids)
+          AND j.state = 'leased' COLLATE "POSIX"  -- (by id, not a stream's index: job's indexes)
         ORDER BY j.id
         FOR UPDATE OF j
     ), renewed AS (
         UPDATE pgqueue.job j
-        SET lease_expires_at = v_now + i.visibility_ms * interval '1 millisecond',
+        SET lease_expires_at = i.expires_at,
             last_completed_step = CASE WHEN i.cp IS NULL THEN j.last_completed_step
                                        ELSE i.cp ->> 'last_completed_step' END,
             cursor_step = CASE WHEN i.cp IS NULL THEN j.cursor_step ELSE i.cp ->> 'cursor_step' END,
@@ -710,20 +754,26 @@ BEGIN
             checkpoint_updated_at = CASE WHEN i.cp IS NULL THEN j.checkpoint_updated_at ELSE v_now END,
             lease_started = j.lease_started OR coalesce(i.started, false)
         FROM input i, locked l
-        WHERE j.id = l.id AND j.id = i.job_id AND j.lease_id = i.lease_id AND j.state = 'leased'
-        RETURNING j.*
+        WHERE j.stream = p_stream AND j.id = l.id AND j.id = i.job_id AND j.lease_id = i.lease_id
+          AND j.state = 'leased' COLLATE "POSIX"
+        RETURNING j.id, j.stream, j.lease_id, j.lease_expires_at, j.lease_started,
+                  j.cancel_requested_at, j.last_completed_step, j.cursor_step, j.cursor,
+                  j.checkpoint_updated_at, j.schema_version, j.step_set_hash, j.crashes_by_step
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
         SELECT r.stream, 'Renew', r.id, r.lease_id, jsonb_build_object(
             'job_id', r.id, 'lease_id', r.lease_id,
             'expires_at_ms', pgqueue.to_ms(r.lease_expires_at),
-            'checkpoint', pgqueue.checkpoint_json(r), 'started', r.lease_started)
+            'checkpoint', pgqueue.checkpoint_json_of(r.last_completed_step, r.cursor_step,
+                r.cursor, r.checkpoint_updated_at, r.schema_version, r.step_set_hash,
+                r.crashes_by_step),
+            'started', r.lease_started)
         FROM renewed r ORDER BY r.id
     ), expiring AS (
         -- where reclaim finds them once they expire: one row per new expiry of the call
-        INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids)
+        INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids, stream)
         SELECT pgqueue.expiry_slot(r.lease_expires_at), r.lease_expires_at,
-               array_agg(r.id ORDER BY r.id)
+               array_agg(r.id ORDER BY r.id), p_stream
         FROM renewed r GROUP BY r.lease_expires_at
     )
     SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
@@ -754,7 +804,7 @@ FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(work
 -- started; returns those still current, and whether a cancel of the job was requested.
 SELECT job_id, lease_id, expires_at, cancel_requested
 FROM pgqueue.renew(%(job_ids)b::bigint[], %(lease_ids)b::bigint[], %(visibility_ms)b::bigint[],
-                   %(checkpoints)b::jsonb[], %(started)b::boolean[])
+                   %(checkpoints)b::jsonb[], %(started)b::boolean[], %(stream)s::text)
 
 -- name: cancel_requested
 -- Of these leases (job id, lease id), the current ones whose job an operator asked to cancel:
@@ -763,9 +813,10 @@ FROM pgqueue.renew(%(job_ids)b::bigint[], %(lease_ids)b::bigint[], %(visibility_
 SELECT t.lease_id
 FROM unnest(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(job_id, lease_id)
 JOIN pgqueue.job j ON j.id = t.job_id AND j.lease_id = t.lease_id
-WHERE j.state = 'leased' AND j.cancel_requested_at IS NOT NULL
+WHERE j.stream = %(stream)s::text AND j.state = 'leased' COLLATE "POSIX"  -- by id: job's indexes
+  AND j.cancel_requested_at IS NOT NULL
 
 -- name: start_rated
 -- Count a leased-ahead job of a rate-limited kind in its window as its handler starts:
 -- 'started', 'deferred' (window full: back to the queue), 'cancelled'; NULL: lease lost.
-SELECT pgqueue.start_rated(%(job_id)s::bigint, %(lease_id)s::bigint)
+SELECT pgqueue.start_rated(%(job_id)s::bigint, %(lease_id)s::bigint, %(stream)s::text)

@@ -51,40 +51,70 @@ CREATE INDEX job_pending_since_idx ON pgqueue.job (stream, not_before)
 CREATE OR REPLACE FUNCTION pgqueue.count_jobs() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
+-- The transition tables are read into arrays first, and the rows written from those: on
+-- Citus this trigger fires on a shard, where an INSERT into a distributed table cannot read
+-- a transition table ("could not find named tuplestore").
+DECLARE
+    c_stream text[];  -- job_count_delta: per (stream, state), the net change
+    c_state text[];
+    c_delta bigint[];
+    e_stream text[];  -- ready entries to add
+    e_priority smallint[];
+    e_id bigint[];
+    e_kind text[];
+    d_stream text[];  -- ready entries to drop
+    d_priority smallint[];
+    d_id bigint[];
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
-        SELECT pgqueue.ring_slot(), stream, state, count(*) FROM new_rows GROUP BY stream, state;
-        INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind)
-        SELECT pgqueue.ring_slot(), n.stream, n.priority, n.id, n.kind
+        SELECT array_agg(c.stream), array_agg(c.state), array_agg(c.n)
+        INTO c_stream, c_state, c_delta
+        FROM (SELECT stream, state, count(*) AS n FROM new_rows GROUP BY stream, state) c;
+        SELECT array_agg(n.stream), array_agg(n.priority), array_agg(n.id), array_agg(n.kind)
+        INTO e_stream, e_priority, e_id, e_kind
         FROM new_rows n WHERE n.state = 'pending';
     ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
-        SELECT pgqueue.ring_slot(), stream, state, -count(*) FROM old_rows GROUP BY stream, state;
-        IF EXISTS (SELECT 1 FROM old_rows o WHERE o.state = 'pending') THEN
-            PERFORM pgqueue.ready_drop(array_agg(o.stream), array_agg(o.priority), array_agg(o.id))
-            FROM old_rows o WHERE o.state = 'pending';
-        END IF;
+        SELECT array_agg(c.stream), array_agg(c.state), array_agg(c.n)
+        INTO c_stream, c_state, c_delta
+        FROM (SELECT stream, state, -count(*) AS n FROM old_rows GROUP BY stream, state) c;
+        SELECT array_agg(o.stream), array_agg(o.priority), array_agg(o.id)
+        INTO d_stream, d_priority, d_id
+        FROM old_rows o WHERE o.state = 'pending';
     ELSE
-        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
-        SELECT pgqueue.ring_slot(), stream, state, sum(d) FROM (
-            SELECT stream, state, 1 AS d FROM new_rows
-            UNION ALL SELECT stream, state, -1 FROM old_rows) c
-        GROUP BY stream, state HAVING sum(d) <> 0;
+        SELECT array_agg(c.stream), array_agg(c.state), array_agg(c.n)
+        INTO c_stream, c_state, c_delta
+        FROM (SELECT stream, state, sum(d) AS n FROM (
+                  SELECT stream, state, 1 AS d FROM new_rows
+                  UNION ALL SELECT stream, state, -1 FROM old_rows) u
+              GROUP BY stream, state HAVING sum(d) <> 0) c;
         IF EXISTS (SELECT 1 FROM old_rows o WHERE o.state = 'pending')
            AND current_setting('pgqueue.ready_taken', true) IS DISTINCT FROM 'on' THEN
-            PERFORM pgqueue.ready_drop(array_agg(o.stream), array_agg(o.priority), array_agg(o.id))
+            SELECT array_agg(o.stream), array_agg(o.priority), array_agg(o.id)
+            INTO d_stream, d_priority, d_id
             FROM old_rows o JOIN new_rows n ON n.id = o.id
             WHERE o.state = 'pending' AND (n.state <> 'pending' OR n.priority <> o.priority
                                            OR n.kind IS DISTINCT FROM o.kind);
         END IF;
         IF EXISTS (SELECT 1 FROM new_rows n WHERE n.state = 'pending') THEN
-            INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind)
-            SELECT pgqueue.ring_slot(), n.stream, n.priority, n.id, n.kind
+            SELECT array_agg(n.stream), array_agg(n.priority), array_agg(n.id), array_agg(n.kind)
+            INTO e_stream, e_priority, e_id, e_kind
             FROM new_rows n JOIN old_rows o ON o.id = n.id
             WHERE n.state = 'pending' AND (o.state <> 'pending' OR n.priority <> o.priority
                                            OR n.kind IS DISTINCT FROM o.kind);
         END IF;
+    END IF;
+    IF c_stream IS NOT NULL THEN
+        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
+        SELECT pgqueue.ring_slot(), c.stream, c.state, c.delta
+        FROM unnest(c_stream, c_state, c_delta) AS c(stream, state, delta);
+    END IF;
+    IF d_id IS NOT NULL THEN
+        PERFORM pgqueue.ready_drop(d_stream, d_priority, d_id);
+    END IF;
+    IF e_id IS NOT NULL THEN
+        INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind)
+        SELECT pgqueue.ring_slot(), e.stream, e.priority, e.id, e.kind
+        FROM unnest(e_stream, e_priority, e_id, e_kind) AS e(stream, priority, id, kind);
     END IF;
     RETURN NULL;
 END
@@ -93,13 +123,22 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.count_dead_letters() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
+-- As count_jobs: the transition table read into arrays first.
+DECLARE
+    c_stream text[];
+    c_delta bigint[];
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
-        SELECT pgqueue.ring_slot(), stream, 'dead', count(*) FROM new_rows GROUP BY stream;
+        SELECT array_agg(c.stream), array_agg(c.n) INTO c_stream, c_delta
+        FROM (SELECT stream, count(*) AS n FROM new_rows GROUP BY stream) c;
     ELSIF TG_OP = 'DELETE' THEN
+        SELECT array_agg(c.stream), array_agg(c.n) INTO c_stream, c_delta
+        FROM (SELECT stream, -count(*) AS n FROM old_rows GROUP BY stream) c;
+    END IF;
+    IF c_stream IS NOT NULL THEN
         INSERT INTO pgqueue.job_count_delta (slot, stream, state, delta)
-        SELECT pgqueue.ring_slot(), stream, 'dead', -count(*) FROM old_rows GROUP BY stream;
+        SELECT pgqueue.ring_slot(), c.stream, 'dead', c.delta
+        FROM unnest(c_stream, c_delta) AS c(stream, delta);
     END IF;
     RETURN NULL;
 END

@@ -167,14 +167,16 @@ AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
     j pgqueue.job;
-    v_stream text;
+    v_stream text := pgqueue.stream_of(p_job_id);
 BEGIN
     PERFORM pgqueue.require_leader();
-    SELECT * INTO j FROM pgqueue.job WHERE id = p_job_id FOR UPDATE;
+    -- found by id, then locked by stream and id (on Citus a lock is taken on one node only)
+    SELECT * INTO j FROM pgqueue.job WHERE stream = v_stream AND id = p_job_id FOR UPDATE;
     IF FOUND THEN
         IF j.state = 'leased' THEN
             IF j.cancel_requested_at IS NULL THEN
-                UPDATE pgqueue.job SET cancel_requested_at = v_now WHERE id = p_job_id;
+                UPDATE pgqueue.job SET cancel_requested_at = v_now
+                WHERE stream = j.stream AND id = p_job_id;
                 INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
                 VALUES (j.stream, 'RequestCancel', j.id, j.lease_id,
                         jsonb_build_object('job_id', j.id, 'lease_id', j.lease_id,
@@ -183,12 +185,13 @@ BEGIN
             END IF;
             RETURN 'requested';
         END IF;
-        DELETE FROM pgqueue.job WHERE id = p_job_id;
+        DELETE FROM pgqueue.job WHERE stream = j.stream AND id = p_job_id;
         INSERT INTO pgqueue.op_log (stream, op, job_id, body)
         VALUES (j.stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', j.state));
         RETURN 'cancelled';
     END IF;
-    DELETE FROM pgqueue.dead_letter WHERE id = p_job_id RETURNING stream INTO v_stream;
+    v_stream := (SELECT dl.stream FROM pgqueue.dead_letter dl WHERE dl.id = p_job_id);
+    DELETE FROM pgqueue.dead_letter WHERE stream = v_stream AND id = p_job_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no job %', p_job_id USING ERRCODE = 'PQ404';
     END IF;
@@ -356,6 +359,7 @@ AS $$
 DECLARE
     v_id bigint;
     v_cancel text;
+    v_stream text;
 BEGIN
     PERFORM pgqueue.require_leader();
     IF p_verb IS NULL OR p_verb NOT IN ('requeue', 'release', 'rewind', 'restart', 'skip-step',
@@ -367,13 +371,16 @@ BEGIN
         RAISE EXCEPTION 'rewind needs the step to rewind to' USING ERRCODE = '22023';
     END IF;
     FOREACH v_id IN ARRAY coalesce(p_job_ids, '{}') LOOP
+        -- each found by id, then locked by stream and id (on Citus: on one node)
+        v_stream := pgqueue.stream_of(v_id);
         PERFORM 1 FROM pgqueue.job j
-        WHERE j.id = v_id AND (p_stream IS NULL OR j.stream = p_stream)
+        WHERE j.stream = v_stream AND j.id = v_id AND (p_stream IS NULL OR j.stream = p_stream)
           AND (p_state IS NULL OR j.state = p_state) AND (p_kind IS NULL OR j.kind = p_kind)
         FOR UPDATE;
         IF NOT FOUND AND (p_state IS NULL OR p_state = 'dead') THEN
+            v_stream := (SELECT dl.stream FROM pgqueue.dead_letter dl WHERE dl.id = v_id);
             PERFORM 1 FROM pgqueue.dead_letter d
-            WHERE d.id = v_id AND (p_stream IS NULL OR d.stream = p_stream)
+            WHERE d.stream = v_stream AND d.id = v_id AND (p_stream IS NULL OR d.stream = p_stream)
               AND (p_kind IS NULL OR d.kind = p_kind)
             FOR UPDATE;
         END IF;

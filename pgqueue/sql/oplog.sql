@@ -127,7 +127,8 @@ AS $$
 $$;
 
 -- Apply one op's effect to the state tables. Ops carry resulting values, never increments.
-CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
+CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_stream text, p_job_id bigint, p_lease_id bigint,
+                                            b jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -155,7 +156,7 @@ BEGIN
             worker_instance = (b ->> 'worker_instance')::int,
             lease_expires_at = pgqueue.from_ms((b ->> 'expires_at_ms')::bigint),
             lease_started = coalesce((b ->> 'started')::boolean, true)
-        WHERE id = p_job_id;
+        WHERE stream = p_stream AND id = p_job_id;
     WHEN 'Renew' THEN
         UPDATE pgqueue.job
         SET lease_expires_at = pgqueue.from_ms((b ->> 'expires_at_ms')::bigint),
@@ -166,15 +167,16 @@ BEGIN
             schema_version = (b #>> '{checkpoint,schema_version}')::int,
             step_set_hash = b #>> '{checkpoint,step_set_hash}',
             lease_started = coalesce((b ->> 'started')::boolean, lease_started)
-        WHERE id = p_job_id AND lease_id = p_lease_id;
+        WHERE stream = p_stream AND id = p_job_id AND lease_id = p_lease_id;
     WHEN 'Ack' THEN
-        DELETE FROM pgqueue.job WHERE id = p_job_id;
+        DELETE FROM pgqueue.job WHERE stream = p_stream AND id = p_job_id;
     WHEN 'Promote' THEN
-        UPDATE pgqueue.job SET state = 'pending' WHERE id = p_job_id AND state = 'scheduled';
+        UPDATE pgqueue.job SET state = 'pending'
+        WHERE stream = p_stream AND id = p_job_id AND state = 'scheduled' COLLATE "POSIX";
     WHEN 'Nack', 'Reclaim' THEN
         IF b ->> 'state' = 'dead' THEN
-            UPDATE pgqueue.job SET max_attempts = (b ->> 'max_attempts')::int WHERE id = p_job_id;
-            PERFORM pgqueue.bury(p_job_id, (b ->> 'attempts')::int, b ->> 'last_error',
+            UPDATE pgqueue.job SET max_attempts = (b ->> 'max_attempts')::int WHERE stream = p_stream AND id = p_job_id;
+            PERFORM pgqueue.bury(p_stream, p_job_id, (b ->> 'attempts')::int, b ->> 'last_error',
                                  pgqueue.from_ms((b ->> 'at_ms')::bigint), b -> 'crashes_by_step',
                                  b ->> 'error_summary');
         ELSE
@@ -188,10 +190,10 @@ BEGIN
                 crashes_by_step = b -> 'crashes_by_step',
                 unstarted_reclaims = coalesce((b ->> 'unstarted_reclaims')::int, unstarted_reclaims),
                 lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
-            WHERE id = p_job_id;
+            WHERE stream = p_stream AND id = p_job_id;
         END IF;
     WHEN 'RequeueDeadLetter' THEN
-        WITH d AS (DELETE FROM pgqueue.dead_letter WHERE id = p_job_id RETURNING *)
+        WITH d AS (DELETE FROM pgqueue.dead_letter WHERE stream = p_stream AND id = p_job_id RETURNING *)
         INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before, enqueued_at,
             dedup_key, attempts, max_attempts, last_error, last_completed_step, cursor_step, cursor,
             checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
@@ -205,13 +207,13 @@ BEGIN
         FROM d;
     WHEN 'ReturnLease', 'MarkUndecodable', 'Upcast', 'Release', 'Rewind', 'Restart', 'SkipStep',
          'AcceptStepSet' THEN
-        PERFORM pgqueue.apply_job_state(p_job_id, b);
+        PERFORM pgqueue.apply_job_state(p_stream, p_job_id, b);
     WHEN 'RequestCancel' THEN
         UPDATE pgqueue.job SET cancel_requested_at = pgqueue.from_ms((b ->> 'at_ms')::bigint)
-        WHERE id = p_job_id;
+        WHERE stream = p_stream AND id = p_job_id;
     WHEN 'Cancel' THEN
-        DELETE FROM pgqueue.job WHERE id = p_job_id;
-        DELETE FROM pgqueue.dead_letter WHERE id = p_job_id;
+        DELETE FROM pgqueue.job WHERE stream = p_stream AND id = p_job_id;
+        DELETE FROM pgqueue.dead_letter WHERE stream = p_stream AND id = p_job_id;
     WHEN 'RegisterStepSet' THEN
         INSERT INTO pgqueue.step_set (hash, kind, steps, created_at)
         VALUES (b ->> 'hash', b ->> 'kind', b -> 'steps', pgqueue.from_ms((b ->> 'created_at_ms')::bigint))
@@ -274,7 +276,7 @@ BEGIN
         RETURN false;
     END IF;
     IF NOT pgqueue.reflected(o.xid) THEN
-        PERFORM pgqueue.apply_op(o.op, o.job_id, o.lease_id, pgqueue.op_body(o));
+        PERFORM pgqueue.apply_op(o.op, o.stream, o.job_id, o.lease_id, pgqueue.op_body(o));
     END IF;
     RETURN true;
 END
@@ -305,14 +307,15 @@ $$;
 -- transaction of the op its first attempt committed (NULLs when none did: it runs as a first
 -- attempt). The unique index on op_log.request stays the backstop: a first attempt that
 -- reaches the server only after its re-send committed fails there instead of applying twice.
-CREATE OR REPLACE FUNCTION pgqueue.request_begin(p_request uuid, p_resent boolean,
+CREATE OR REPLACE FUNCTION pgqueue.request_begin(p_stream text, p_request uuid, p_resent boolean,
                                                  OUT seq bigint, OUT xid xid8)
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pgqueue.request'), hashtext(p_request::text));
     IF p_resent THEN
-        SELECT o.seq, o.xid INTO seq, xid FROM pgqueue.op_log o WHERE o.request = p_request;
+        SELECT o.seq, o.xid INTO seq, xid FROM pgqueue.op_log o
+        WHERE o.stream = p_stream AND o.request = p_request;
     END IF;
 END
 $$;

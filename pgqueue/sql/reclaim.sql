@@ -21,7 +21,10 @@
 CREATE TABLE pgqueue.lease_expiry (
     slot       smallint NOT NULL,
     expires_at timestamptz NOT NULL,
-    job_ids    bigint[] NOT NULL
+    job_ids    bigint[] NOT NULL,
+    -- the stream of those jobs (0017 on: a call leases and renews one stream's), by which
+    -- Citus places the row with them; NULL in rows written before
+    stream     text
 ) PARTITION BY LIST (slot);
 DO $$
 BEGIN
@@ -84,7 +87,7 @@ BEGIN
         UPDATE pgqueue.job
         SET state = 'pending', unstarted_reclaims = j.unstarted_reclaims, lease_id = NULL,
             worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
-        WHERE id = j.id;
+        WHERE stream = j.stream AND id = j.id;
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
         VALUES (j.stream, 'Reclaim', j.id, v_lease, pgqueue.outcome_json(j, 'pending', v_now));
         state := 'pending';
@@ -113,14 +116,14 @@ BEGIN
         v_state := 'pending';
     END IF;
     IF v_state = 'dead' THEN
-        PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step,
+        PERFORM pgqueue.bury(j.stream, j.id, j.attempts, j.last_error, v_now, j.crashes_by_step,
                              j.error_summary);
     ELSE
         UPDATE pgqueue.job
         SET state = v_state, attempts = j.attempts, last_error = j.last_error,
             error_summary = j.error_summary, state_reason = j.state_reason, state_detail = j.state_detail,
             crashes_by_step = j.crashes_by_step, lease_id = NULL, worker_node = NULL, worker_instance = NULL, lease_expires_at = NULL
-        WHERE id = j.id;
+        WHERE stream = j.stream AND id = j.id;
     END IF;
     INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
     VALUES (j.stream, 'Reclaim', j.id, v_lease, pgqueue.outcome_json(j, v_state, v_now));
@@ -234,12 +237,12 @@ BEGIN
         RETURN 0;
     END IF;
     FOREACH v_part IN ARRAY v_parts LOOP
-        EXECUTE format('INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids) '
+        EXECUTE format('INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids, stream) '
                        'SELECT pgqueue.expiry_slot(e.expires_at), e.expires_at, '
-                       'array_agg(j.id ORDER BY j.id) FROM %s e '
+                       'array_agg(j.id ORDER BY j.id), j.stream FROM %s e '
                        'JOIN pgqueue.job j ON j.id = ANY(e.job_ids) AND j.state = ''leased'' '
                        'AND j.lease_expires_at = e.expires_at '
-                       'WHERE e.expires_at >= $1 GROUP BY e.expires_at', v_part)
+                       'WHERE e.expires_at >= $1 GROUP BY e.expires_at, j.stream', v_part)
         USING v_now;
     END LOOP;
     EXECUTE 'TRUNCATE ' || (SELECT string_agg(format('%s', p), ', ') FROM unnest(v_parts) p);

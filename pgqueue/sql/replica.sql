@@ -128,7 +128,7 @@ BEGIN
         RETURN NULL;
     END IF;
     IF NOT pgqueue.reflected(NEW.xid) THEN
-        PERFORM pgqueue.apply_op(NEW.op, NEW.job_id, NEW.lease_id, pgqueue.op_body(NEW));
+        PERFORM pgqueue.apply_op(NEW.op, NEW.stream, NEW.job_id, NEW.lease_id, pgqueue.op_body(NEW));
     END IF;
     RETURN NEW;
 END

@@ -16,6 +16,15 @@ CREATE TABLE pgqueue.schema_history (
     applied_at      timestamptz NOT NULL DEFAULT now()
 );
 
+-- How the schema is laid out: 'single' (one server), or 'citus' once pgqueue.db.schema laid
+-- it out across a Citus cluster (pgqueue/sql/citus.sql). An enqueue notifies waiting workers
+-- only on one server (pgqueue.notify_ready). One row; a reference table on Citus.
+CREATE TABLE pgqueue.layout (
+    one  boolean PRIMARY KEY DEFAULT true CHECK (one),
+    name text NOT NULL DEFAULT 'single' CHECK (name IN ('single', 'citus'))
+);
+INSERT INTO pgqueue.layout DEFAULT VALUES;
+
 -- queries -----------------------------------------------------------------------------------
 
 -- name: schema_revision

@@ -3,25 +3,42 @@
 -- schema: functions -------------------------------------------------------------------------
 
 -- Ack: the job is done and deleted; its history stays in op_log. Returns the ids acked.
-CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
+-- p_stream: the stream the leases came from (a worker's call names it; on Citus the call then
+-- runs on the node holding the stream); NULL (psql, a client of 0016): each stream of these
+-- jobs in turn.
+CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[],
+                                       p_stream text DEFAULT NULL) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
+DECLARE
+    v_stream text;
 BEGIN
     PERFORM pgqueue.require_leader();
+    IF p_stream IS NULL THEN
+        FOR v_stream IN SELECT DISTINCT j.stream FROM pgqueue.job j WHERE j.id = ANY(p_job_ids) LOOP
+            RETURN QUERY SELECT pgqueue.ack(p_job_ids, p_lease_ids, v_stream);
+        END LOOP;
+        RETURN;
+    END IF;
     RETURN QUERY
     -- Rows are locked in id order first, so two statements over overlapping jobs (a batched
     -- ack and a renewal round of the same worker) wait for each other instead of deadlocking.
-    WITH locked AS MATERIALIZED (
+    -- The lock takes the jobs of these ids holding one of these leases (a lease id is given
+    -- to one job only), the DELETE those whose pair it was: Citus (14.0) planned the pairs
+    -- joined inside the locking CTE through an intermediate result it then misread.
+    WITH input AS (
+        SELECT * FROM unnest(p_job_ids, p_lease_ids) AS t(job_id, lease_id)
+    ), locked AS MATERIALIZED (
         SELECT j.id FROM pgqueue.job j
-        JOIN unnest(p_job_ids, p_lease_ids) AS t(job_id, lease_id)
-          ON j.id = t.job_id AND j.lease_id = t.lease_id
-        WHERE j.state = 'leased'
+        WHERE j.stream = p_stream AND j.id = ANY(p_job_ids) AND j.lease_id = ANY(p_lease_ids)
+          AND j.state = 'leased' COLLATE "POSIX"  -- (by id, not a stream's index: job's indexes)
         ORDER BY j.id
         FOR UPDATE OF j
     ), gone AS (
-        DELETE FROM pgqueue.job j USING locked l WHERE j.id = l.id
+        DELETE FROM pgqueue.job j USING locked l, input i
+        WHERE j.stream = p_stream AND j.id = l.id AND j.id = i.job_id AND j.lease_id = i.lease_id
         RETURNING j.id, j.lease_id, j.stream
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
@@ -39,7 +56,8 @@ $$;
 -- longer current. The failure is recorded as p_error (its whole text: a traceback) and a
 -- one-line summary, p_summary (pgqueue.error_summary of p_error when not given).
 CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_error text, p_retry_in_ms bigint,
-                             p_max_attempts int DEFAULT NULL, p_summary text DEFAULT NULL)
+                             p_max_attempts int DEFAULT NULL, p_summary text DEFAULT NULL,
+                             p_stream text DEFAULT NULL)
 RETURNS TABLE (dead boolean, state text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -52,11 +70,8 @@ DECLARE
     v_state text;
     v_summary text;
 BEGIN
-    PERFORM pgqueue.require_leader();
-    SELECT * INTO j FROM pgqueue.job
-    WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
-    FOR UPDATE;
-    IF NOT FOUND THEN
+    j := pgqueue.leased_job(p_job_id, p_lease_id, p_stream);
+    IF j.id IS NULL THEN
         RETURN;
     END IF;
     v_summary := pgqueue.error_summary(coalesce(p_summary, p_error));
@@ -77,8 +92,8 @@ BEGIN
     END IF;
     IF j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN
         v_state := 'dead';
-        UPDATE pgqueue.job SET max_attempts = j.max_attempts WHERE id = j.id;
-        PERFORM pgqueue.bury(j.id, j.attempts, j.last_error, v_now, j.crashes_by_step,
+        UPDATE pgqueue.job SET max_attempts = j.max_attempts WHERE stream = j.stream AND id = j.id;
+        PERFORM pgqueue.bury(j.stream, j.id, j.attempts, j.last_error, v_now, j.crashes_by_step,
                              j.error_summary);
     ELSE
         j.not_before := v_now + coalesce(p_retry_in_ms, pgqueue.backoff_ms(j.stream, j.attempts))
@@ -90,7 +105,7 @@ BEGIN
             last_error = j.last_error, error_summary = j.error_summary, not_before = j.not_before,
             lease_id = NULL, worker_node = NULL,
             worker_instance = NULL, lease_expires_at = NULL
-        WHERE id = j.id;
+        WHERE stream = j.stream AND id = j.id;
     END IF;
     INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
     VALUES (j.stream, 'Nack', j.id, p_lease_id, pgqueue.outcome_json(j, v_state, v_now));
@@ -101,7 +116,8 @@ $$;
 -- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
 -- A job whose cancel was requested ends as cancelled instead. Returns each job let go of, and
 -- the state it went to (pending, or cancelled).
-CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[])
+CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[],
+                                                 p_stream text DEFAULT NULL)
 RETURNS TABLE (id bigint, state text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -115,7 +131,7 @@ DECLARE
 BEGIN
     PERFORM pgqueue.require_leader();
     FOR i IN 1 .. coalesce(cardinality(p_job_ids), 0) LOOP
-        j := pgqueue.leased_job(p_job_ids[i], p_lease_ids[i]);
+        j := pgqueue.leased_job(p_job_ids[i], p_lease_ids[i], p_stream);
         CONTINUE WHEN j.id IS NULL;
         IF j.cancel_requested_at IS NOT NULL THEN
             PERFORM pgqueue.finish_cancel(j, 'return');
@@ -136,13 +152,13 @@ $$;
 -- Costs no attempt; a job whose cancel was requested ends as cancelled instead of parked.
 -- Returns the state it went to (undecodable, or cancelled); NULL when the lease is not current.
 CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id bigint, p_reason text,
-                                         p_detail jsonb) RETURNS text
+                                         p_detail jsonb, p_stream text DEFAULT NULL) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id, p_stream);
 BEGIN
     PERFORM pgqueue.require_leader();
     IF j.id IS NULL THEN
@@ -163,13 +179,14 @@ $$;
 -- Worker: the handler stopped on its job's cancel request (it raised pgqueue.Cancelled, or its
 -- task was cancelled), or raised Cancelled itself: the job ends as cancelled, never retried.
 -- Returns false when the lease is not current.
-CREATE OR REPLACE FUNCTION pgqueue.end_cancelled(p_job_id bigint, p_lease_id bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION pgqueue.end_cancelled(p_job_id bigint, p_lease_id bigint,
+                                                 p_stream text DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id, p_stream);
 BEGIN
     IF j.id IS NULL THEN
         RETURN false;
@@ -181,13 +198,13 @@ $$;
 
 -- Worker: store an upcast payload and its new schema version as the job resumes.
 CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
-                               p_schema_version int) RETURNS boolean
+                               p_schema_version int, p_stream text DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id);
+    j pgqueue.job := pgqueue.leased_job(p_job_id, p_lease_id, p_stream);
     v_limit bigint;
 BEGIN
     PERFORM pgqueue.require_leader();
@@ -211,14 +228,15 @@ $$;
 -- queries -----------------------------------------------------------------------------------
 
 -- name: ack_jobs
--- Ack many leases at once; returns the job ids whose lease was still current.
-SELECT id FROM pgqueue.ack(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(id)
+-- Ack many leases of %(stream)s at once; returns the job ids whose lease was still current.
+SELECT id FROM pgqueue.ack(%(job_ids)b::bigint[], %(lease_ids)b::bigint[], %(stream)s::text) AS t(id)
 
 -- name: nack_job
 -- One failure: back to pending after a backoff, or to the dead letters, or cancelled when a
 -- cancel was requested (state says which). No row: lease lost.
 SELECT dead, state FROM pgqueue.nack(%(job_id)s::bigint, %(lease_id)s::bigint, %(error)s::text,
-                          %(retry_in_ms)s::bigint, %(max_attempts)s::int, %(summary)s::text)
+                          %(retry_in_ms)s::bigint, %(max_attempts)s::int, %(summary)s::text,
+                          %(stream)s::text)
 
 -- name: acked_before
 -- Of these (job, lease) pairs, the jobs already acked under that lease: a re-sent ack whose
@@ -226,7 +244,7 @@ SELECT dead, state FROM pgqueue.nack(%(job_id)s::bigint, %(lease_id)s::bigint, %
 SELECT o.job_id FROM pgqueue.op_log o
 JOIN unnest(%(job_ids)b::bigint[], %(lease_ids)b::bigint[]) AS t(job_id, lease_id)
   ON o.job_id = t.job_id AND o.lease_id = t.lease_id
-WHERE o.op = 'Ack'
+WHERE o.stream = %(stream)s::text AND o.op = 'Ack'
 
 -- name: nacked_before
 -- The outcome of a nack of this lease that already committed (no row: there was none): a
@@ -234,15 +252,16 @@ WHERE o.op = 'Ack'
 SELECT (o.body ->> 'state') = 'dead' AS dead,
        CASE o.op WHEN 'Nack' THEN o.body ->> 'state' ELSE 'cancelled' END AS state
 FROM pgqueue.op_log o
-WHERE o.job_id = %(job_id)s AND o.lease_id = %(lease_id)s
+WHERE o.stream = %(stream)s::text AND o.job_id = %(job_id)s AND o.lease_id = %(lease_id)s
   AND (o.op = 'Nack' OR (o.op = 'Cancel' AND o.body ->> 'by' = 'nack'))
 
 -- name: end_cancelled
 -- The handler stopped on a cancel: the job ends as cancelled. False: the lease was lost.
-SELECT pgqueue.end_cancelled(%(job_id)s::bigint, %(lease_id)s::bigint)
+SELECT pgqueue.end_cancelled(%(job_id)s::bigint, %(lease_id)s::bigint, %(stream)s::text)
 
 -- name: cancelled_before
 -- Whether this lease's job already ended as cancelled (a re-sent end_cancelled whose first
 -- attempt committed before its reply was lost).
 SELECT EXISTS (SELECT 1 FROM pgqueue.op_log o
-               WHERE o.job_id = %(job_id)s AND o.lease_id = %(lease_id)s AND o.op = 'Cancel')
+               WHERE o.stream = %(stream)s::text AND o.job_id = %(job_id)s
+                 AND o.lease_id = %(lease_id)s AND o.op = 'Cancel')

@@ -102,15 +102,17 @@ ORDER BY stream, kind
 
 -- name: return_leases
 -- Give leases back without costing an attempt (graceful shutdown); returns the jobs let go of
--- and the state each went to (pending; cancelled when a cancel was requested).
-SELECT id, state FROM pgqueue.return_leases(%(job_ids)b::bigint[], %(lease_ids)b::bigint[])
+-- and the state each went to (pending; cancelled when a cancel was requested). All of
+-- %(stream)s (the caller groups its leases by stream).
+SELECT id, state FROM pgqueue.return_leases(%(job_ids)b::bigint[], %(lease_ids)b::bigint[],
+                                            %(stream)s::text)
 
 -- name: mark_undecodable
 -- Park the job as undecodable: 'undecodable', 'cancelled' (a cancel was requested); NULL:
 -- the lease was lost.
 SELECT pgqueue.mark_undecodable(%(job_id)s::bigint, %(lease_id)s::bigint, %(reason)s::text,
-                                %(detail)s::jsonb) AS marked
+                                %(detail)s::jsonb, %(stream)s::text) AS marked
 
 -- name: upcast_job
 SELECT pgqueue.upcast(%(job_id)s::bigint, %(lease_id)s::bigint, %(payload)s::bytea,
-                      %(schema_version)s::int) AS done
+                      %(schema_version)s::int, %(stream)s::text) AS done

@@ -110,7 +110,8 @@ def test_state_detail_stream_and_op_bodies_are_shown_literally(dsn: str) -> None
         (lease,) = q.lease()
         with q.connection() as conn:
             assert queries.scalar(conn, "mark_undecodable", {
-                "job_id": job_id, "lease_id": lease.lease_id, "reason": "unknown_kind",
+                "stream": lease.stream, "job_id": job_id, "lease_id": lease.lease_id,
+                "reason": "unknown_kind",
                 "detail": Jsonb({"why": NASTY})})
     out = people(dsn, "jobs", "inspect", str(job_id)).stdout
     assert "state detail" in out

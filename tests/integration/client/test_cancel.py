@@ -172,7 +172,8 @@ def test_a_lease_given_back_after_the_request_ends_it_cancelled(q: pgqueue.Queue
     with q.connection() as conn:  # the worker's drain learns which state each went to
         q.cancel(other.job_id)
         assert queries.fetch(conn, "return_leases", {
-            "job_ids": [other.job_id], "lease_ids": [other.lease_id]}) == [
+            "stream": other.stream, "job_ids": [other.job_id],
+            "lease_ids": [other.lease_id]}) == [
             {"id": other.job_id, "state": "cancelled"}]
 
 
@@ -183,7 +184,7 @@ def test_a_re_sent_end_after_a_lost_reply_says_it_was_done(q: pgqueue.Queue) -> 
         assert settle.end_cancelled(conn, held) is True
         assert settle.end_cancelled(conn, held) is False  # the second call changes nothing
         assert queries.scalar(conn, "cancelled_before", {
-            "job_id": held.job_id, "lease_id": held.lease_id}) is True
+            "stream": held.stream, "job_id": held.job_id, "lease_id": held.lease_id}) is True
 
 
 def test_parking_a_cancelled_job_ends_it_cancelled(q: pgqueue.Queue) -> None:
@@ -191,7 +192,7 @@ def test_parking_a_cancelled_job_ends_it_cancelled(q: pgqueue.Queue) -> None:
     q.cancel(held.job_id)
     with q.connection() as conn:
         assert queries.scalar(conn, "mark_undecodable", {
-            "job_id": held.job_id, "lease_id": held.lease_id, "reason": "unknown_kind",
+            "stream": held.stream, "job_id": held.job_id, "lease_id": held.lease_id, "reason": "unknown_kind",
             "detail": Jsonb({})}) == "cancelled"
     assert q.job(held.job_id) is None
     assert (last_op(q, held.job_id).op, last_op(q, held.job_id).body["by"]) == ("Cancel", "undecodable")
@@ -572,7 +573,7 @@ def test_a_rate_limited_job_leased_ahead_counts_when_it_starts(q: pgqueue.Queue)
     q.enqueue_many([pgqueue.NewJob(b"x", kind="api") for _ in range(6)])
     with q.connection() as conn:
         def start(held: pgqueue.Lease) -> Any:
-            return queries.scalar(conn, "start_rated", {"job_id": held.job_id,
+            return queries.scalar(conn, "start_rated", {"stream": held.stream, "job_id": held.job_id,
                                                          "lease_id": held.lease_id})
 
         got = lease.lease(conn, "default", 2, 30.0, 0, 0, start=1)

@@ -213,7 +213,7 @@ def test_op_log_preview_is_op_body_with_the_payload_cut(q: pgqueue.Queue) -> Non
     [held] = q.lease()  # the first job (FIFO at one priority)
     with q.connection() as conn:
         assert queries.scalar(conn, "upcast_job", {
-            "job_id": held.job_id, "lease_id": held.lease_id, "payload": big,
+            "stream": held.stream, "job_id": held.job_id, "lease_id": held.lease_id, "payload": big,
             "schema_version": 2})
     whole = q.op_log(limit=100)
     wide = q.op_log_preview(limit=100, preview_bytes=len(big))

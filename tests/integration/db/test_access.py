@@ -71,7 +71,8 @@ def _prepare(q: pgqueue.Queue, dsn: str) -> dict[str, Any]:
                                                  step_set_hash=H1))
     with q.connection() as conn:
         queries.scalar(conn, "mark_undecodable", {
-            "job_id": step_job, "lease_id": held.lease_id, "reason": "step_set_changed",
+            "stream": held.stream, "job_id": step_job, "lease_id": held.lease_id,
+            "reason": "step_set_changed",
             "detail": Jsonb({"old_hash": H1, "new_hash": H2})})
     ctx["step_parked"] = step_job
     dead = q.enqueue(b"d", kind="k", max_attempts=1, priority=200)
@@ -82,7 +83,7 @@ def _prepare(q: pgqueue.Queue, dsn: str) -> dict[str, Any]:
     ctx["parked"] = q.enqueue(b"u", kind="k", priority=150)
     (parked,) = q.lease(1, visibility_timeout=60)
     with q.connection() as conn:
-        queries.scalar(conn, "mark_undecodable", {"job_id": parked.job_id,
+        queries.scalar(conn, "mark_undecodable", {"stream": parked.stream, "job_id": parked.job_id,
                                                   "lease_id": parked.lease_id,
                                                   "reason": "unknown_kind", "detail": Jsonb({})})
     ctx["leased_job"] = q.enqueue(b"l", kind="k", priority=100)
@@ -134,10 +135,12 @@ CASES = [
     Case("end as cancelled", "worker", lambda q, c: _with_conn(
         q, lambda conn: settle.end_cancelled(conn, c["lease"]))),
     Case("mark undecodable", "worker", lambda q, c: _with_conn(q, lambda conn: queries.scalar(
-        conn, "mark_undecodable", {"job_id": c["lease"].job_id, "lease_id": c["lease"].lease_id,
+        conn, "mark_undecodable", {"stream": c["lease"].stream, "job_id": c["lease"].job_id,
+                                   "lease_id": c["lease"].lease_id,
                                    "reason": "unknown_kind", "detail": Jsonb({})}))),
     Case("upcast", "worker", lambda q, c: _with_conn(q, lambda conn: queries.scalar(
-        conn, "upcast_job", {"job_id": c["lease"].job_id, "lease_id": c["lease"].lease_id,
+        conn, "upcast_job", {"stream": c["lease"].stream, "job_id": c["lease"].job_id,
+                             "lease_id": c["lease"].lease_id,
                              "payload": b"v2", "schema_version": 2}))),
     Case("register handlers", "worker", lambda q, c: _with_conn(
         q, lambda conn: registry.register_handlers(conn, _app(), ["default"]))),
@@ -227,8 +230,8 @@ def test_no_role_writes_a_table_directly(q: pgqueue.Queue, dsn: str, logins: Log
 
 
 @pytest.mark.parametrize("helper", [
-    "SELECT pgqueue.apply_op('Ack', %(job)s, NULL, '{}')",
-    "SELECT pgqueue.bury(%(job)s, 1, 'x', now(), '{}', 'x')",
+    "SELECT pgqueue.apply_op('Ack', 'default', %(job)s, NULL, '{}')",
+    "SELECT pgqueue.bury('default', %(job)s, 1, 'x', now(), '{}', 'x')",
     "SELECT pgqueue.finish_cancel(j, 'handler') FROM pgqueue.job j WHERE j.id = %(job)s",
     "SELECT pgqueue.save_kind_config(NULL::pgqueue.kind_config)",
     "SELECT pgqueue.set_role('replica')",

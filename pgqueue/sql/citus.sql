@@ -1,0 +1,163 @@
+-- citus: the distributed layout, for a database with the citus extension (issue 27).
+--
+-- Not a stage of its own schema: the revisions install the same objects on Citus as on one
+-- server, on the coordinator, and then pgqueue.db.schema applies this layout over them
+-- (citus_layout, idempotent: after every upgrade). What it changes, and why:
+--
+-- * The stream is the unit of placement. Every table a transition writes is distributed by
+--   stream and colocated with pgqueue.job: a stream's jobs, ready entries, ops, dead letters,
+--   lease expiries, counts, rate windows and schedules sit on one node, so a transition
+--   (which names its stream in every statement, 0017) is a transaction of that node alone.
+--   Their unique keys gain the stream (Citus requires the distribution column in them): job
+--   and dead_letter (stream, id), each op_log partition (stream, seq) and (stream, request);
+--   job and dead_letter keep an index on id, for the lookups by id alone (operators).
+-- * Settings (stream_config, kind_config, step_set, node, op_log_ring, op_log_policy,
+--   schema_history, layout) are reference tables: a copy on every node, read locally by the
+--   transitions there.
+-- * Every transition function is distributed on its stream argument, colocated with job, and
+--   delegated even inside a transaction block (force_delegation): called from the coordinator
+--   it runs on the node holding the stream (one round trip, one node's commit), so a stream's
+--   ids and ops always come from that node's sequences. An enqueue there does not NOTIFY
+--   (pgqueue.notify_ready): a transaction about streams on two nodes is a two-phase commit,
+--   which a notifying node cannot prepare.
+-- * Ids: job_id_seq, lease_id_seq and op_log_seq_seq exist on every node, each handing out
+--   k * 1024 + (the node's group id): unique in the cluster without coordination, increasing
+--   on each node. (Citus's own sequences would hand out ranges by group id, group << 48, which
+--   cannot be moved past each other when a stream moves.) op_log's seq default names its
+--   sequence by text, so that Citus does not take it over as a distributed sequence.
+-- * The count triggers fire on each shard: enabled with citus.enable_unsafe_triggers, which
+--   the layout sets for the database (they write only rows of their own stream's node).
+
+-- name: citus_installed
+-- Whether this database has the citus extension (then pgqueue installs the distributed layout).
+SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS installed
+
+-- name: citus_layout
+-- The distributed layout over a freshly installed or upgraded schema (see the top of this
+-- file); does nothing to what is already distributed. Run by the schema's owner on the
+-- coordinator.
+DO $layout$
+DECLARE
+    t text;
+    f record;
+BEGIN
+    -- unsafe triggers: the count triggers (pgqueue.count_jobs) fire on the shards
+    EXECUTE format('ALTER DATABASE %I SET citus.enable_unsafe_triggers = on', current_database());
+    SET LOCAL citus.enable_unsafe_triggers = on;
+    SET LOCAL citus.multi_shard_modify_mode = 'sequential';
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'pgqueue.job'::regclass) THEN
+        -- Citus distributes no table that has triggers: off, distributed, then back on
+        DROP TRIGGER job_count_insert ON pgqueue.job;
+        DROP TRIGGER job_count_update ON pgqueue.job;
+        DROP TRIGGER job_count_delete ON pgqueue.job;
+        DROP TRIGGER dead_letter_count_insert ON pgqueue.dead_letter;
+        DROP TRIGGER dead_letter_count_delete ON pgqueue.dead_letter;
+        ALTER TABLE pgqueue.job DROP CONSTRAINT job_pkey;
+        ALTER TABLE pgqueue.job ADD CONSTRAINT job_pkey PRIMARY KEY (stream, id);
+        CREATE INDEX job_id_idx ON pgqueue.job (id);
+        ALTER TABLE pgqueue.dead_letter DROP CONSTRAINT dead_letter_pkey;
+        ALTER TABLE pgqueue.dead_letter ADD CONSTRAINT dead_letter_pkey PRIMARY KEY (stream, id);
+        CREATE INDEX dead_letter_id_idx ON pgqueue.dead_letter (id);
+        FOR s IN 0..31 LOOP
+            EXECUTE format('ALTER TABLE pgqueue.%I DROP CONSTRAINT %I', 'op_log_' || s,
+                           'op_log_' || s || '_pkey');
+            EXECUTE format('ALTER TABLE pgqueue.%I ADD CONSTRAINT %I PRIMARY KEY (stream, seq)',
+                           'op_log_' || s, 'op_log_' || s || '_pkey');
+            EXECUTE format('DROP INDEX pgqueue.%I', 'op_log_' || s || '_request_idx');
+            EXECUTE format('CREATE UNIQUE INDEX %I ON pgqueue.%I (stream, request) '
+                           'WHERE request IS NOT NULL', 'op_log_' || s || '_request_idx',
+                           'op_log_' || s);
+        END LOOP;
+        ALTER SEQUENCE pgqueue.op_log_seq_seq OWNED BY NONE;
+        ALTER TABLE pgqueue.op_log ALTER COLUMN seq SET DEFAULT
+            CASE WHEN pg_current_xact_id() IS NOT NULL
+                 THEN nextval('pgqueue.op_log_seq_seq'::text) END;
+        UPDATE pgqueue.layout SET name = 'citus';
+        UPDATE pgqueue.lease_expiry SET stream = '' WHERE stream IS NULL;
+        ALTER TABLE pgqueue.lease_expiry ALTER COLUMN stream SET NOT NULL;
+        PERFORM create_distributed_table('pgqueue.job', 'stream', colocate_with => 'none');
+        FOREACH t IN ARRAY ARRAY['ready', 'op_log', 'dead_letter', 'lease_expiry', 'job_count',
+                                 'job_count_delta', 'kind_lease', 'schedule'] LOOP
+            PERFORM create_distributed_table('pgqueue.' || t, 'stream',
+                                             colocate_with => 'pgqueue.job');
+        END LOOP;
+        FOREACH t IN ARRAY ARRAY['stream_config', 'kind_config', 'step_set', 'node',
+                                 'op_log_ring', 'op_log_policy', 'schema_history', 'layout'] LOOP
+            PERFORM create_reference_table('pgqueue.' || t);
+        END LOOP;
+        CREATE OR REPLACE TRIGGER job_count_insert AFTER INSERT ON pgqueue.job
+            REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
+        CREATE OR REPLACE TRIGGER job_count_update AFTER UPDATE ON pgqueue.job
+            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
+        CREATE OR REPLACE TRIGGER job_count_delete AFTER DELETE ON pgqueue.job
+            REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
+        CREATE OR REPLACE TRIGGER dead_letter_count_insert AFTER INSERT ON pgqueue.dead_letter
+            REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+            EXECUTE FUNCTION pgqueue.count_dead_letters();
+        CREATE OR REPLACE TRIGGER dead_letter_count_delete AFTER DELETE ON pgqueue.dead_letter
+            REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
+            EXECUTE FUNCTION pgqueue.count_dead_letters();
+        ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_insert;
+        ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_update;
+        ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_delete;
+        ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_insert;
+        ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_delete;
+    END IF;
+    -- Every other function on every node too: Citus makes those a function depends on
+    -- everywhere, but left out those whose arguments are a table's row type (save_job,
+    -- leased_job, ...), made before their table was distributed.
+    FOR f IN
+        SELECT p.oid::regprocedure AS fn
+        FROM pg_proc p
+        WHERE p.pronamespace = 'pgqueue'::regnamespace
+          AND NOT EXISTS (SELECT 1 FROM pg_dist_object o
+                          WHERE o.classid = 'pg_proc'::regclass AND o.objid = p.oid)
+    LOOP
+        PERFORM create_distributed_function(f.fn);
+    END LOOP;
+    -- the transition functions, each on its stream argument (again after every upgrade: a
+    -- revision's code reload may have made a function anew)
+    FOR f IN
+        SELECT p.oid::regprocedure AS fn
+        FROM pg_proc p
+        WHERE p.pronamespace = 'pgqueue'::regnamespace
+          AND p.proname IN ('enqueue', 'enqueue_one', 'lease', 'renew', 'ack', 'nack',
+                            'return_leases', 'mark_undecodable', 'end_cancelled', 'upcast',
+                            'start_rated')
+          AND NOT EXISTS (SELECT 1 FROM pg_dist_object o
+                          WHERE o.classid = 'pg_proc'::regclass AND o.objid = p.oid
+                            AND o.distribution_argument_index IS NOT NULL AND o.force_delegation)
+    LOOP
+        PERFORM create_distributed_function(f.fn, 'p_stream'::text, colocate_with => 'pgqueue.job'::text,
+                                            force_delegation => true);
+    END LOOP;
+END
+$layout$
+
+-- name: citus_node_sequences
+-- Each node's id sequences (see the top of this file), made where missing and set to hand
+-- out k * 1024 + the node's group id: on the coordinator at once, on every worker through
+-- Citus. Run after citus_layout, and again after a node is added.
+SELECT nodeid, success, result FROM run_command_on_all_nodes($nodes$
+DO $seqs$
+DECLARE
+    v_group int := (SELECT groupid FROM pg_dist_local_group);
+    v_seq text;
+    v_last bigint;
+BEGIN
+    SET LOCAL citus.enable_ddl_propagation = off;
+    FOREACH v_seq IN ARRAY ARRAY['job_id_seq', 'lease_id_seq', 'op_log_seq_seq'] LOOP
+        IF to_regclass('pgqueue.' || v_seq) IS NULL THEN
+            EXECUTE format('CREATE SEQUENCE pgqueue.%I INCREMENT BY 1024 MINVALUE 1 START WITH %s',
+                           v_seq, 1024 + v_group);
+        ELSIF (SELECT increment_by FROM pg_sequences
+               WHERE schemaname = 'pgqueue' AND sequencename = v_seq) <> 1024 THEN
+            EXECUTE format('SELECT coalesce(last_value, 0) FROM pgqueue.%I', v_seq) INTO v_last;
+            EXECUTE format('ALTER SEQUENCE pgqueue.%I INCREMENT BY 1024 RESTART WITH %s', v_seq,
+                           (v_last / 1024 + 1) * 1024 + v_group);
+        END IF;
+    END LOOP;
+END
+$seqs$
+$nodes$)

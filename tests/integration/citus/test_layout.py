@@ -1,0 +1,166 @@
+"""pgqueue on a Citus cluster (a coordinator and two workers): the distributed layout, and the
+worker's transitions, each about one stream, running on the node that holds the stream and
+committing there alone."""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import pgqueue
+from pgqueue.client import lease, settle
+from pgqueue.client.position import LeasePosition
+from pgqueue.db import connection
+from tests.citusbed import (
+    CitusDatabase,
+    Cluster,
+    function_calls,
+    stream_group,
+    two_phase_commits,
+)
+from tests.dbhelp import wait_for
+
+DISTRIBUTED = {"job", "ready", "op_log", "dead_letter", "lease_expiry", "job_count",
+               "job_count_delta", "kind_lease", "schedule"}
+REFERENCE = {"stream_config", "kind_config", "step_set", "node", "op_log_ring", "op_log_policy",
+             "schema_history", "layout"}
+TRANSITIONS = {"enqueue", "enqueue_one", "lease", "renew", "ack", "nack", "return_leases",
+               "mark_undecodable", "end_cancelled", "upcast", "start_rated"}
+STREAMS = [f"tenant-{i}" for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def cdb(citus_cluster: Cluster) -> Iterator[CitusDatabase]:
+    """A Citus database with the pgqueue schema installed, for the module (each test uses
+    streams of its own; installing takes about ten seconds)."""
+    db = citus_cluster.new_database()
+    pgqueue.migrate(db.dsn)
+    yield db
+    citus_cluster.drop(db)
+
+
+@pytest.fixture
+def cdsn(cdb: CitusDatabase) -> str:
+    """The coordinator's DSN of `cdb`."""
+    return cdb.dsn
+
+
+def test_upgrade_lays_the_schema_out_by_stream(cdb: CitusDatabase, cdsn: str) -> None:
+    with psycopg.connect(cdsn) as conn:
+        tables = {str(name).removeprefix("pgqueue."): (method, column, colocation)
+                  for name, method, column, colocation in conn.execute(
+                      "SELECT logicalrelid::regclass::text, partmethod,"
+                      " column_to_column_name(logicalrelid, partkey), colocationid"
+                      " FROM pg_dist_partition"
+                      " WHERE logicalrelid::regclass::text LIKE 'pgqueue.%'"
+                      "   AND NOT (SELECT relispartition FROM pg_class WHERE oid = logicalrelid)")}
+        functions = {str(name): int(arg) for name, arg in conn.execute(
+            "SELECT p.proname, o.distribution_argument_index FROM pg_dist_object o"
+            " JOIN pg_proc p ON o.classid = 'pg_proc'::regclass AND p.oid = o.objid"
+            " WHERE p.pronamespace = 'pgqueue'::regnamespace"
+            "   AND o.distribution_argument_index IS NOT NULL")}
+        stream_args = {str(name): [str(a) for a in args].index("p_stream") for name, args in
+                       conn.execute("SELECT proname, proargnames FROM pg_proc"
+                                    " WHERE pronamespace = 'pgqueue'::regnamespace"
+                                    "   AND proname = ANY(%s)", (list(TRANSITIONS),))}
+    assert {t for t, (method, _, _) in tables.items() if method == "h"} == DISTRIBUTED
+    assert {tables[t][1] for t in DISTRIBUTED} == {"stream"}
+    assert len({tables[t][2] for t in DISTRIBUTED}) == 1  # all colocated with job
+    assert {t for t, (method, _, _) in tables.items() if method == "n"} == REFERENCE
+    assert functions == stream_args  # every transition, on its p_stream argument
+    assert set(functions) == TRANSITIONS
+    # idempotent: a second upgrade changes nothing
+    pgqueue.migrate(cdsn)
+
+
+def test_a_stream_s_calls_run_on_its_node_and_commit_there_alone(
+        cdb: CitusDatabase, cdsn: str) -> None:
+    groups = {s: stream_group(cdb, s) for s in STREAMS}
+    assert set(groups.values()) == {1, 2}  # the streams are spread over both workers
+    before = [function_calls(d) for d in cdb.worker_dsns]
+    coordinator_before = function_calls(cdsn)
+    twopc = two_phase_commits(cdb)
+    done: dict[str, set[int]] = {}
+    for stream in STREAMS:
+        with pgqueue.Queue(cdsn, stream=stream) as q:
+            ids = [q.enqueue(b"one"), *q.enqueue_many([pgqueue.NewJob(b"a"), pgqueue.NewJob(b"b"),
+                                                        pgqueue.NewJob(b"c")])]
+            # ids and lease ids were drawn on the node holding the stream
+            assert {i % 1024 for i in ids} == {groups[stream]}
+            held = q.lease(limit=4)
+            assert sorted(h.job_id for h in held) == sorted(ids)
+            assert {h.lease_id % 1024 for h in held} == {groups[stream]}
+            assert set(q.renew_many([(h, None, None) for h in held])) == {h.lease_id for h in held}
+            done[stream] = q.ack_many(held[:2])
+            assert q.nack(held[2], error="boom", retry_in=60) is False  # not dead: scheduled
+            q.return_lease(held[3])
+            assert {s.state: s.count for s in q.stats()} == {"pending": 1, "scheduled": 1}
+    assert all(len(acked) == 2 for acked in done.values())
+    assert two_phase_commits(cdb) == twopc
+    calls = ["enqueue", "enqueue_one", "lease", "renew", "ack", "nack", "return_leases"]
+
+    def ran_on_workers() -> bool:
+        """Each call ran once per stream, on the worker holding the stream (group 1 is the
+        first worker, group 2 the second)."""
+        after = [function_calls(d) for d in cdb.worker_dsns]
+        return all(after[i].get(name, 0) - before[i].get(name, 0)
+                   == sum(1 for g in groups.values() if g == i + 1)
+                   for name in calls for i in range(2))
+
+    wait_for(ran_on_workers, timeout=20, what="the calls counted on the workers")
+    coordinator = function_calls(cdsn)
+    for name in calls:  # none of them ran on the coordinator
+        assert coordinator.get(name, 0) == coordinator_before.get(name, 0), name
+
+
+def test_a_transaction_about_streams_on_two_nodes_is_a_two_phase_commit(
+        cdb: CitusDatabase, cdsn: str) -> None:
+    """What the README says differs on Citus: one transaction enqueueing into streams held by
+    two nodes commits on both, by two-phase commit (and the counter the test above reads sees
+    it). Inside the caller's transaction each enqueue still runs on its stream's node: its id
+    comes from that node, as the stream's other ids do."""
+    streams = [f"orders-{i}" for i in range(8)]
+    groups = {s: stream_group(cdb, s) for s in streams}
+    a = next(s for s in streams if groups[s] == 1)
+    b = next(s for s in streams if groups[s] == 2)
+    twopc = two_phase_commits(cdb)
+    with psycopg.connect(cdsn) as conn, conn.transaction():  # one stream: one node
+        with pgqueue.Queue(cdsn, stream=a) as qa:
+            first = [qa.enqueue(b"1", conn=conn), qa.enqueue(b"2", conn=conn)]
+    assert [i % 1024 for i in first] == [1, 1] and first[0] < first[1]
+    assert two_phase_commits(cdb) == twopc
+    with pgqueue.Queue(cdsn, stream=a) as qa:
+        assert [j.job_id for j in qa.lease(limit=5)] == first
+    with psycopg.connect(cdsn) as conn, conn.transaction():
+        with pgqueue.Queue(cdsn, stream=a) as qa, pgqueue.Queue(cdsn, stream=b) as qb:
+            ids = [qa.enqueue(b"x", conn=conn), qb.enqueue(b"y", conn=conn)]
+    assert [i % 1024 for i in ids] == [1, 2]
+    assert two_phase_commits(cdb) > twopc
+    with pgqueue.Queue(cdsn, stream=a) as qa, pgqueue.Queue(cdsn, stream=b) as qb:
+        assert [j.job_id for j in qa.lease(limit=5)] + [j.job_id for j in qb.lease(limit=5)] == ids
+
+
+def test_a_worker_s_leases_after_its_position_and_with_a_request_token(cdsn: str) -> None:
+    """The lease's other paths on Citus: after where the caller's last lease ended (what a
+    Worker does), and re-sent with its request token after a lost reply (the same leases come
+    back, not new ones); in priority order, then id."""
+    stream = "positioned"
+    with pgqueue.Queue(cdsn, stream=stream) as q:
+        low = q.enqueue_many([pgqueue.NewJob(b"l", priority=1) for _ in range(3)])
+        high = q.enqueue_many([pgqueue.NewJob(b"h", priority=5) for _ in range(3)])
+    position = LeasePosition(rescan_seconds=3600)
+    taken: list[int] = []
+    with connection.connect(cdsn) as conn:
+        while held := lease.lease(conn, stream, 2, 60, 0, 0, position=position):
+            taken += [h.job_id for h in held]
+            assert settle.ack_many(conn, held) == {h.job_id for h in held}
+        assert taken == high + low
+        token = uuid.uuid4()
+        with pgqueue.Queue(cdsn, stream=stream) as q:
+            more = q.enqueue_many([pgqueue.NewJob(b"m") for _ in range(2)])
+        first = lease.lease(conn, stream, 5, 60, 0, 0, request=token)
+        again = lease.lease(conn, stream, 5, 60, 0, 0, request=token, resent=True)
+        assert [h.job_id for h in first] == more
+        assert [(h.job_id, h.lease_id) for h in again] == [(h.job_id, h.lease_id) for h in first]
