@@ -190,9 +190,10 @@ class CitusDatabase:
     worker_dsns: list[str]
 
 
-def start_cluster(workers: int = 2) -> Cluster:
-    """Start a coordinator and `workers` workers on free ports (Citus built on first use)."""
-    settings = {**TEST_SETTINGS, **citus_settings(citus_install())}
+def start_cluster(workers: int = 2, *, durable: bool = False) -> Cluster:
+    """Start a coordinator and `workers` workers on free ports (Citus built on first use);
+    fsync off as the test bed's servers, unless `durable` (benchmarks)."""
+    settings = {**({} if durable else TEST_SETTINGS), **citus_settings(citus_install())}
     servers = [EmbeddedServer(Path(tempfile.mkdtemp(prefix=f"citus-{role}-")), settings=settings)
                for role in ["coord", *[f"w{i}" for i in range(workers)]]]
     cluster = Cluster(servers[0], servers[1:])
