@@ -191,7 +191,11 @@ def distribute(dsn: str) -> bool:
         if not queries.scalar(conn, "citus_installed"):
             return False
         with conn.transaction():
-            queries.fetch(conn, "citus_layout")
+            queries.fetch(conn, "citus_tables")
+            queries.run_script(conn, "SET LOCAL citus.enable_unsafe_triggers = on")
+            for statement in queries.trigger_statements():
+                queries.run_script(conn, statement)
+            queries.fetch(conn, "citus_functions")
         failed = [f"node {row['nodeid']}: {row['result']}"
                   for row in queries.fetch(conn, "citus_node_sequences") if not row["success"]]
     if failed:

@@ -124,6 +124,17 @@ def code_sql() -> str:
                      if p.functions.strip())
 
 
+_TRIGGER = re.compile(r"^(?:CREATE OR REPLACE TRIGGER|ALTER TABLE \S+ ENABLE ALWAYS TRIGGER)\b[^;]*;",
+                      re.MULTILINE)
+
+
+def trigger_statements() -> tuple[str, ...]:
+    """The current triggers and their enable modes, a statement each, as the code defines
+    them: what the Citus layout makes again once it has distributed the tables (which Citus
+    does to no table that has triggers; it sends each statement on to the nodes alone)."""
+    return tuple(_TRIGGER.findall(code_sql()))
+
+
 def get(name: str) -> Query:
     """The named query; KeyError names what is missing."""
     try:

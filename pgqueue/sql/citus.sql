@@ -2,7 +2,7 @@
 --
 -- Not a stage of its own schema: the revisions install the same objects on Citus as on one
 -- server, on the coordinator, and then pgqueue.db.schema applies this layout over them
--- (citus_layout, idempotent: after every upgrade). What it changes, and why:
+-- (citus_tables and citus_functions, idempotent: after every upgrade). What it changes, and why:
 --
 -- * The stream is the unit of placement. Every table a transition writes is distributed by
 --   stream and colocated with pgqueue.job: a stream's jobs, ready entries, ops, dead letters,
@@ -32,21 +32,22 @@
 -- Whether this database has the citus extension (then pgqueue installs the distributed layout).
 SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS installed
 
--- name: citus_layout
--- The distributed layout over a freshly installed or upgraded schema (see the top of this
--- file); does nothing to what is already distributed. Run by the schema's owner on the
--- coordinator.
+-- name: citus_tables
+-- The tables of the distributed layout over a freshly installed or upgraded schema (see the
+-- top of this file); does nothing to what is already distributed. The count triggers are
+-- dropped first (Citus distributes no table that has triggers); pgqueue.db.schema makes them
+-- again from their definitions (statements.trigger_statements), then runs citus_functions. Run by the
+-- schema's owner on the coordinator.
 DO $layout$
 DECLARE
     t text;
-    f record;
 BEGIN
     -- unsafe triggers: the count triggers (pgqueue.count_jobs) fire on the shards
     EXECUTE format('ALTER DATABASE %I SET citus.enable_unsafe_triggers = on', current_database());
     SET LOCAL citus.enable_unsafe_triggers = on;
     SET LOCAL citus.multi_shard_modify_mode = 'sequential';
     IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'pgqueue.job'::regclass) THEN
-        -- Citus distributes no table that has triggers: off, distributed, then back on
+        -- Citus distributes no table that has triggers: dropped, made again after
         DROP TRIGGER job_count_insert ON pgqueue.job;
         DROP TRIGGER job_count_update ON pgqueue.job;
         DROP TRIGGER job_count_delete ON pgqueue.job;
@@ -85,25 +86,17 @@ BEGIN
                                  'op_log_ring', 'op_log_policy', 'schema_history', 'layout'] LOOP
             PERFORM create_reference_table('pgqueue.' || t);
         END LOOP;
-        CREATE OR REPLACE TRIGGER job_count_insert AFTER INSERT ON pgqueue.job
-            REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
-        CREATE OR REPLACE TRIGGER job_count_update AFTER UPDATE ON pgqueue.job
-            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-            FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
-        CREATE OR REPLACE TRIGGER job_count_delete AFTER DELETE ON pgqueue.job
-            REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
-        CREATE OR REPLACE TRIGGER dead_letter_count_insert AFTER INSERT ON pgqueue.dead_letter
-            REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
-            EXECUTE FUNCTION pgqueue.count_dead_letters();
-        CREATE OR REPLACE TRIGGER dead_letter_count_delete AFTER DELETE ON pgqueue.dead_letter
-            REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
-            EXECUTE FUNCTION pgqueue.count_dead_letters();
-        ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_insert;
-        ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_update;
-        ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_delete;
-        ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_insert;
-        ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_delete;
     END IF;
+END
+$layout$
+
+-- name: citus_functions
+-- Every function on every node, and the transitions distributed on their stream (after
+-- citus_tables, and the triggers made again from their definitions: statements.trigger_statements).
+DO $functions$
+DECLARE
+    f record;
+BEGIN
     -- Every other function on every node too: Citus makes those a function depends on
     -- everywhere, but left out those whose arguments are a table's row type (save_job,
     -- leased_job, ...), made before their table was distributed.
@@ -133,7 +126,7 @@ BEGIN
                                             force_delegation => true);
     END LOOP;
 END
-$layout$
+$functions$
 
 -- name: citus_node_sequences
 -- Each node's id sequences (see the top of this file), made where missing and set to hand
