@@ -55,16 +55,25 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
+    v_ids bigint[];
     v_n int;
 BEGIN
-    WITH due AS (
+    -- The due jobs locked first, then promoted by id: a statement joining the two gave the
+    -- planner the stream's equality on job to start from, and it read every row of job (under
+    -- a held horizon, every version) at each lease.
+    SELECT array_agg(d.id) INTO v_ids FROM (
         SELECT id FROM pgqueue.job
         WHERE stream = p_stream AND state = 'scheduled' AND not_before <= v_now
         ORDER BY not_before, id
         LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    ), promoted AS (
-        UPDATE pgqueue.job j SET state = 'pending' FROM due WHERE j.stream = p_stream AND j.id = due.id
+        FOR UPDATE SKIP LOCKED) d;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    WITH promoted AS (
+        UPDATE pgqueue.job j SET state = 'pending'
+        WHERE j.stream = p_stream AND j.id = ANY(v_ids)
+          AND j.state = 'scheduled' COLLATE "POSIX"  -- (by id: job's indexes)
         RETURNING j.id, j.stream
     ), logged AS (
         INSERT INTO pgqueue.op_log (stream, op, job_id, body)
