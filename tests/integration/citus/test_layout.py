@@ -3,6 +3,7 @@ worker's transitions, each about one stream, running on the node that holds the 
 committing there alone."""
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
@@ -164,3 +165,20 @@ def test_a_worker_s_leases_after_its_position_and_with_a_request_token(cdsn: str
         again = lease.lease(conn, stream, 5, 60, 0, 0, request=token, resent=True)
         assert [h.job_id for h in first] == more
         assert [(h.job_id, h.lease_id) for h in again] == [(h.job_id, h.lease_id) for h in first]
+
+
+def test_async_queue_on_the_cluster(cdb: CitusDatabase, cdsn: str) -> None:
+    """AsyncQueue sends the same statements: its calls run on the stream's node too."""
+    stream = "async-orders"
+    group = stream_group(cdb, stream)
+
+    async def main() -> tuple[list[int], list[int], set[int]]:
+        async with pgqueue.AsyncQueue(cdsn, stream=stream) as q:
+            ids = await q.enqueue_many([pgqueue.NewJob(b"a"), pgqueue.NewJob(b"b")])
+            held = await q.lease(limit=5)
+            acked = await q.ack_many(held)
+            return ids, [h.lease_id for h in held], acked
+
+    ids, lease_ids, acked = asyncio.run(main())
+    assert {i % 1024 for i in ids + lease_ids} == {group}
+    assert acked == set(ids)
