@@ -14,7 +14,7 @@ DECLARE
     d      pgqueue.dead_letter;
     v_holder bigint;
     v_index  text;
-    v_stream text := (SELECT dl.stream FROM pgqueue.dead_letter dl WHERE dl.id = p_job_id);
+    v_stream text := pgqueue.dead_stream_of(p_job_id);
 BEGIN
     PERFORM pgqueue.require_leader();
     -- found by id, then locked by stream and id (on Citus a lock is taken on one node only)

@@ -190,7 +190,7 @@ BEGIN
         VALUES (j.stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', j.state));
         RETURN 'cancelled';
     END IF;
-    v_stream := (SELECT dl.stream FROM pgqueue.dead_letter dl WHERE dl.id = p_job_id);
+    v_stream := pgqueue.dead_stream_of(p_job_id);
     DELETE FROM pgqueue.dead_letter WHERE stream = v_stream AND id = p_job_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no job %', p_job_id USING ERRCODE = 'PQ404';
@@ -378,7 +378,7 @@ BEGIN
           AND (p_state IS NULL OR j.state = p_state) AND (p_kind IS NULL OR j.kind = p_kind)
         FOR UPDATE;
         IF NOT FOUND AND (p_state IS NULL OR p_state = 'dead') THEN
-            v_stream := (SELECT dl.stream FROM pgqueue.dead_letter dl WHERE dl.id = v_id);
+            v_stream := pgqueue.dead_stream_of(v_id);
             PERFORM 1 FROM pgqueue.dead_letter d
             WHERE d.stream = v_stream AND d.id = v_id AND (p_stream IS NULL OR d.stream = p_stream)
               AND (p_kind IS NULL OR d.kind = p_kind)

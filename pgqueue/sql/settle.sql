@@ -27,9 +27,7 @@ BEGIN
     -- ack and a renewal round of the same worker) wait for each other instead of deadlocking.
     -- The lock takes the leased jobs of these ids, the DELETE those still under the lease
     -- given (joined to the pairs): Citus (14.0) planned the pairs joined inside the locking
-    -- CTE through an intermediate result it then misread. (Not `lease_id = ANY(leases)` in
-    -- the lock: a plan cached with the array as a parameter compared each row with every
-    -- element, which at 4,000 leases per call cost a Worker with prefetch half its rate.)
+    -- CTE through an intermediate result it then misread.
     WITH input AS (
         SELECT * FROM unnest(p_job_ids, p_lease_ids) AS t(job_id, lease_id)
     ), locked AS MATERIALIZED (
