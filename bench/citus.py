@@ -21,6 +21,7 @@ cluster"). Figures only.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import threading
 import time
@@ -114,6 +115,25 @@ def call_ms(dsn: str, stream: str, batch: int, calls: int = 20) -> float:
     return (time.perf_counter() - t0) / calls * 1000
 
 
+def wake_ms(dsn: str, stream: str, times: int = 30) -> tuple[float, float]:
+    """Milliseconds from an enqueue's call to its notification reaching a session listening
+    where workers listen (the DSN given: the coordinator on Citus): the median and the worst of
+    `times`, one at a time."""
+    took: list[float] = []
+    with connection.connect(dsn) as listener, connection.connect(dsn) as producer:
+        listener.execute("LISTEN pgqueue_jobs")
+        for _ in range(times):
+            t0 = time.perf_counter()
+            enqueue.enqueue_many(producer, stream, [pgqueue.NewJob(b"w")])
+            for note in listener.notifies(timeout=5.0):
+                if note.payload == stream:
+                    took.append((time.perf_counter() - t0) * 1000)
+                    break
+            else:
+                raise RuntimeError("no notification within 5 s")
+    return statistics.median(took), max(took)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=8)
@@ -130,7 +150,9 @@ def main() -> None:
         rows += [("one server: enqueue (jobs/s)", f"{enq:,.0f}"),
                  ("one server: lease+ack (jobs/s)", f"{proc:,.0f}"),
                  (f"one server: one enqueue of {args.batch} (ms)",
-                  f"{call_ms(dsn, streams[0], args.batch):.1f}")]
+                  f"{call_ms(dsn, streams[0], args.batch):.1f}"),
+                 ("one server: enqueue to wake-up, median / worst of 30 (ms)",
+                  "{:.1f} / {:.1f}".format(*wake_ms(dsn, streams[0])))]
     cluster = start_cluster(durable=True)
     try:
         db = cluster.new_database()
@@ -149,7 +171,9 @@ def main() -> None:
         rows += [(f"Citus: one enqueue of {args.batch}, through the coordinator (ms)",
                   f"{call_ms(db.dsn, streams[0], args.batch):.1f}"),
                  (f"Citus: one enqueue of {args.batch}, on the worker holding the stream (ms)",
-                  f"{call_ms(holder, streams[0], args.batch):.1f}")]
+                  f"{call_ms(holder, streams[0], args.batch):.1f}"),
+                 ("Citus: enqueue to wake-up on the coordinator, median / worst of 30 (ms)",
+                  "{:.1f} / {:.1f}".format(*wake_ms(db.dsn, streams[0])))]
         for node, name in enumerate(["coordinator", "worker 1", "worker 2"]):
             calls = ", ".join(f"{c} {after[node].get(c, 0) - before[node].get(c, 0):,}"
                               for c in CALLS)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import pgqueue
-from tests.citusbed import CitusDatabase, CitusUnavailable, Cluster, session_cluster
+from tests.citusbed import CitusBed, CitusDatabase, CitusUnavailable, Cluster, session_cluster
 from tests.logins import Logins, session_logins
 from tests.pgbed import Bed, session_bed, temp_files_in_memory
 
@@ -33,9 +33,31 @@ def bed() -> Iterator[Bed]:
     yield from session_bed()
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module marked `pytest.mark.layouts("single", "citus")` runs each test that takes a
+    database (`dsn`, `q`) once per layout: on one server, and on the Citus cluster."""
+    marker = metafunc.definition.get_closest_marker("layouts")
+    if marker is not None and "layout" in metafunc.fixturenames:
+        metafunc.parametrize("layout", marker.args, indirect=True)
+
+
 @pytest.fixture
-def dsn(bed: Bed) -> Iterator[str]:
-    """A fresh, migrated database for this test."""
+def layout(request: pytest.FixtureRequest) -> str:
+    """The layout of the test's database: "single" unless the module asks for more."""
+    return str(getattr(request, "param", "single"))
+
+
+@pytest.fixture
+def dsn(layout: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, migrated database for this test (across the Citus cluster when the layout is
+    "citus": the coordinator's DSN)."""
+    if layout == "citus":
+        citus_bed: CitusBed = request.getfixturevalue("citus_bed")
+        db = citus_bed.new_database()
+        yield db.dsn
+        citus_bed.drop(db)
+        return
+    bed: Bed = request.getfixturevalue("bed")
     d = bed.new_database()
     yield d
     bed.drop(d)
@@ -72,6 +94,12 @@ def citus_cluster() -> Iterator[Cluster]:
         if os.environ.get("CI") == "true":
             raise
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def citus_bed(citus_cluster: Cluster) -> CitusBed:
+    """The cluster with a migrated template database."""
+    return CitusBed(citus_cluster)
 
 
 @pytest.fixture

@@ -21,6 +21,16 @@ FAR = dt.datetime(2100, 1, 1, tzinfo=UTC)
 T = TypeVar("T")
 
 
+def lock_waiters(conn: Conn) -> int:
+    """Sessions of this database waiting for a lock, on every node of a Citus cluster (where a
+    statement about a stream waits on the node holding it: citus_stat_activity) or on this
+    server."""
+    view = "citus_stat_activity" if on_citus(conn) else "pg_stat_activity"
+    row = conn.execute(f"SELECT count(*) FROM {view} WHERE wait_event_type = 'Lock' "
+                       "AND datname = current_database()").fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def wait_for(cond: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
     """Poll `cond` until it returns something truthy; fail naming `what` after `timeout`."""
     deadline = time.monotonic() + timeout
@@ -47,9 +57,23 @@ def pinned(dsn: str, when: dt.datetime) -> Iterator[Conn]:
 
 
 def force_reclaim(dsn: str) -> int:
-    """Reclaim every lease, as if the clock had jumped far ahead (behind any worker's back)."""
+    """Reclaim every lease, as if the clock had jumped far ahead (behind any worker's back).
+    On a Citus cluster every lease is made to have expired instead: a clock pinned in this
+    session (pgqueue.now) is the coordinator's, and reclaim runs on the streams' nodes."""
+    with connection.connect(dsn) as conn:
+        if on_citus(conn):
+            conn.execute("UPDATE pgqueue.job SET lease_expires_at = now() - interval '1 hour' "
+                         "WHERE state = 'leased'")
+            return reclaim.reclaim_expired(conn)
     with pinned(dsn, FAR) as conn:
         return reclaim.reclaim_expired(conn)
+
+
+def on_citus(conn: Conn) -> bool:
+    """Whether the connection's database is a Citus cluster's."""
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+                       ).fetchone()
+    return bool(row and row[0])
 
 
 def op_counts(dsn: str) -> dict[str, int]:

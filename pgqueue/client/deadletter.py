@@ -18,4 +18,5 @@ def dead_letters(conn: run.Conn, stream: str, limit: int) -> list[JobInfo]:
 def requeue(conn: run.Conn, job_id: int) -> None:
     """Return a dead letter to pending with attempts reset (JobNotFound, DedupConflict)."""
     validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
-    run.fetch(conn, "requeue_dead_letter", {"job_id": job_id})
+    stream = run.scalar(conn, "dead_letter_stream", {"job_id": job_id})
+    run.fetch(conn, "requeue_dead_letter", {"job_id": job_id, "stream": stream or ""})

@@ -17,4 +17,5 @@ async def dead_letters(conn: run.AsyncConn, stream: str, limit: int) -> list[Job
 async def requeue(conn: run.AsyncConn, job_id: int) -> None:
     """Return a dead letter to pending with attempts reset (JobNotFound, DedupConflict)."""
     validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
-    await run.fetch(conn, "requeue_dead_letter", {"job_id": job_id})
+    stream = await run.scalar(conn, "dead_letter_stream", {"job_id": job_id})
+    await run.fetch(conn, "requeue_dead_letter", {"job_id": job_id, "stream": stream or ""})

@@ -44,7 +44,13 @@ def enqueue_many(conn: run.Conn, stream: str, jobs: Sequence[NewJob], *,
                      "concurrency_keys", "timeouts_ms"):
         if all(value is None for value in params[optional]):
             params[optional] = None  # NULL for every job: nothing to encode and send
-    ids = [row[0] for row in run.fetch_tuples(conn, "enqueue_jobs", params)]
+    if run.on_citus(conn):
+        # the stream's node does not notify (pgqueue.notify_ready): the coordinator, where
+        # workers listen, is told here, in the same round trip
+        ids = [row[0] for row in run.fetch_tuples_then(
+            conn, "enqueue_jobs", params, "notify_jobs_here", {"stream": stream})]
+    else:
+        ids = [row[0] for row in run.fetch_tuples(conn, "enqueue_jobs", params)]
     if None in ids:
         raise newjobs.lost_holder(request)
     return ids
@@ -70,8 +76,13 @@ def enqueue_one(conn: run.Conn, stream: str, job: NewJob, *,
                 request: uuid.UUID | None = None, resent: bool = False,
                 trace: dict[str, str] | None = None) -> int:
     """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
-    found = run.scalar(conn, "enqueue_job", one_params(
-        stream, job, request=request, resent=resent, trace=trace))
+    params = one_params(stream, job, request=request, resent=resent, trace=trace)
+    if run.on_citus(conn):  # (as enqueue_many)
+        rows = run.fetch_tuples_then(conn, "enqueue_job", params, "notify_jobs_here",
+                                     {"stream": stream})
+        found = rows[0][0] if rows else None
+    else:
+        found = run.scalar(conn, "enqueue_job", params)
     if found is None:
         raise newjobs.lost_holder(request)
     return int(found)

@@ -43,7 +43,13 @@ async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob],
                      "concurrency_keys", "timeouts_ms"):
         if all(value is None for value in params[optional]):
             params[optional] = None  # NULL for every job: nothing to encode and send
-    ids = [row[0] for row in await run.fetch_tuples(conn, "enqueue_jobs", params)]
+    if await run.on_citus(conn):
+        # the stream's node does not notify (pgqueue.notify_ready): the coordinator, where
+        # workers listen, is told here, in the same round trip
+        ids = [row[0] for row in await run.fetch_tuples_then(
+            conn, "enqueue_jobs", params, "notify_jobs_here", {"stream": stream})]
+    else:
+        ids = [row[0] for row in await run.fetch_tuples(conn, "enqueue_jobs", params)]
     if None in ids:
         raise newjobs.lost_holder(request)
     return ids
@@ -69,8 +75,13 @@ async def enqueue_one(conn: run.AsyncConn, stream: str, job: NewJob, *,
                       request: uuid.UUID | None = None, resent: bool = False,
                       trace: dict[str, str] | None = None) -> int:
     """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
-    found = await run.scalar(conn, "enqueue_job", one_params(
-        stream, job, request=request, resent=resent, trace=trace))
+    params = one_params(stream, job, request=request, resent=resent, trace=trace)
+    if await run.on_citus(conn):  # (as enqueue_many)
+        rows = await run.fetch_tuples_then(conn, "enqueue_job", params, "notify_jobs_here",
+                                           {"stream": stream})
+        found = rows[0][0] if rows else None
+    else:
+        found = await run.scalar(conn, "enqueue_job", params)
     if found is None:
         raise newjobs.lost_holder(request)
     return int(found)

@@ -242,13 +242,14 @@ def jobs_page(conn: run.Conn, *, stream: str | None = None, state: str | None = 
 
 def jobs_page_ids(conn: run.Conn, *, stream: str | None, state: str | None,
                   kind: str | None, after: int | None, through: int | None,
-                  limit: int) -> list[int]:
-    """The ids of a jobs filter, newest first, below `after` and at most `through`."""
+                  limit: int) -> list[tuple[int, str]]:
+    """The ids of a jobs filter, newest first, below `after` and at most `through`, each with
+    its stream."""
     rows = run.fetch(conn, "jobs_page_ids", {
         **job_filter(stream, state, kind), "after": _bound(after, "after"),
         "through": _bound(through, "through"),
         "limit": validate.integer(limit, "limit", low=1, high=100_000)})
-    return [int(r["id"]) for r in rows]
+    return [(int(r["id"]), str(r["stream"])) for r in rows]
 
 
 def count_jobs(conn: run.Conn, *, stream: str | None = None, state: str | None = None,

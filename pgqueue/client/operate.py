@@ -20,9 +20,36 @@ def _job_id(job_id: int) -> int:
     return validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
 
 
+@dataclass(frozen=True)
+class Whereabouts:
+    """Where a job is: its stream (None when no job has the id), its lease when leased with
+    no cancel requested yet, and the schema's layout ("single" or "citus")."""
+
+    stream: str | None
+    lease_id: int | None
+    layout: str
+
+
+def whereabouts(conn: run.Conn, job_id: int) -> Whereabouts:
+    """Find a job's stream first: a verb names it, so that on Citus it runs on the node holding
+    the stream and its op takes that node's seq (a job's stream never changes)."""
+    row = run.fetch_one(conn, "job_whereabouts", {"job_id": _job_id(job_id)})
+    assert row is not None
+    return Whereabouts(row["stream"], row["lease_id"], str(row["layout"]))
+
+
+def _on_its_stream(conn: run.Conn, name: str, job_id: int,
+                   **params: object) -> list[dict[str, object]]:
+    """Run the verb query `name` on a job, naming the job's stream ("" when no job has the id:
+    the function then raises its own not-found error; never a NULL, which crashes Citus 14.0's
+    coordinator: see pgqueue.each_stream)."""
+    found = whereabouts(conn, job_id)
+    return run.fetch(conn, name, {"job_id": job_id, "stream": found.stream or "", **params})
+
+
 def release(conn: run.Conn, job_id: int, *, reset_crashes: bool = False) -> None:
     """A quarantined or undecodable job runs again."""
-    run.fetch(conn, "release_job", {"job_id": _job_id(job_id), "reset_crashes": reset_crashes})
+    _on_its_stream(conn, "release_job", _job_id(job_id), reset_crashes=reset_crashes)
 
 
 def rewind(conn: run.Conn, job_id: int, to_step: str) -> None:
@@ -30,30 +57,35 @@ def rewind(conn: run.Conn, job_id: int, to_step: str) -> None:
     if not isinstance(to_step, str) or not to_step:
         raise ValueError("to_step must be a step name")
     validate.step_name(to_step, "to_step")
-    run.fetch(conn, "rewind_job", {"job_id": _job_id(job_id), "to_step": to_step})
+    _on_its_stream(conn, "rewind_job", _job_id(job_id), to_step=to_step)
 
 
 def restart(conn: run.Conn, job_id: int) -> None:
     """Drop the checkpoint: the job runs from step one."""
-    run.fetch(conn, "restart_job", {"job_id": _job_id(job_id)})
+    _on_its_stream(conn, "restart_job", _job_id(job_id))
 
 
 def skip_step(conn: run.Conn, job_id: int) -> str:
     """Count the step in progress as done without running it; returns the skipped step."""
-    row = run.fetch_one(conn, "skip_step_job", {"job_id": _job_id(job_id)})
-    assert row is not None
-    return str(row["last_completed_step"])
+    rows = _on_its_stream(conn, "skip_step_job", _job_id(job_id))
+    return str(rows[0]["last_completed_step"])
 
 
 def accept_step_set(conn: run.Conn, job_id: int) -> None:
     """Accept the new step list of a job parked as step_set_changed."""
-    run.fetch(conn, "accept_step_set_job", {"job_id": _job_id(job_id)})
+    _on_its_stream(conn, "accept_step_set_job", _job_id(job_id))
 
 
 def cancel(conn: run.Conn, job_id: int) -> str:
     """Cancel a job: one that is not leased (live or dead) is removed for good ("cancelled");
-    a leased one is asked to stop ("requested": its worker ends it as cancelled)."""
-    return str(run.scalar(conn, "cancel_job", {"job_id": _job_id(job_id)}))
+    a leased one is asked to stop ("requested": its worker ends it as cancelled). On Citus the
+    worker is told from here, on the coordinator where workers listen."""
+    found = whereabouts(conn, _job_id(job_id))
+    outcome = str(run.scalar(conn, "cancel_job", {"job_id": job_id,
+                                                  "stream": found.stream or ""}))
+    if outcome == "requested" and found.layout == "citus" and found.lease_id is not None:
+        run.fetch(conn, "notify_cancel_here", {"lease_id": found.lease_id})
+    return outcome
 
 
 def configure_stream(conn: run.Conn, stream: str, *, retry_base: float | None = None,
@@ -132,6 +164,30 @@ class BatchOutcome:
 
     refused: dict[int, str]
     requested: list[int]
+    count: int = 0  # jobs sent
+
+
+def _apply_by_stream(conn: run.Conn, verb: str, page: Sequence[tuple[int, str]], *,
+                     to_step: str | None, state: str | None,
+                     kind: str | None) -> list[BatchOutcome]:
+    """One batch of (id, stream), a statement per stream in one round trip: each names its
+    stream (as the filter it already is), so on Citus each runs on the stream's node."""
+    step = check_verb(verb, to_step)
+    by_stream: dict[str, list[int]] = {}
+    for job_id, job_stream in page:
+        by_stream.setdefault(job_stream, []).append(job_id)
+    results = run.fetch_each(conn, "apply_verb_to_jobs", [
+        {"verb": verb, "job_ids": ids, "to_step": step, "stream": one_stream, "state": state,
+         "kind": kind} for one_stream, ids in by_stream.items()])
+    return [_outcome(rows, len(ids)) for rows, ids in zip(results, by_stream.values(), strict=True)]
+
+
+def _outcome(rows: Sequence[dict[str, object]], count: int) -> BatchOutcome:
+    return BatchOutcome(
+        refused={int(str(r["job_id"])): str(r["refused"]) for r in rows
+                 if r["outcome"] == "refused"},
+        requested=[int(str(r["job_id"])) for r in rows if r["outcome"] == "requested"],
+        count=count)
 
 
 def apply_to_jobs(conn: run.Conn, verb: str, job_ids: Sequence[int], *,
@@ -144,11 +200,10 @@ def apply_to_jobs(conn: run.Conn, verb: str, job_ids: Sequence[int], *,
     ids = [_job_id(i) for i in job_ids]
     if len(ids) > BULK_BATCH:
         raise ValueError(f"job_ids: at most {BULK_BATCH} at a time, got {len(ids)}")
-    rows = run.fetch(conn, "apply_verb_to_jobs", {
-        "verb": verb, "job_ids": ids, "to_step": step, **where})
-    return BatchOutcome(
-        refused={int(r["job_id"]): str(r["refused"]) for r in rows if r["outcome"] == "refused"},
-        requested=[int(r["job_id"]) for r in rows if r["outcome"] == "requested"])
+    rows = run.fetch(conn, "apply_verb_to_jobs" if stream is not None
+                     else "apply_verb_to_jobs_any_stream",
+                     {"verb": verb, "job_ids": ids, "to_step": step, **where})
+    return _outcome(rows, len(ids))
 
 
 def act_on_jobs(conn: run.Conn, verb: str, *, stream: str | None = None,
@@ -166,18 +221,18 @@ def act_on_jobs(conn: run.Conn, verb: str, *, stream: str | None = None,
     reasons: list[tuple[int, str]] = []
     after: int | None = None
     while True:
-        ids = observe.jobs_page_ids(conn, stream=stream, state=state, kind=kind,
-                                    after=after, through=through, limit=batch)
-        if not ids:
+        page = observe.jobs_page_ids(conn, stream=stream, state=state, kind=kind,
+                                     after=after, through=through, limit=batch)
+        if not page:
             break
-        batch_outcome = apply_to_jobs(conn, verb, ids, to_step=to_step, stream=stream,
-                                      state=state, kind=kind)
-        failed = batch_outcome.refused
-        done += len(ids) - len(failed) - len(batch_outcome.requested)
-        refused += len(failed)
-        requested += len(batch_outcome.requested)
-        reasons.extend(list(failed.items())[:BulkResult.MAX_REASONS - len(reasons)])
-        after = ids[-1]
-        if len(ids) < batch:
+        for batch_outcome in _apply_by_stream(conn, verb, page, to_step=to_step,
+                                              state=state, kind=kind):
+            failed = batch_outcome.refused
+            done += batch_outcome.count - len(failed) - len(batch_outcome.requested)
+            refused += len(failed)
+            requested += len(batch_outcome.requested)
+            reasons.extend(list(failed.items())[:BulkResult.MAX_REASONS - len(reasons)])
+        after = page[-1][0]
+        if len(page) < batch:
             break
     return BulkResult(verb, done, refused, reasons, requested)

@@ -24,13 +24,22 @@ class Reclaimed:
 
 
 def reclaim_expired_jobs(conn: run.Conn, *, batch: int = BATCH,
-                         due_only: bool = False) -> list[Reclaimed]:
+                         due_only: bool = False,
+                         by_stream: bool | None = None) -> list[Reclaimed]:
     """Reclaim every expired lease, in batches until one comes back short; the jobs.
 
     `due_only`: find them through the rows of pgqueue.lease_expiry that came due, which cost
     the same however long the vacuum horizon has been held (what a maintenance runner does on
     all but its first pass and one every few minutes); otherwise read every leased job, which
-    also finds a lease no such row names (granted by the previous release during an upgrade)."""
+    also finds a lease no such row names (granted by the previous release during an upgrade).
+
+    `by_stream` (a Citus cluster, where a lock is taken on one node only): the streams with
+    expired leases first, then a call per stream, all in one round trip, each run on the node
+    holding its stream; None: when the database is a Citus cluster's)."""
+    if by_stream is None:
+        by_stream = bool(run.scalar(conn, "schema_on_citus"))
+    if by_stream:
+        return _reclaim_by_stream(conn, batch=batch, due_only=due_only)
     query = "reclaim_due" if due_only else "reclaim_expired"
     found: list[Reclaimed] = []
     while True:
@@ -38,6 +47,21 @@ def reclaim_expired_jobs(conn: run.Conn, *, batch: int = BATCH,
         found += [Reclaimed(**r) for r in rows]
         if len(rows) < batch:
             return found
+
+
+def _reclaim_by_stream(conn: run.Conn, *, batch: int,
+                       due_only: bool) -> list[Reclaimed]:
+    query = "reclaim_due_of" if due_only else "reclaim_expired_of"
+    streams = [str(r["stream"]) for r in run.fetch(conn, "streams_to_reclaim",
+                                                          {"due_only": due_only})]
+    found: list[Reclaimed] = []
+    while streams:
+        results = run.fetch_each(conn, query, [{"limit": batch, "stream": s}
+                                               for s in streams])
+        for rows in results:
+            found += [Reclaimed(**r) for r in rows]
+        streams = [s for s, rows in zip(streams, results, strict=True) if len(rows) >= batch]
+    return found
 
 
 def reclaim_expired(conn: run.Conn, *, batch: int = BATCH) -> int:

@@ -142,15 +142,40 @@ def remove(conn: run.Conn, stream: str, name: str) -> None:
 
 
 def tick(conn: run.Conn, *, now: dt.datetime | None = None, limit: int = 100,
-         cap: int = ALL_CAP) -> TickResult:
+         cap: int = ALL_CAP, by_stream: bool | None = None) -> TickResult:
     """Fire every due schedule once per tick; returns counts. Idempotent and safe to run from
-    many places at once (claim, enqueue and advance commit together)."""
+    many places at once (claim, enqueue and advance commit together).
+
+    `by_stream` (None: when the database is a Citus cluster's): the streams with a due
+    schedule first, then each stream's in a transaction of its own, which runs on the node
+    holding the stream alone."""
+    if by_stream is None:
+        by_stream = bool(run.scalar(conn, "schema_on_citus"))
+    if not by_stream:
+        return _tick(conn, None, now=now, limit=limit, cap=cap)
+    with run.transaction(conn):
+        at = _now(conn, now)
+        streams = [str(r["stream"]) for r in run.fetch(conn, "schedule_due_streams",
+                                                              {"now": at})]
+    total = TickResult(schedules=0, fired=0, dropped=0)
+    for stream in streams:
+        one = _tick(conn, stream, now=now, limit=limit, cap=cap)
+        total = TickResult(schedules=total.schedules + one.schedules,
+                           fired=total.fired + one.fired, dropped=total.dropped + one.dropped)
+    return total
+
+
+def _tick(conn: run.Conn, stream: str | None, *, now: dt.datetime | None,
+          limit: int, cap: int) -> TickResult:
+    """tick over every stream's due schedules (None), or one stream's."""
     schedules = fired = dropped = 0
     while True:
         errors = 0
         with run.transaction(conn):
             at = _now(conn, now)
-            rows = run.fetch(conn, "schedules_claim_due", {"now": at, "limit": limit})
+            rows = run.fetch(
+                conn, "schedules_claim_due" if stream is None else "schedules_claim_due_of",
+                {"now": at, "limit": limit, "stream": stream})
             for row in rows:
                 s = Schedule.from_row(row)
                 try:

@@ -60,6 +60,35 @@ def fetch_tuples(conn: Conn, name: str,
     return _run(conn, name, params, tuple_row)
 
 
+#: By server and database: whether it is a Citus cluster's (schema_on_citus), asked once.
+_ON_CITUS: dict[tuple[str, int, str], bool] = {}
+
+
+def on_citus(conn: Conn) -> bool:
+    """Whether the connection's database is a Citus cluster's (asked once per database)."""
+    key = (conn.info.host, conn.info.port, conn.info.dbname)
+    found = _ON_CITUS.get(key)
+    if found is None:
+        found = _ON_CITUS[key] = bool(scalar(conn, "schema_on_citus"))
+    return found
+
+
+def fetch_tuples_then(conn: Conn, name: str, params: Params, then: str,
+                      then_params: Params) -> list[tuple[Any, ...]]:
+    """Run a named query, then another, in one round trip (a pipeline); the first one's rows
+    as tuples. Outside a transaction block each is a transaction of its own, the second run
+    after the first committed."""
+    first, second = get(name), get(then)
+    try:
+        with conn.pipeline():
+            cur = conn.cursor(row_factory=tuple_row)
+            cur.execute(first.sql, params, prepare=None if first.prepare else False)
+            conn.execute(second.sql, then_params, prepare=False)
+        return cur.fetchall()
+    except psycopg.Error as exc:
+        raise translate(exc, conn.info.user, first) from exc
+
+
 def fetch_each(conn: Conn, name: str,
                params: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Run a named query once per parameter set, in one round trip (a pipeline), and return

@@ -59,6 +59,35 @@ async def fetch_tuples(conn: AsyncConn, name: str,
     return await _run(conn, name, params, tuple_row)
 
 
+#: By server and database: whether it is a Citus cluster's (schema_on_citus), asked once.
+_ON_CITUS: dict[tuple[str, int, str], bool] = {}
+
+
+async def on_citus(conn: AsyncConn) -> bool:
+    """Whether the connection's database is a Citus cluster's (asked once per database)."""
+    key = (conn.info.host, conn.info.port, conn.info.dbname)
+    found = _ON_CITUS.get(key)
+    if found is None:
+        found = _ON_CITUS[key] = bool(await scalar(conn, "schema_on_citus"))
+    return found
+
+
+async def fetch_tuples_then(conn: AsyncConn, name: str, params: Params, then: str,
+                            then_params: Params) -> list[tuple[Any, ...]]:
+    """Run a named query, then another, in one round trip (a pipeline); the first one's rows
+    as tuples. Outside a transaction block each is a transaction of its own, the second run
+    after the first committed."""
+    first, second = get(name), get(then)
+    try:
+        async with conn.pipeline():
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(first.sql, params, prepare=None if first.prepare else False)
+            await conn.execute(second.sql, then_params, prepare=False)
+        return await cur.fetchall()
+    except psycopg.Error as exc:
+        raise translate(exc, conn.info.user, first) from exc
+
+
 async def fetch_each(conn: AsyncConn, name: str,
                      params: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Run a named query once per parameter set, in one round trip (a pipeline), and return

@@ -97,11 +97,12 @@ def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
     of its own, so a long vacuum never delays reclaim and cron ticks)."""
     fired = ops = 0
     reclaimed: list[reclaim.Reclaimed] = []
-    node = queries.fetch_one(conn, "node_get")
+    node = queries.fetch_one(conn, "maintenance_node")
     leader = node is not None and node["role"] == "leader"
     if node is not None and leader:
         try:
-            reclaimed, fired, ops = _leader_pass(conn, full=_full_reclaim_due(conn, int(node["epoch"])))
+            reclaimed, fired, ops = _leader_pass(conn, full=_full_reclaim_due(conn, int(node["epoch"])),
+                                                 citus=bool(node["citus"]))
         except NotLeader:
             # demoted between the role check and a write: the next pass sees the new role
             log.info("maintenance: this database became a replica; leader tasks skipped")
@@ -143,10 +144,12 @@ def _log_reclaimed(reclaimed: list[reclaim.Reclaimed]) -> None:
                             "job_id": r.job_id, "outcome": "dead"}})
 
 
-def _leader_pass(conn: queries.Conn, *, full: bool) -> tuple[list[reclaim.Reclaimed], int, int]:
+def _leader_pass(conn: queries.Conn, *, full: bool,
+                 citus: bool = False) -> tuple[list[reclaim.Reclaimed], int, int]:
     """The writes only a leader makes: (leases reclaimed, cron ticks fired, ops pruned).
-    `full`: reclaim reads every leased job, not only the expiries that came due."""
-    reclaimed = reclaim.reclaim_expired_jobs(conn, due_only=not full)
+    `full`: reclaim reads every leased job, not only the expiries that came due. `citus`: the
+    schema is laid out on a Citus cluster (reclaim runs stream by stream, each on its node)."""
+    reclaimed = reclaim.reclaim_expired_jobs(conn, due_only=not full, by_stream=citus)
     ticks = schedule.tick(conn)
     replica.touch(conn)
     # the op log's retention, by whole partitions (pgqueue.recycle_op_log: the bounds are the

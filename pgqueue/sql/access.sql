@@ -76,7 +76,7 @@ GRANT USAGE ON SCHEMA pgqueue TO pgqueue_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_reader;
 GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueue.b64,
     pgqueue.unb64, pgqueue.op_body, pgqueue.fold_job_counts, pgqueue.replica_status,
-    pgqueue.error_summary
+    pgqueue.error_summary, pgqueue.each_stream
     TO pgqueue_reader;
 
 -- producer

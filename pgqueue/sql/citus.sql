@@ -14,7 +14,8 @@
 -- * Settings (stream_config, kind_config, step_set, node, op_log_ring, op_log_policy,
 --   schema_history, layout) are reference tables: a copy on every node, read locally by the
 --   transitions there.
--- * Every transition function is distributed on its stream argument, colocated with job, and
+-- * Every transition function (the worker's, and the operator's verbs on jobs, 0018) is
+--   distributed on its stream argument, colocated with job, and
 --   delegated even inside a transaction block (force_delegation): called from the coordinator
 --   it runs on the node holding the stream (one round trip, one node's commit), so a stream's
 --   ids and ops always come from that node's sequences. An enqueue there does not NOTIFY
@@ -117,7 +118,9 @@ BEGIN
         WHERE p.pronamespace = 'pgqueue'::regnamespace
           AND p.proname IN ('enqueue', 'enqueue_one', 'lease', 'renew', 'ack', 'nack',
                             'return_leases', 'mark_undecodable', 'end_cancelled', 'upcast',
-                            'start_rated')
+                            'start_rated', 'release', 'rewind', 'restart', 'skip_step',
+                            'accept_step_set', 'cancel', 'requeue_dead_letter',
+                            'apply_verb_to_jobs', 'reclaim_expired_jobs', 'reclaim_due_jobs')
           AND NOT EXISTS (SELECT 1 FROM pg_dist_object o
                           WHERE o.classid = 'pg_proc'::regclass AND o.objid = p.oid
                             AND o.distribution_argument_index IS NOT NULL AND o.force_delegation)

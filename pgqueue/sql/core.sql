@@ -553,14 +553,50 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.finish_cancel(j pgqueue.job, p_by text, p_error text DEFAULT NULL,
                                                  p_summary text DEFAULT NULL)
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
-    DELETE FROM pgqueue.job WHERE stream = j.stream AND id = j.id;
+DECLARE
+    -- a variable, not j.stream in the statements: Citus runs a call delegated to a stream's
+    -- node only with statements that name the stream as a value it can compare
+    v_stream text := j.stream;
+BEGIN
+    DELETE FROM pgqueue.job WHERE stream = v_stream AND id = j.id;
     INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-    VALUES (j.stream, 'Cancel', j.id, j.lease_id, jsonb_strip_nulls(jsonb_build_object(
+    VALUES (v_stream, 'Cancel', j.id, j.lease_id, jsonb_strip_nulls(jsonb_build_object(
         'job_id', j.id, 'was', 'leased', 'by', p_by,
         'requested_at_ms', pgqueue.to_ms(j.cancel_requested_at), 'error', p_error,
         'error_summary', p_summary)));
+END
+$$;
+
+-- Whether a unique violation's constraint is the live jobs' dedup key index: job_dedup_idx,
+-- or on a Citus node one of its shards' (job_dedup_idx_102010).
+CREATE OR REPLACE FUNCTION pgqueue.is_dedup_index(p_name text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT coalesce(p_name = 'job_dedup_idx' OR p_name ~ '^job_dedup_idx_[0-9]+$', false) $$;
+
+-- The default of a transition's stream argument, p_stream: NULL, each job's own stream, looked
+-- up. On a Citus cluster a call must name its stream instead, and one that does not is
+-- refused, saying so: only a call naming the stream runs on the node holding it, where the
+-- stream's ids and op seqs come from; run on the coordinator, its op would take the
+-- coordinator's seq, out of order among the stream's ops. A VOLATILE function rather than a
+-- NULL literal: Citus (14.0.1) plans a call of a function distributed on p_stream by hashing
+-- the argument's constant, and a NULL constant crashes the coordinator's backend; a volatile
+-- default is never a constant. (A NULL passed explicitly still crashes it: the client never
+-- passes one.)
+CREATE OR REPLACE FUNCTION pgqueue.each_stream() RETURNS text
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgqueue.layout WHERE name = 'citus') THEN
+        RAISE EXCEPTION 'on a Citus cluster a call about jobs names their stream: pass it as p_stream'
+            USING ERRCODE = '22023',
+                  HINT = 'e.g. SELECT * FROM pgqueue.release(42, p_stream => ''billing''); the stream of job 42 is SELECT pgqueue.stream_of(42)';
+    END IF;
+    RETURN NULL;
+END
 $$;
 
 -- The stream of a live job, or of a dead letter (NULL: none): for a caller that named only
@@ -594,19 +630,22 @@ END
 $$;
 
 -- Load a job for an operator, under lock; PQ404 when it is not a live job, PQ422 when leased
--- or not in one of p_states.
-CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, p_states text[]) RETURNS pgqueue.job
+-- or not in one of p_states. p_stream: the job's stream, as the client found it (on Citus the
+-- verb then runs on the stream's node, and every statement there names it); NULL: looked up.
+CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, p_states text[],
+                                                p_stream text DEFAULT NULL) RETURNS pgqueue.job
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     j pgqueue.job;
-    v_stream text := pgqueue.stream_of(p_job_id);
+    v_stream text := coalesce(p_stream, pgqueue.stream_of(p_job_id));
 BEGIN
     PERFORM pgqueue.require_leader();
     -- found by id, then locked by stream and id (on Citus a lock is taken on one node only)
     SELECT * INTO j FROM pgqueue.job WHERE stream = v_stream AND id = p_job_id FOR UPDATE;
     IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM pgqueue.dead_letter WHERE id = p_job_id) THEN
+        v_stream := coalesce(p_stream, pgqueue.dead_stream_of(p_job_id));
+        IF EXISTS (SELECT 1 FROM pgqueue.dead_letter WHERE stream = v_stream AND id = p_job_id) THEN
             RAISE EXCEPTION 'cannot % job %: it is a dead letter (requeue it first)', p_action, p_job_id
                 USING ERRCODE = 'PQ422';
         END IF;
@@ -693,7 +732,7 @@ BEGIN
         PERFORM pgqueue.save_job(j, p_op, NULL, p_extra);
     EXCEPTION WHEN unique_violation THEN
         GET STACKED DIAGNOSTICS v_index = CONSTRAINT_NAME;
-        IF v_index IS DISTINCT FROM 'job_dedup_idx' THEN
+        IF NOT pgqueue.is_dedup_index(v_index) THEN
             RAISE;
         END IF;
         -- a new statement, a new snapshot: the holder that just committed is visible

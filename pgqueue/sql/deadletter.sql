@@ -4,7 +4,9 @@
 
 -- Return a dead letter to pending with attempts reset (checkpoint kept, so steps resume).
 -- Raises PQ404 when the id is not a dead letter, PQ409 when a live job holds its dedup key.
-CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS void
+-- p_stream: the dead letter's stream (on Citus the call runs on its node); NULL: looked up.
+CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint, p_stream text DEFAULT pgqueue.each_stream())
+RETURNS void
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -14,7 +16,7 @@ DECLARE
     d      pgqueue.dead_letter;
     v_holder bigint;
     v_index  text;
-    v_stream text := pgqueue.dead_stream_of(p_job_id);
+    v_stream text := coalesce(p_stream, pgqueue.dead_stream_of(p_job_id));
 BEGIN
     PERFORM pgqueue.require_leader();
     -- found by id, then locked by stream and id (on Citus a lock is taken on one node only)
@@ -41,7 +43,7 @@ BEGIN
             d.timeout_ms);
     EXCEPTION WHEN unique_violation THEN
         GET STACKED DIAGNOSTICS v_index = CONSTRAINT_NAME;
-        IF v_index IS DISTINCT FROM 'job_dedup_idx' THEN
+        IF NOT pgqueue.is_dedup_index(v_index) THEN
             RAISE;
         END IF;
         -- an enqueue still open at the check above took the key and committed (the INSERT
@@ -62,6 +64,10 @@ $$;
 SELECT * FROM pgqueue.jobs WHERE state = 'dead' AND stream = %(stream)s
 ORDER BY died_at DESC, id DESC LIMIT %(limit)s
 
+-- name: dead_letter_stream
+-- A dead letter's stream, named by the requeue (on Citus it runs on the stream's node).
+SELECT (SELECT stream FROM pgqueue.dead_letter WHERE id = %(job_id)s::bigint) AS stream
+
 -- name: requeue_dead_letter
 -- Back to pending with attempts reset; PQ404 when not a dead letter, PQ409 on a dedup holder.
-SELECT pgqueue.requeue_dead_letter(%(job_id)s::bigint)
+SELECT pgqueue.requeue_dead_letter(%(job_id)s::bigint, %(stream)s::text)

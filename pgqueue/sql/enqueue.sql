@@ -459,6 +459,11 @@ $$;
 
 -- queries -----------------------------------------------------------------------------------
 
+-- name: notify_jobs_here
+-- On Citus, after an enqueue (which its stream's node does not notify: pgqueue.notify_ready):
+-- idle workers listening on the coordinator are told of the stream's new jobs from here.
+SELECT pg_notify('pgqueue_jobs', %(stream)s::text)
+
 -- name: enqueue_jobs
 -- Enqueue a batch into one stream (one round trip, one op per inserted job). Returns one id
 -- per input in input order; an input whose dedup key a live job holds returns the holder's id.

@@ -370,12 +370,37 @@ AS $$ SELECT greatest(1, p_window_ms / 20) $$;
 -- pgqueue.start_rated (waiting: it counts one job, for a statement). Returns whether it is held
 -- (false also when the kind has no settings row any more: nothing limits it). The lock is the
 -- kind_config row's: locking a row needs UPDATE on the table, which only the owner has, so no
--- login can hold a kind's lock and stall it (an advisory lock any login may take).
+-- login can hold a kind's lock and stall it (an advisory lock any login may take). On Citus
+-- kind_config is a reference table, whose rows a call running on a stream's node cannot lock:
+-- there the lock is the row of pgqueue.kind_lease with bucket -1 (made on first use, counting
+-- nothing, never deleted), which sits on the stream's node.
 CREATE OR REPLACE FUNCTION pgqueue.lock_kind(p_stream text, p_kind text, p_wait boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+    IF EXISTS (SELECT 1 FROM pgqueue.layout WHERE name = 'citus') THEN
+        IF NOT EXISTS (SELECT 1 FROM pgqueue.kind_config c
+                       WHERE c.stream = p_stream AND c.kind = p_kind) THEN
+            RETURN false;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pgqueue.kind_lease k
+                       WHERE k.stream = p_stream AND k.kind = p_kind AND k.bucket = -1) THEN
+            INSERT INTO pgqueue.kind_lease (stream, kind, bucket, until, n)
+            VALUES (p_stream, p_kind, -1, 9223372036854775807, 0)
+            ON CONFLICT DO NOTHING;
+        END IF;
+        IF p_wait THEN
+            PERFORM FROM pgqueue.kind_lease k
+            WHERE k.stream = p_stream AND k.kind = p_kind AND k.bucket = -1
+            FOR NO KEY UPDATE;
+        ELSE
+            PERFORM FROM pgqueue.kind_lease k
+            WHERE k.stream = p_stream AND k.kind = p_kind AND k.bucket = -1
+            FOR NO KEY UPDATE SKIP LOCKED;
+        END IF;
+        RETURN FOUND;
+    END IF;
     IF p_wait THEN
         PERFORM FROM pgqueue.kind_config c WHERE c.stream = p_stream AND c.kind = p_kind
         FOR NO KEY UPDATE;
@@ -428,8 +453,11 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.ready_ahead(p_stream text, p_kind text, p_pri smallint,
                                                p_id bigint, p_limit int)
 RETURNS TABLE (id bigint, priority smallint, concurrency_key text)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
+BEGIN
+    -- PL/pgSQL: Citus plans no SQL function's parameterised query over distributed tables
+    RETURN QUERY
     SELECT c.id, c.priority, j.concurrency_key FROM (
         (SELECT r.job_id AS id, r.priority FROM pgqueue.ready r
          WHERE r.stream = p_stream AND r.kind = p_kind
@@ -442,8 +470,10 @@ AS $$
            AND r.priority = p_pri AND r.job_id < p_id
          ORDER BY r.kind, r.priority DESC, r.job_id
          LIMIT p_limit)) c
-    JOIN pgqueue.job j ON j.id = c.id AND j.state = 'pending'
-    ORDER BY c.priority DESC, c.id
+    -- (the stream named on job too: on Citus a join of the two by id alone is not one node's)
+    JOIN pgqueue.job j ON j.stream = p_stream AND j.id = c.id AND j.state = 'pending'
+    ORDER BY c.priority DESC, c.id;
+END
 $$;
 
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
@@ -621,7 +651,7 @@ BEGIN
         SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.priority), '{}')
         INTO v_locked, v_locked_pris
         FROM (SELECT j.id, j.priority FROM pgqueue.job j
-              WHERE j.id = ANY(v_chosen) AND j.state || '' = 'pending'
+              WHERE j.stream = p_stream AND j.id = ANY(v_chosen) AND j.state || '' = 'pending'
               FOR UPDATE SKIP LOCKED) l;
         v_got := v_got || v_locked;
         v_got_pris := v_got_pris || v_locked_pris;
@@ -639,7 +669,7 @@ BEGIN
         v_counted := rated;  -- every one, unless some are leased ahead (counted as they start)
         IF p_start IS NOT NULL THEN
             v_counted := ARRAY(SELECT o.id FROM unnest(ids) WITH ORDINALITY AS o(id, n)
-                               JOIN pgqueue.job j ON j.id = o.id
+                               JOIN pgqueue.job j ON j.stream = p_stream AND j.id = o.id
                                WHERE o.id = ANY(rated)
                                  AND (o.n <= p_start OR j.unstarted_reclaims > 0));
         END IF;
@@ -657,7 +687,7 @@ $$;
 -- (op ReturnLease; scheduled at that time), and a job whose cancel was requested ends as
 -- cancelled. Returns 'started', 'deferred' or 'cancelled'; NULL when the lease is not current.
 CREATE OR REPLACE FUNCTION pgqueue.start_rated(p_job_id bigint, p_lease_id bigint,
-                                               p_stream text DEFAULT NULL) RETURNS text
+                                               p_stream text DEFAULT pgqueue.each_stream()) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -682,7 +712,7 @@ BEGIN
         IF pgqueue.rate_window_used(j.stream, j.kind, c.rate_ms, v_at) >= c.rate_count THEN
             -- full: back until the oldest bucket leaves the window
             SELECT min(k.until) + c.rate_ms INTO v_free FROM pgqueue.kind_lease k
-            WHERE k.stream = j.stream AND k.kind = j.kind;
+            WHERE k.stream = j.stream AND k.kind = j.kind AND k.bucket >= 0;  -- (-1: a lock)
             j.state := 'scheduled';
             j.not_before := pgqueue.from_ms(v_free);
             PERFORM pgqueue.save_job(j, 'ReturnLease', p_lease_id,
@@ -709,7 +739,7 @@ $$;
 -- p_stream: the stream the leases came from (see pgqueue.ack); NULL: each of these jobs' in turn.
 CREATE OR REPLACE FUNCTION pgqueue.renew(
     p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[],
-    p_started boolean[] DEFAULT NULL, p_stream text DEFAULT NULL
+    p_started boolean[] DEFAULT NULL, p_stream text DEFAULT pgqueue.each_stream()
 ) RETURNS TABLE (job_id bigint, lease_id bigint, expires_at timestamptz,
               cancel_requested boolean)
 LANGUAGE plpgsql VOLATILE

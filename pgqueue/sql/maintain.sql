@@ -303,6 +303,19 @@ $$;
 
 -- queries -----------------------------------------------------------------------------------
 
+-- name: maintenance_node
+-- What a maintenance pass starts from: this database's role and epoch, and whether it is a
+-- Citus cluster's (then the leader's share runs stream by stream: schema_on_citus).
+SELECT n.role, n.epoch, EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS citus
+FROM pgqueue.node n
+
+-- name: schema_on_citus
+-- Whether this database is a Citus cluster's: then the calls that lock jobs of several
+-- streams (reclaim, cron ticks) go stream by stream, since Citus takes a lock on one node
+-- only. From the extension, not pgqueue.layout: correct on either layout, and on a schema
+-- older than 0017 too.
+SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS citus
+
 -- name: claim_maintenance
 -- Elect one maintenance runner per database (pgqueue.claim_maintenance): whether this one is.
 SELECT pgqueue.claim_maintenance(%(holder)s::uuid, %(ttl_ms)s::bigint) AS elected

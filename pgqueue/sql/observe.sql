@@ -322,9 +322,9 @@ FROM win LEFT JOIN LATERAL (
 ORDER BY j.id DESC
 
 -- name: jobs_page_ids
--- The ids of jobs_page (a bulk action walks them a batch at a time).
+-- The ids of jobs_page, each with its stream (a bulk action walks them a batch at a time).
 -- planned per call: the filters given decide the index (a cached plan would not)
-SELECT id FROM (SELECT * FROM pgqueue.jobs
+SELECT id, stream FROM (SELECT * FROM pgqueue.jobs
       WHERE %(state)s::text IS DISTINCT FROM 'pending' OR %(stream)s::text IS NULL
       UNION ALL  -- a stream's ready jobs: through their entries (the planner keeps one branch)
       SELECT * FROM pgqueue.jobs

@@ -11,7 +11,8 @@ LANGUAGE sql IMMUTABLE
 AS $$ SELECT j.id, j.stream, j.kind, j.state, j.attempts, j.last_completed_step, j.cursor_step $$;
 
 -- Operator: a quarantined or undecodable job runs again (optionally forgetting its crashes).
-CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false,
+                                           p_stream text DEFAULT pgqueue.each_stream())
 RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
                last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
@@ -19,7 +20,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', ARRAY['quarantined', 'undecodable']);
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', ARRAY['quarantined', 'undecodable'], p_stream);
 BEGIN
     PERFORM pgqueue.require_leader();
     IF p_reset_crashes THEN
@@ -30,7 +31,7 @@ END
 $$;
 
 -- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
-CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text)
+CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text, p_stream text DEFAULT pgqueue.each_stream())
 RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
                last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
@@ -39,7 +40,7 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'rewind',
-                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
+                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable'], p_stream);
     v_names text[] := pgqueue.step_names(j.step_set_hash);
     v_pos int;
 BEGIN
@@ -61,7 +62,7 @@ END
 $$;
 
 -- Operator: drop the checkpoint and run the job from step one (only when asked).
-CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint)
+CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint, p_stream text DEFAULT pgqueue.each_stream())
 RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
                last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
@@ -70,7 +71,7 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'restart',
-                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
+                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable'], p_stream);
 BEGIN
     PERFORM pgqueue.require_leader();
     j.last_completed_step := NULL;
@@ -83,7 +84,7 @@ END
 $$;
 
 -- Operator: count the step in progress as completed without running it, and go on.
-CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint)
+CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint, p_stream text DEFAULT pgqueue.each_stream())
 RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
                last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
@@ -92,7 +93,7 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'skip a step of',
-                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']);
+                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable'], p_stream);
     v_names text[] := pgqueue.step_names(j.step_set_hash);
     v_next int;
 BEGIN
@@ -116,7 +117,7 @@ $$;
 
 -- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
 -- its last completed step, matched by name in the new list.
-CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint)
+CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint, p_stream text DEFAULT pgqueue.each_stream())
 RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
                last_completed_step text, cursor_step text)
 LANGUAGE plpgsql VOLATILE
@@ -124,7 +125,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'accept the step set of', ARRAY['undecodable']);
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'accept the step set of', ARRAY['undecodable'], p_stream);
     v_hash text;
     v_names text[];
 BEGIN
@@ -153,13 +154,20 @@ BEGIN
 END
 $$;
 
+-- Tell the worker holding p_lease_id that its job's cancel was requested. Not on a Citus
+-- cluster (see pgqueue.notify_ready): there the client notifies on the coordinator's session,
+-- where workers listen, and a worker that missed it learns at its next renewal.
+CREATE OR REPLACE FUNCTION pgqueue.notify_cancel(p_lease_id bigint) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_notify('pgqueue_cancel', p_lease_id::text) FROM pgqueue.layout WHERE name = 'single' $$;
+
 -- Operator: cancel a job. One that is not leased (live or dead) is removed for good at once
 -- ('cancelled'). One a worker holds is asked to stop ('requested'): the request is recorded
 -- once (op RequestCancel) and the worker told at once (NOTIFY pgqueue_cancel, the lease id),
 -- or by its next renewal; the job then ends as cancelled when its handler stops, and also when
 -- its lease ends any other way but an ack (pgqueue.finish_cancel): it never runs again. A
 -- handler that finishes first is acked: the cancel came too late, as its history shows.
-CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS text
+CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint, p_stream text DEFAULT pgqueue.each_stream()) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -167,7 +175,7 @@ AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
     j pgqueue.job;
-    v_stream text := pgqueue.stream_of(p_job_id);
+    v_stream text := coalesce(p_stream, pgqueue.stream_of(p_job_id));
 BEGIN
     PERFORM pgqueue.require_leader();
     -- found by id, then locked by stream and id (on Citus a lock is taken on one node only)
@@ -181,7 +189,7 @@ BEGIN
                 VALUES (j.stream, 'RequestCancel', j.id, j.lease_id,
                         jsonb_build_object('job_id', j.id, 'lease_id', j.lease_id,
                                            'at_ms', pgqueue.to_ms(v_now)));
-                PERFORM pg_notify('pgqueue_cancel', j.lease_id::text);
+                PERFORM pgqueue.notify_cancel(j.lease_id);
             END IF;
             RETURN 'requested';
         END IF;
@@ -190,7 +198,7 @@ BEGIN
         VALUES (j.stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', j.state));
         RETURN 'cancelled';
     END IF;
-    v_stream := pgqueue.dead_stream_of(p_job_id);
+    v_stream := coalesce(p_stream, pgqueue.dead_stream_of(p_job_id));
     DELETE FROM pgqueue.dead_letter WHERE stream = v_stream AND id = p_job_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no job %', p_job_id USING ERRCODE = 'PQ404';
@@ -348,7 +356,7 @@ $$;
 -- snapshots overflow and slow down. The verb is one of a fixed list: no SQL is built from it.
 CREATE OR REPLACE FUNCTION pgqueue.apply_verb_to_jobs(p_verb text, p_job_ids bigint[],
                                                       p_to_step text DEFAULT NULL,
-                                                      p_stream text DEFAULT NULL,
+                                                      p_stream text DEFAULT pgqueue.each_stream(),
                                                       p_state text DEFAULT NULL,
                                                       p_kind text DEFAULT NULL)
 RETURNS TABLE (job_id bigint, outcome text, refused text)
@@ -372,13 +380,13 @@ BEGIN
     END IF;
     FOREACH v_id IN ARRAY coalesce(p_job_ids, '{}') LOOP
         -- each found by id, then locked by stream and id (on Citus: on one node)
-        v_stream := pgqueue.stream_of(v_id);
+        v_stream := coalesce(p_stream, pgqueue.stream_of(v_id));
         PERFORM 1 FROM pgqueue.job j
         WHERE j.stream = v_stream AND j.id = v_id AND (p_stream IS NULL OR j.stream = p_stream)
           AND (p_state IS NULL OR j.state = p_state) AND (p_kind IS NULL OR j.kind = p_kind)
         FOR UPDATE;
         IF NOT FOUND AND (p_state IS NULL OR p_state = 'dead') THEN
-            v_stream := pgqueue.dead_stream_of(v_id);
+            v_stream := coalesce(p_stream, pgqueue.dead_stream_of(v_id));
             PERFORM 1 FROM pgqueue.dead_letter d
             WHERE d.stream = v_stream AND d.id = v_id AND (p_stream IS NULL OR d.stream = p_stream)
               AND (p_kind IS NULL OR d.kind = p_kind)
@@ -393,13 +401,13 @@ BEGIN
         END IF;
         BEGIN
             CASE p_verb
-                WHEN 'requeue' THEN PERFORM pgqueue.requeue_dead_letter(v_id);
-                WHEN 'release' THEN PERFORM pgqueue.release(v_id);
-                WHEN 'rewind' THEN PERFORM pgqueue.rewind(v_id, p_to_step);
-                WHEN 'restart' THEN PERFORM pgqueue.restart(v_id);
-                WHEN 'skip-step' THEN PERFORM pgqueue.skip_step(v_id);
-                WHEN 'accept-step-set' THEN PERFORM pgqueue.accept_step_set(v_id);
-                WHEN 'cancel' THEN v_cancel := pgqueue.cancel(v_id);
+                WHEN 'requeue' THEN PERFORM pgqueue.requeue_dead_letter(v_id, v_stream);
+                WHEN 'release' THEN PERFORM pgqueue.release(v_id, false, v_stream);
+                WHEN 'rewind' THEN PERFORM pgqueue.rewind(v_id, p_to_step, v_stream);
+                WHEN 'restart' THEN PERFORM pgqueue.restart(v_id, v_stream);
+                WHEN 'skip-step' THEN PERFORM pgqueue.skip_step(v_id, v_stream);
+                WHEN 'accept-step-set' THEN PERFORM pgqueue.accept_step_set(v_id, v_stream);
+                WHEN 'cancel' THEN v_cancel := pgqueue.cancel(v_id, v_stream);
             END CASE;
             IF v_cancel = 'requested' THEN
                 job_id := v_id;
@@ -438,24 +446,39 @@ $$;
 
 -- queries -----------------------------------------------------------------------------------
 
+-- name: job_whereabouts
+-- A job's stream (live, else dead), its lease when leased with no cancel requested yet, and
+-- the layout: what the operator verbs name when they call (on Citus, the stream's node runs
+-- them) and whom a cancel tells.
+SELECT coalesce((SELECT stream FROM pgqueue.job WHERE id = %(job_id)s::bigint),
+                (SELECT stream FROM pgqueue.dead_letter WHERE id = %(job_id)s::bigint)) AS stream,
+       (SELECT lease_id FROM pgqueue.job
+        WHERE id = %(job_id)s::bigint AND state = 'leased' COLLATE "POSIX"
+          AND cancel_requested_at IS NULL) AS lease_id,
+       (SELECT name FROM pgqueue.layout) AS layout
+
+-- name: notify_cancel_here
+-- On Citus, after a cancel was requested: the worker holding the lease is told from here.
+SELECT pg_notify('pgqueue_cancel', %(lease_id)s::bigint::text)
+
 -- name: release_job
-SELECT id FROM pgqueue.release(%(job_id)s::bigint, %(reset_crashes)s::boolean)
+SELECT id FROM pgqueue.release(%(job_id)s::bigint, %(reset_crashes)s::boolean, %(stream)s::text)
 
 -- name: rewind_job
-SELECT id FROM pgqueue.rewind(%(job_id)s::bigint, %(to_step)s::text)
+SELECT id FROM pgqueue.rewind(%(job_id)s::bigint, %(to_step)s::text, %(stream)s::text)
 
 -- name: restart_job
-SELECT id FROM pgqueue.restart(%(job_id)s::bigint)
+SELECT id FROM pgqueue.restart(%(job_id)s::bigint, %(stream)s::text)
 
 -- name: skip_step_job
-SELECT id, last_completed_step FROM pgqueue.skip_step(%(job_id)s::bigint)
+SELECT id, last_completed_step FROM pgqueue.skip_step(%(job_id)s::bigint, %(stream)s::text)
 
 -- name: accept_step_set_job
-SELECT id FROM pgqueue.accept_step_set(%(job_id)s::bigint)
+SELECT id FROM pgqueue.accept_step_set(%(job_id)s::bigint, %(stream)s::text)
 
 -- name: cancel_job
 -- Cancel a job: 'cancelled' (removed now), or 'requested' (leased: its worker stops it).
-SELECT pgqueue.cancel(%(job_id)s::bigint) AS outcome
+SELECT pgqueue.cancel(%(job_id)s::bigint, %(stream)s::text) AS outcome
 
 -- name: configure_stream
 -- Per-stream retry backoff and quarantine threshold (NULL keeps the current value).
@@ -468,3 +491,11 @@ SELECT * FROM pgqueue.configure_stream(%(stream)s::text, %(retry_base_ms)s::bigi
 SELECT job_id, outcome, refused
 FROM pgqueue.apply_verb_to_jobs(%(verb)s::text, %(job_ids)s::bigint[], %(to_step)s::text,
                                 %(stream)s::text, %(state)s::text, %(kind)s::text)
+
+-- name: apply_verb_to_jobs_any_stream
+-- apply_verb_to_jobs without a stream filter: the argument left to its default, since a NULL
+-- stream crashes Citus 14.0's coordinator (pgqueue.each_stream).
+SELECT job_id, outcome, refused
+FROM pgqueue.apply_verb_to_jobs(p_verb => %(verb)s::text, p_job_ids => %(job_ids)s::bigint[],
+                                p_to_step => %(to_step)s::text, p_state => %(state)s::text,
+                                p_kind => %(kind)s::text)

@@ -111,7 +111,9 @@ INSERT INTO pgqueue.op_log_policy DEFAULT VALUES;
 -- stream, kind, payload, priority, state, enqueued_at_ms, not_before_ms, dedup_key, attempts,
 -- max_attempts, schema_version, next_job_id); any other op's body as stored. The state is the
 -- one enqueue chose: scheduled when not_before is later than enqueued_at.
-CREATE OR REPLACE FUNCTION pgqueue.op_body(o pgqueue.op_log) RETURNS jsonb
+-- (o anyelement: an op_log row, or on a Citus worker a row of one of op_log's shards, which a
+-- query sent to the shards reads as the shard's row type, op_log_102050: the same columns.)
+CREATE OR REPLACE FUNCTION pgqueue.op_body(o anyelement) RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN o.op = 'Enqueue' AND o.payload IS NOT NULL THEN

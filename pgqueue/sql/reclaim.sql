@@ -139,7 +139,10 @@ $$;
 -- horizon this reads the entry of every job leased since: the other passes use
 -- pgqueue.reclaim_due_jobs. The expiry is re-checked under the row lock, so a renewal that
 -- commits first wins (pgqueue.reclaim_job). Returns a row per job reclaimed.
-CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000)
+-- p_stream: only that stream's (on Citus the call runs on the node holding it: maintenance
+-- there calls it for each stream that has expired leases, pgqueue.streams_to_reclaim).
+CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000,
+                                                        p_stream text DEFAULT pgqueue.each_stream())
 RETURNS TABLE (job_id bigint, stream text, kind text, state text, step text, crashes int)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -151,6 +154,18 @@ DECLARE
     j     pgqueue.job;
 BEGIN
     PERFORM pgqueue.require_leader();
+    IF p_stream IS NOT NULL THEN
+        FOR j IN
+            SELECT * FROM pgqueue.job
+            WHERE stream = p_stream AND state = 'leased' AND lease_expires_at < v_now
+            ORDER BY id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            RETURN QUERY SELECT * FROM pgqueue.reclaim_job(j, v_now);
+        END LOOP;
+        RETURN;
+    END IF;
     FOR j IN
         SELECT * FROM pgqueue.job
         WHERE state = 'leased' AND lease_expires_at < v_now
@@ -170,7 +185,8 @@ $$;
 -- transaction is passed over (SKIP LOCKED) and found again by the next pass: its row stays
 -- until reclaim is done with it (pgqueue.recycle_lease_expiry). Plans that do not depend on
 -- statistics (the ring is truncated every few seconds): index scans only.
-CREATE OR REPLACE FUNCTION pgqueue.reclaim_due_jobs(p_limit int DEFAULT 1000)
+CREATE OR REPLACE FUNCTION pgqueue.reclaim_due_jobs(p_limit int DEFAULT 1000,
+                                                    p_stream text DEFAULT pgqueue.each_stream())
 RETURNS TABLE (job_id bigint, stream text, kind text, state text, step text, crashes int)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -187,6 +203,21 @@ DECLARE
     j     pgqueue.job;
 BEGIN
     PERFORM pgqueue.require_leader();
+    IF p_stream IS NOT NULL THEN
+        FOR j IN
+            SELECT * FROM pgqueue.job
+            WHERE stream = p_stream
+              AND id = ANY(ARRAY(SELECT unnest(e.job_ids) FROM pgqueue.lease_expiry e
+                                 WHERE e.stream = p_stream AND e.expires_at < v_now))
+              AND state = 'leased' COLLATE "POSIX" AND lease_expires_at < v_now
+            ORDER BY id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            RETURN QUERY SELECT * FROM pgqueue.reclaim_job(j, v_now);
+        END LOOP;
+        RETURN;
+    END IF;
     FOR j IN
         SELECT * FROM pgqueue.job
         WHERE id = ANY(ARRAY(SELECT unnest(e.job_ids) FROM pgqueue.lease_expiry e
@@ -278,6 +309,26 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ SELECT count(*)::int FROM pgqueue.reclaim_expired_jobs(p_limit) $$;
 
 -- queries -----------------------------------------------------------------------------------
+
+-- name: streams_to_reclaim
+-- On Citus: the streams with expired leases, each then reclaimed on its node (a lock is taken
+-- on one node only). %(due_only)s: as pgqueue.lease_expiry names them (reclaim_due), else
+-- from every leased job (reclaim_expired).
+SELECT DISTINCT e.stream FROM pgqueue.lease_expiry e
+WHERE %(due_only)s AND e.expires_at < pgqueue.now_ms() AND e.stream IS NOT NULL
+UNION
+SELECT DISTINCT j.stream FROM pgqueue.job j
+WHERE NOT %(due_only)s AND j.state = 'leased' AND j.lease_expires_at < pgqueue.now_ms()
+
+-- name: reclaim_expired_of
+-- reclaim_expired for one stream (Citus).
+SELECT job_id, stream, kind, state, step, crashes
+FROM pgqueue.reclaim_expired_jobs(%(limit)s::int, %(stream)s::text)
+
+-- name: reclaim_due_of
+-- reclaim_due for one stream (Citus).
+SELECT job_id, stream, kind, state, step, crashes
+FROM pgqueue.reclaim_due_jobs(%(limit)s::int, %(stream)s::text)
 
 -- name: reclaim_expired
 -- Return up to %(limit)s expired leases (of every stream) to pending, dead or quarantined (or

@@ -176,17 +176,32 @@ $$;
 -- concurrent scheduler skips them, and once it commits their next_run_at is in the future.
 -- Due by p_now, never later than the database's clock (pgqueue.now_ms): a caller cannot
 -- claim, and so lock, schedules that are not due yet.
-CREATE OR REPLACE FUNCTION pgqueue.claim_due_schedules(p_now timestamptz, p_limit int)
+-- p_stream: that stream's only (on Citus a lock is taken on one node only: the scheduler there
+-- claims stream by stream, each in a transaction of the stream's node).
+CREATE OR REPLACE FUNCTION pgqueue.claim_due_schedules(p_now timestamptz, p_limit int,
+                                                       p_stream text DEFAULT NULL)
 RETURNS SETOF pgqueue.schedule
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
+BEGIN
+    IF p_stream IS NOT NULL THEN
+        RETURN QUERY
+        SELECT * FROM pgqueue.schedule
+        WHERE stream = p_stream AND NOT paused AND next_run_at <= least(p_now, pgqueue.now_ms())
+        ORDER BY next_run_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED;
+        RETURN;
+    END IF;
+    RETURN QUERY
     SELECT * FROM pgqueue.schedule
     WHERE NOT paused AND next_run_at <= least(p_now, pgqueue.now_ms())
     ORDER BY next_run_at
     LIMIT p_limit
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE SKIP LOCKED;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text) RETURNS void
@@ -229,6 +244,15 @@ ORDER BY stream, name
 -- Due schedules of every stream, claimed with SKIP LOCKED: a concurrent scheduler skips
 -- them, and once this transaction commits their next_run_at is in the future.
 SELECT * FROM pgqueue.claim_due_schedules(%(now)s::timestamptz, %(limit)s::int)
+
+-- name: schedules_claim_due_of
+-- The same for one stream's schedules (on Citus, where the scheduler goes stream by stream).
+SELECT * FROM pgqueue.claim_due_schedules(%(now)s::timestamptz, %(limit)s::int, %(stream)s::text)
+
+-- name: schedule_due_streams
+-- The streams with a due schedule (on Citus, each then claimed on its node).
+SELECT DISTINCT stream FROM pgqueue.schedule
+WHERE NOT paused AND next_run_at <= least(%(now)s::timestamptz, pgqueue.now_ms())
 
 -- name: schedule_advance
 SELECT pgqueue.advance_schedule(%(stream)s::text, %(name)s::text, %(next_run_at)s::timestamptz,

@@ -100,7 +100,7 @@ WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'v'
 
 -- name: drop_schema_leftovers
 -- After the code is loaded: drop every function and view it did not define (views first:
--- they may call functions). Names come from the catalog, quoted by it.
+-- they may call functions; functions other functions depend on last). Names come from the catalog, quoted by it.
 DO $$
 DECLARE
     r record;
@@ -110,7 +110,11 @@ BEGIN
         FROM pgqueue_code_before b JOIN pg_rewrite rw ON rw.ev_class = b.oid AND rw.ctid = b.at
         WHERE b.kind = 'VIEW'
         UNION ALL
-        SELECT 2, 'FUNCTION', b.oid::regprocedure::text
+        -- a function others name (in a parameter default: pgqueue.each_stream) after them
+        SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_depend d
+                                 WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = b.oid
+                                   AND d.classid = 'pg_proc'::regclass)
+                    THEN 3 ELSE 2 END, 'FUNCTION', b.oid::regprocedure::text
         FROM pgqueue_code_before b JOIN pg_proc p ON p.oid = b.oid AND p.ctid = b.at
         WHERE b.kind = 'FUNCTION'
         ORDER BY 1, 3

@@ -7,7 +7,7 @@
 -- runs on the node holding the stream); NULL (psql, a client of 0016): each stream of these
 -- jobs in turn.
 CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[],
-                                       p_stream text DEFAULT NULL) RETURNS SETOF bigint
+                                       p_stream text DEFAULT pgqueue.each_stream()) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -57,7 +57,7 @@ $$;
 -- one-line summary, p_summary (pgqueue.error_summary of p_error when not given).
 CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_error text, p_retry_in_ms bigint,
                              p_max_attempts int DEFAULT NULL, p_summary text DEFAULT NULL,
-                             p_stream text DEFAULT NULL)
+                             p_stream text DEFAULT pgqueue.each_stream())
 RETURNS TABLE (dead boolean, state text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -117,7 +117,7 @@ $$;
 -- A job whose cancel was requested ends as cancelled instead. Returns each job let go of, and
 -- the state it went to (pending, or cancelled).
 CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[],
-                                                 p_stream text DEFAULT NULL)
+                                                 p_stream text DEFAULT pgqueue.each_stream())
 RETURNS TABLE (id bigint, state text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -152,7 +152,7 @@ $$;
 -- Costs no attempt; a job whose cancel was requested ends as cancelled instead of parked.
 -- Returns the state it went to (undecodable, or cancelled); NULL when the lease is not current.
 CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id bigint, p_reason text,
-                                         p_detail jsonb, p_stream text DEFAULT NULL) RETURNS text
+                                         p_detail jsonb, p_stream text DEFAULT pgqueue.each_stream()) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -180,7 +180,7 @@ $$;
 -- task was cancelled), or raised Cancelled itself: the job ends as cancelled, never retried.
 -- Returns false when the lease is not current.
 CREATE OR REPLACE FUNCTION pgqueue.end_cancelled(p_job_id bigint, p_lease_id bigint,
-                                                 p_stream text DEFAULT NULL) RETURNS boolean
+                                                 p_stream text DEFAULT pgqueue.each_stream()) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -198,7 +198,7 @@ $$;
 
 -- Worker: store an upcast payload and its new schema version as the job resumes.
 CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
-                               p_schema_version int, p_stream text DEFAULT NULL) RETURNS boolean
+                               p_schema_version int, p_stream text DEFAULT pgqueue.each_stream()) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp

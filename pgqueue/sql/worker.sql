@@ -76,11 +76,18 @@ SELECT pgqueue.deregister_worker(%(id)s::bigint)
 -- name: list_workers
 -- Registered workers with the number of leases each holds right now, and how long ago each
 -- last heartbeat was by the database's clock (the heartbeats' own), not the reader's.
+-- The leases counted first, by holder (on Citus, where the workers' table is the
+-- coordinator's own, a correlated count over the jobs is not planned).
+WITH held AS MATERIALIZED (
+    SELECT j.worker_node, j.worker_instance, count(*) AS leases FROM pgqueue.job j
+    WHERE j.state = 'leased'
+    GROUP BY j.worker_node, j.worker_instance
+)
 SELECT w.id, w.node, w.host, w.pid, w.streams, w.concurrency, w.started_at, w.heartbeat_at,
        extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age_seconds,
-       (SELECT count(*) FROM pgqueue.job j
-        WHERE j.state = 'leased' AND j.worker_node = w.node AND j.worker_instance = w.id) AS leases
+       coalesce(h.leases, 0) AS leases
 FROM pgqueue.worker w
+LEFT JOIN held h ON h.worker_node = w.node AND h.worker_instance = w.id
 ORDER BY w.id
 
 -- name: register_step_set

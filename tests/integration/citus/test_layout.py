@@ -28,7 +28,11 @@ DISTRIBUTED = {"job", "ready", "op_log", "dead_letter", "lease_expiry", "job_cou
 REFERENCE = {"stream_config", "kind_config", "step_set", "node", "op_log_ring", "op_log_policy",
              "schema_history", "layout"}
 TRANSITIONS = {"enqueue", "enqueue_one", "lease", "renew", "ack", "nack", "return_leases",
-               "mark_undecodable", "end_cancelled", "upcast", "start_rated"}
+               "mark_undecodable", "end_cancelled", "upcast", "start_rated",
+               # the operator's verbs on jobs, and reclaim (0018)
+               "release", "rewind", "restart", "skip_step", "accept_step_set", "cancel",
+               "requeue_dead_letter", "apply_verb_to_jobs", "reclaim_expired_jobs",
+               "reclaim_due_jobs"}
 STREAMS = [f"tenant-{i}" for i in range(8)]
 
 

@@ -29,6 +29,8 @@ from pgqueue.telemetry.outage import Outage
 from tests.dbhelp import force_reclaim, listening, op_counts, state_snapshot, wait_for
 from tests.integration.runtime.test_worker import gone, op_names, ops, running
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 
 def leased(q: pgqueue.Queue, **enqueue: Any) -> pgqueue.Lease:
     job_id = q.enqueue(b"x", **enqueue)

@@ -7,6 +7,8 @@ import pytest
 import pgqueue
 from tests.dbhelp import op_counts, state_snapshot
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 
 def kill(q: pgqueue.Queue, payload: bytes = b"x", *, dedup_key: str | None = None,
          checkpoint: pgqueue.Checkpoint | None = None) -> int:

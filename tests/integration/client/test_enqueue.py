@@ -17,6 +17,8 @@ from pgqueue.client import enqueue, lease
 from pgqueue.db import connection
 from tests.dbhelp import T0, UTC, op_counts, pinned
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 
 def job_count(dsn: str) -> int:
     with connection.connect(dsn) as conn:
@@ -112,6 +114,9 @@ def test_delay_as_timedelta(q: pgqueue.Queue) -> None:
     assert 3590 < left <= 3600.5
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_never_leased_before_not_before_and_leasable_exactly_at_it(dsn: str) -> None:
     with pinned(dsn, T0) as conn:
         [job_id] = enqueue.enqueue_many(conn, "default", [pgqueue.NewJob(b"x", delay=10)])
@@ -126,6 +131,9 @@ def test_never_leased_before_not_before_and_leasable_exactly_at_it(dsn: str) -> 
         assert ids_of(lease.lease(conn, "default", 10, 30.0, 0, 0)) == [job_id]
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_absolute_not_before(dsn: str) -> None:
     with pinned(dsn, T0) as conn:
         later, past = enqueue.enqueue_many(conn, "default", [
@@ -411,6 +419,8 @@ def test_job_ids_are_unique_across_streams_and_job_finds_any_stream(dsn: str) ->
 # -- transactional enqueue ----------------------------------------------------------------------
 
 
+# one server only: on Citus an op's xid is its stream's node's, not the caller's transaction's
+@pytest.mark.layouts("single")
 def test_transactional_enqueue_exists_only_after_commit(q: pgqueue.Queue, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=False) as conn:
         xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()

@@ -10,13 +10,17 @@ import pgqueue
 from pgqueue.db import connection
 from pgqueue.replicas import replica
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 
 def prune_older_than_a_week(dsn: str, *, job_id: int, before_op: str | None = None) -> None:
     """Make the job's ops (those before its first `before_op`, or all) look eight days old,
     and let the op log prune them as maintenance would."""
     with connection.connect(dsn) as conn:
         conn.execute(
-            "UPDATE pgqueue.op_log SET at = at - interval '8 days' WHERE job_id = %(job)s "
+            # one time for them all: Citus computes no column's new value by a STABLE
+            # expression (timestamptz arithmetic) on the nodes
+            "UPDATE pgqueue.op_log SET at = now() - interval '8 days' WHERE job_id = %(job)s "
             "AND (%(op)s::text IS NULL OR seq < (SELECT min(seq) FROM pgqueue.op_log "
             "WHERE job_id = %(job)s AND op = %(op)s))", {"job": job_id, "op": before_op})
         replica.prune_batches(conn, keep=7 * 86400.0, stale_after=86400.0, batch=10_000, wait=0)
@@ -72,6 +76,8 @@ def test_a_dead_letter_finished_when_it_died(q: pgqueue.Queue) -> None:
     assert (history.state, history.finished_at) == ("dead", info.died_at)
 
 
+# one server only: the op log's retention across a Citus cluster's nodes is not built yet
+@pytest.mark.layouts("single")
 def test_a_pruned_history_says_so_and_a_job_with_nothing_left_is_none(
         q: pgqueue.Queue, dsn: str) -> None:
     live = q.enqueue(b"x")

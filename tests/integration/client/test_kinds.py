@@ -18,6 +18,8 @@ from pgqueue.runtime import registry
 from tests.dbhelp import op_counts
 from tests.pgbed import Bed
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 
 def _kinds(q: pgqueue.Queue) -> dict[str, pgqueue.KindConfig]:
     return {k.kind: k for k in q.kinds()}

@@ -13,6 +13,8 @@ from pgqueue.client import enqueue, lease, observe, reclaim
 from pgqueue.db import connection
 from tests.dbhelp import T0, UTC, force_reclaim, op_counts, pinned
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 
 def job_row(dsn: str, job_id: int) -> tuple[object, ...]:
     """Every column of a live job row, for "nothing changed" checks."""
@@ -60,6 +62,9 @@ def test_lease_returns_every_field(q: pgqueue.Queue) -> None:
             info.lease_expires_at) == ("leased", held.lease_id, 3, 9, held.expires_at)
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_lease_expiry_is_exactly_now_plus_visibility_timeout(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q:
         q.enqueue(b"x")
@@ -142,6 +147,9 @@ def test_attempts_count_failures_not_leases(q: pgqueue.Queue, dsn: str) -> None:
     assert third.attempts == 2
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_due_scheduled_jobs_are_leased_by_priority(dsn: str) -> None:
     """Once their time has come, delayed jobs compete by priority like any ready job."""
     with pinned(dsn, T0) as conn:
@@ -154,6 +162,9 @@ def test_due_scheduled_jobs_are_leased_by_priority(dsn: str) -> None:
         assert [h.job_id for h in lease.lease(conn, "default", 1, 30.0, 0, 0)] == [low]
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_due_scheduled_jobs_are_leased_fifo_by_id_within_a_priority(dsn: str) -> None:
     """Lease order is priority, then job id, whether the job waited for a not_before or not:
     lease(limit=1) takes the same job as the head of lease(limit=2)."""
@@ -167,6 +178,9 @@ def test_due_scheduled_jobs_are_leased_fifo_by_id_within_a_priority(dsn: str) ->
         assert [h.job_id for h in lease.lease(conn, "default", 1, 30.0, 0, 0)] == [second]
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_due_scheduled_and_pending_jobs_mix_by_priority(dsn: str) -> None:
     with pinned(dsn, T0) as conn:
         ids = enqueue.enqueue_many(conn, "default", [
@@ -183,6 +197,9 @@ def test_due_scheduled_and_pending_jobs_mix_by_priority(dsn: str) -> None:
 # -- renew --------------------------------------------------------------------------------------
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_renew_extends_the_lease(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q:
         job_id = q.enqueue(b"x")
@@ -210,6 +227,9 @@ def test_queue_renew_returns_the_new_expiry(q: pgqueue.Queue) -> None:
     assert info is not None and info.lease_expires_at == new
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_renew_writes_the_checkpoint_and_stamps_it(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q:
         job_id = q.enqueue(b"x")
@@ -242,6 +262,9 @@ def test_renew_with_a_checkpoint_writes_every_worker_field(q: pgqueue.Queue) -> 
             cp.step_set_hash) == (None, "load", None, None, None)
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_renew_without_checkpoint_keeps_the_stored_one(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q:
         job_id = q.enqueue(b"x")
@@ -318,6 +341,9 @@ def test_a_later_lease_after_reclaim_returns_the_stored_checkpoint(
         updated_at_ms=stored.checkpoint.updated_at_ms, crashes_by_step={"transform": 1})
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_renew_logs_one_renew_op_with_the_whole_checkpoint(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q:
         q.enqueue(b"x")
@@ -402,6 +428,9 @@ def test_renew_after_the_lease_ended_raises(q: pgqueue.Queue, dsn: str, how: str
     assert op_counts(dsn) == ops
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_a_late_renewal_before_reclaim_still_counts(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q:
         job_id = q.enqueue(b"x")
@@ -427,6 +456,8 @@ def _index_scans(dsn: str, index: str) -> int:
         return int(row[0])
 
 
+# one server only: it reads the plan of one server's lease
+@pytest.mark.layouts("single")
 def test_no_lease_plan_takes_the_oldest_ready_index_while_the_table_has_no_statistics(
         q: pgqueue.Queue, dsn: str) -> None:
     """Before the job table was first analyzed (a new queue's first burst), with 20,000 jobs

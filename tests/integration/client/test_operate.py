@@ -14,7 +14,9 @@ from psycopg.types.json import Jsonb
 
 import pgqueue
 from pgqueue.db import connection
-from tests.dbhelp import op_counts, register_etl_step_sets, wait_for
+from tests.dbhelp import lock_waiters, op_counts, register_etl_step_sets, wait_for
+
+pytestmark = pytest.mark.layouts("single", "citus")
 
 KEY = "the-key"
 H1, H2 = "hash-one", "hash-two"
@@ -29,8 +31,9 @@ def parked_job(q: pgqueue.Queue, dsn: str) -> int:
     q.renew(held, checkpoint=pgqueue.Checkpoint(last_completed_step="a", cursor_step="b",
                                                  step_set_hash=H1))
     with connection.connect(dsn) as conn:
-        conn.execute("SELECT pgqueue.mark_undecodable(%s, %s, 'step_set_changed', %s)",
-                     [job_id, held.lease_id, Jsonb({"old_hash": H1, "new_hash": H2})])
+        conn.execute("SELECT pgqueue.mark_undecodable(%s, %s, 'step_set_changed', %s, "
+                     "p_stream => %s)",
+                     [job_id, held.lease_id, Jsonb({"old_hash": H1, "new_hash": H2}), held.stream])
     info = q.job(job_id)
     assert info is not None and info.state == "undecodable"
     return job_id
@@ -57,9 +60,7 @@ VERBS: dict[str, tuple[Callable[[pgqueue.Queue, str], int], Callable[[pgqueue.Qu
 
 def _someone_waits_on_a_lock(dsn: str) -> bool:
     with connection.connect(dsn) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                           "current_database() AND wait_event_type = 'Lock'").fetchone()
-    return row is not None and row[0] > 0
+        return lock_waiters(conn) > 0
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
@@ -158,6 +159,8 @@ def test_release_of_a_pending_job_still_names_the_verb(q: pgqueue.Queue) -> None
                                  "applies only to quarantined or undecodable jobs")
 
 
+# one server only: on Citus a verb names its stream (tests/integration/citus: the refusal)
+@pytest.mark.layouts("single")
 def test_in_psql_a_verb_reads_as_a_few_columns_of_the_job(dsn: str, q: pgqueue.Queue) -> None:
     """`SELECT * FROM pgqueue.accept_step_set(42)`: the job's id, stream, kind, state, attempts
     and checkpoint as columns, not its whole row (35 columns, payload included)."""

@@ -33,8 +33,10 @@ from pgqueue.client import schedule, settle
 from pgqueue.db import connection, queries
 from pgqueue.db.queries import Conn
 from pgqueue.maintenance import maintain
-from tests.dbhelp import pinned, set_now, wait_for
+from tests.dbhelp import lock_waiters, pinned, set_now, wait_for
 from tests.pgbed import Bed
+
+pytestmark = pytest.mark.layouts("single", "citus")
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2025, 6, 2, 0, 0, tzinfo=UTC)  # a Monday, long past: tick jobs are leasable
@@ -542,10 +544,8 @@ def test_a_change_that_waited_behind_a_tick_does_not_refire_its_time(dsn: str, c
 
             thread = threading.Thread(target=change)
             thread.start()
-            wait_for(lambda: conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()").fetchone() == (1,), 10,
-                "the change to wait for the tick's row lock")
+            wait_for(lambda: lock_waiters(conn) == 1, 10,
+                     "the change to wait for the tick's row lock")
         thread.join(10)
     assert not thread.is_alive() and len(outcome) == 1
     assert outcome[0].payload == b"changed"

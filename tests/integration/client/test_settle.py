@@ -13,6 +13,8 @@ from pgqueue.db import connection
 from pgqueue.db.queries import Conn
 from tests.dbhelp import T0, UTC, force_reclaim, op_counts, pinned, set_now, state_snapshot
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 
 def backoff_ms(conn: Conn, q: pgqueue.Queue, when: dt.datetime, job_id: int) -> int:
     """Lease the job at `when`, nack it without retry_in, and return its backoff in ms."""
@@ -152,6 +154,9 @@ def test_nack_counts_a_failure_and_keeps_the_error(q: pgqueue.Queue, dsn: str) -
     assert op_counts(dsn) == {"Enqueue": 1, "Lease": 2, "Nack": 2}
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_nack_retry_in_is_exact(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q:
         job_id = q.enqueue(b"x")
@@ -206,6 +211,9 @@ def test_short_retry_is_leasable_without_maintenance(q: pgqueue.Queue) -> None:
     assert [h.job_id for h in q.lease()] == [job_id]
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_default_backoff_is_about_two_to_the_attempts_seconds(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q, pinned(dsn, T0) as conn:
         job_id = q.enqueue(b"x", max_attempts=0)
@@ -216,6 +224,9 @@ def test_default_backoff_is_about_two_to_the_attempts_seconds(dsn: str) -> None:
             assert 0.75 * nominal <= got <= 1.25 * nominal, (attempts, got)
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_default_backoff_has_jitter(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q, pinned(dsn, T0) as conn:
         ids = q.enqueue_many([pgqueue.NewJob(f"{i}") for i in range(12)])
@@ -224,6 +235,9 @@ def test_default_backoff_has_jitter(dsn: str) -> None:
     assert len(got) > 3
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_retry_base_is_settable_per_stream(dsn: str) -> None:
     with pgqueue.Queue(dsn, stream="slow") as slow, pgqueue.Queue(dsn) as q, \
             pinned(dsn, T0) as conn:
@@ -236,6 +250,9 @@ def test_retry_base_is_settable_per_stream(dsn: str) -> None:
             assert 0.75 * 1000 * 2**n <= backoff_ms(conn, q, when, fast_id) <= 1.25 * 1000 * 2**n
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_retry_cap_is_settable_per_stream(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q, pinned(dsn, T0) as conn:
         q.configure_stream(retry_cap=3)
@@ -247,6 +264,9 @@ def test_retry_cap_is_settable_per_stream(dsn: str) -> None:
         assert backoff_ms(conn, q, T0 + dt.timedelta(days=3), job_id) == 3000
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes'
+@pytest.mark.layouts("single")
 def test_default_backoff_is_capped_at_one_hour(dsn: str) -> None:
     with pgqueue.Queue(dsn) as q, pinned(dsn, T0) as conn:
         job_id = q.enqueue(b"x", max_attempts=0)

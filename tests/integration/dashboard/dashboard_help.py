@@ -82,8 +82,8 @@ def undecodable_job(q: pgqueue.Queue, dsn: str, *, step_job: bool = True) -> int
     else:
         reason, detail = "unknown_kind", {"kind": "mystery"}
     with connection.connect(dsn) as conn:
-        conn.execute("SELECT pgqueue.mark_undecodable(%s, %s, %s, %s)",
-                     [job_id, held.lease_id, reason, Jsonb(detail)])
+        conn.execute("SELECT pgqueue.mark_undecodable(%s, %s, %s, %s, p_stream => %s)",
+                     [job_id, held.lease_id, reason, Jsonb(detail), held.stream])
     info = q.job(job_id)
     assert info is not None and info.state == "undecodable"
     return job_id

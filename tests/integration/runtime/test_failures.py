@@ -9,6 +9,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 import pgqueue
 from pgqueue import failures, validate
 from pgqueue.db import connection, schema
@@ -17,6 +19,8 @@ from tests.dbhelp import force_reclaim, wait_for
 from tests.integration.client.test_oplog import replay_all
 from tests.integration.runtime.test_worker import job, ops, running, state
 from tests.pgbed import Bed
+
+pytestmark = pytest.mark.layouts("single", "citus")
 
 PACKAGE = str(Path(pgqueue.__file__).resolve().parent)
 

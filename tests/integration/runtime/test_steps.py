@@ -23,6 +23,8 @@ from pgqueue.runtime.steps import StepContext
 from tests.dbhelp import wait_for
 from tests.integration.runtime.test_worker import gone, job, ops, running, simulate_crash
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
 
 

@@ -26,6 +26,8 @@ import pgqueue
 from pgqueue.db import connection
 from tests.dbhelp import force_reclaim, wait_for
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 T = TypeVar("T")
 
 

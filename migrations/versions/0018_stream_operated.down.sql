@@ -1,0 +1,1 @@
+-- Undo 0018's tables: none (0017's code makes its functions again).
