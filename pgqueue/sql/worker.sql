@@ -84,7 +84,9 @@ WITH held AS MATERIALIZED (
     GROUP BY j.worker_node, j.worker_instance
 )
 SELECT w.id, w.node, w.host, w.pid, w.streams, w.concurrency, w.started_at, w.heartbeat_at,
-       extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age_seconds,
+       -- (at least 0: a heartbeat committed after this statement's transaction began, before
+       -- its snapshot, is newer than now())
+       greatest(0, extract(epoch FROM now() - w.heartbeat_at))::float8 AS heartbeat_age_seconds,
        coalesce(h.leases, 0) AS leases
 FROM pgqueue.worker w
 LEFT JOIN held h ON h.worker_node = w.node AND h.worker_instance = w.id
