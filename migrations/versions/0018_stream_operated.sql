@@ -1,8 +1,9 @@
 -- pgqueue 0018: the tables' delta (state only): none.
 --
 -- The operator's verbs on one job (release, rewind, restart, skip_step, accept_step_set,
--- cancel, requeue_dead_letter) take the job's stream as a last argument, p_stream DEFAULT
--- NULL (NULL: looked up, as before), and the bulk apply_verb_to_jobs passes each job's on. The
+-- cancel, requeue_dead_letter) take the job's stream as a last argument, p_stream (by default
+-- pgqueue.each_stream(): looked up, as before; refused on Citus), and the bulk
+-- apply_verb_to_jobs passes each job's on. The
 -- client finds the stream first; on Citus the verb then runs on the node holding the stream,
 -- so that its op takes that node's seq, after the stream's other ops. A requested cancel
 -- notifies through pgqueue.notify_cancel (on Citus the client notifies on the coordinator).

@@ -84,8 +84,18 @@ async def cancel(conn: run.AsyncConn, job_id: int) -> str:
     outcome = str(await run.scalar(conn, "cancel_job", {"job_id": job_id,
                                                         "stream": found.stream or ""}))
     if outcome == "requested" and found.layout == "citus" and found.lease_id is not None:
-        await run.fetch(conn, "notify_cancel_here", {"lease_id": found.lease_id})
+        await _tell_cancelled(conn, str(found.stream), [job_id])
     return outcome
+
+
+async def _tell_cancelled(conn: run.AsyncConn, stream: str, job_ids: list[int]) -> None:
+    """On Citus: tell the workers holding these jobs' leases (read now, after the request)
+    that their cancel was requested, on the coordinator where they listen (the stream's node
+    does not notify: pgqueue.notify_cancel)."""
+    leases = [r["lease_id"] for r in await run.fetch(conn, "cancel_requested_leases",
+                                                     {"stream": stream, "job_ids": job_ids})]
+    if leases:
+        await run.fetch(conn, "notify_cancels_here", {"lease_ids": leases})
 
 
 async def configure_stream(conn: run.AsyncConn, stream: str, *, retry_base: float | None = None,
@@ -179,7 +189,13 @@ async def _apply_by_stream(conn: run.AsyncConn, verb: str, page: Sequence[tuple[
     results = await run.fetch_each(conn, "apply_verb_to_jobs", [
         {"verb": verb, "job_ids": ids, "to_step": step, "stream": one_stream, "state": state,
          "kind": kind} for one_stream, ids in by_stream.items()])
-    return [_outcome(rows, len(ids)) for rows, ids in zip(results, by_stream.values(), strict=True)]
+    outcomes = [_outcome(rows, len(ids))
+                for rows, ids in zip(results, by_stream.values(), strict=True)]
+    if verb == "cancel" and await run.on_citus(conn):
+        for one_stream, outcome in zip(by_stream, outcomes, strict=True):
+            if outcome.requested:
+                await _tell_cancelled(conn, one_stream, outcome.requested)
+    return outcomes
 
 
 def _outcome(rows: Sequence[dict[str, object]], count: int) -> BatchOutcome:

@@ -34,10 +34,10 @@ def reclaim_expired_jobs(conn: run.Conn, *, batch: int = BATCH,
     also finds a lease no such row names (granted by the previous release during an upgrade).
 
     `by_stream` (a Citus cluster, where a lock is taken on one node only): the streams with
-    expired leases first, then a call per stream, all in one round trip, each run on the node
-    holding its stream; None: when the database is a Citus cluster's)."""
+    expired leases first, then a call per stream, the streams' calls of a batch in one round
+    trip, each run on the node holding its stream; None: when the database is a Citus cluster's)."""
     if by_stream is None:
-        by_stream = bool(run.scalar(conn, "schema_on_citus"))
+        by_stream = run.on_citus(conn)
     if by_stream:
         return _reclaim_by_stream(conn, batch=batch, due_only=due_only)
     query = "reclaim_due" if due_only else "reclaim_expired"

@@ -33,10 +33,10 @@ async def reclaim_expired_jobs(conn: run.AsyncConn, *, batch: int = BATCH,
     also finds a lease no such row names (granted by the previous release during an upgrade).
 
     `by_stream` (a Citus cluster, where a lock is taken on one node only): the streams with
-    expired leases first, then a call per stream, all in one round trip, each run on the node
-    holding its stream; None: when the database is a Citus cluster's)."""
+    expired leases first, then a call per stream, the streams' calls of a batch in one round
+    trip, each run on the node holding its stream; None: when the database is a Citus cluster's)."""
     if by_stream is None:
-        by_stream = bool(await run.scalar(conn, "schema_on_citus"))
+        by_stream = await run.on_citus(conn)
     if by_stream:
         return await _reclaim_by_stream(conn, batch=batch, due_only=due_only)
     query = "reclaim_due" if due_only else "reclaim_expired"

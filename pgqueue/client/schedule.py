@@ -150,7 +150,7 @@ def tick(conn: run.Conn, *, now: dt.datetime | None = None, limit: int = 100,
     schedule first, then each stream's in a transaction of its own, which runs on the node
     holding the stream alone."""
     if by_stream is None:
-        by_stream = bool(run.scalar(conn, "schema_on_citus"))
+        by_stream = run.on_citus(conn)
     if not by_stream:
         return _tick(conn, None, now=now, limit=limit, cap=cap)
     with run.transaction(conn):

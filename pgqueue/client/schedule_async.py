@@ -149,7 +149,7 @@ async def tick(conn: run.AsyncConn, *, now: dt.datetime | None = None, limit: in
     schedule first, then each stream's in a transaction of its own, which runs on the node
     holding the stream alone."""
     if by_stream is None:
-        by_stream = bool(await run.scalar(conn, "schema_on_citus"))
+        by_stream = await run.on_citus(conn)
     if not by_stream:
         return await _tick(conn, None, now=now, limit=limit, cap=cap)
     async with run.transaction(conn):

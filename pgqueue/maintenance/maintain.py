@@ -150,7 +150,7 @@ def _leader_pass(conn: queries.Conn, *, full: bool,
     `full`: reclaim reads every leased job, not only the expiries that came due. `citus`: the
     schema is laid out on a Citus cluster (reclaim runs stream by stream, each on its node)."""
     reclaimed = reclaim.reclaim_expired_jobs(conn, due_only=not full, by_stream=citus)
-    ticks = schedule.tick(conn)
+    ticks = schedule.tick(conn, by_stream=citus)
     replica.touch(conn)
     # the op log's retention, by whole partitions (pgqueue.recycle_op_log: the bounds are the
     # database's, so a worker's role prunes nothing younger); no waiting for a logical

@@ -440,7 +440,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
     SELECT a.job_id, a.refused
-    FROM pgqueue.apply_verb_to_jobs(p_verb, p_job_ids, p_to_step, p_stream, p_state, p_kind) a
+    -- (no stream given: each_stream's, which on Citus refuses the call, as the verbs do)
+    FROM pgqueue.apply_verb_to_jobs(p_verb, p_job_ids, p_to_step,
+                                    coalesce(p_stream, pgqueue.each_stream()), p_state, p_kind) a
     WHERE a.outcome = 'refused'
 $$;
 
@@ -457,9 +459,16 @@ SELECT coalesce((SELECT stream FROM pgqueue.job WHERE id = %(job_id)s::bigint),
           AND cancel_requested_at IS NULL) AS lease_id,
        (SELECT name FROM pgqueue.layout) AS layout
 
--- name: notify_cancel_here
--- On Citus, after a cancel was requested: the worker holding the lease is told from here.
-SELECT pg_notify('pgqueue_cancel', %(lease_id)s::bigint::text)
+-- name: cancel_requested_leases
+-- On Citus, after cancels were requested: the leases of those jobs now, to tell their workers.
+SELECT lease_id FROM pgqueue.job
+WHERE stream = %(stream)s::text AND id = ANY(%(job_ids)s::bigint[])
+  AND state = 'leased' COLLATE "POSIX" AND cancel_requested_at IS NOT NULL
+
+-- name: notify_cancels_here
+-- ...and the workers holding them told from here, the coordinator, where they listen (a
+-- statement of its own: one reading the leases would run on the stream's node).
+SELECT pg_notify('pgqueue_cancel', l::text) FROM unnest(%(lease_ids)s::bigint[]) AS l
 
 -- name: release_job
 SELECT id FROM pgqueue.release(%(job_id)s::bigint, %(reset_crashes)s::boolean, %(stream)s::text)

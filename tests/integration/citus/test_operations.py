@@ -178,3 +178,18 @@ def test_three_schedulers_fire_each_tick_of_streams_on_both_nodes_once(
     keys = [(stream, key) for stream, key, _ in enqueues]
     assert len(keys) == len(set(keys))  # no tick fired twice
     assert all(int(seq) % 1024 == groups[stream] for stream, _, seq in enqueues)
+
+
+def test_a_bulk_cancel_tells_the_workers_holding_its_jobs(cdb: CitusDatabase) -> None:
+    """The leased jobs a bulk cancel only asked to stop: their workers are told on the
+    coordinator (the streams' nodes do not notify), by the leases they hold now."""
+    stream = "ops-bulk"
+    with pgqueue.Queue(cdb.dsn, stream=stream) as q:
+        q.enqueue_many([pgqueue.NewJob(b"b") for _ in range(3)])
+        held = q.lease(limit=3)
+        with connection.connect(cdb.dsn) as listener:
+            listener.execute("LISTEN pgqueue_cancel")
+            result = q.act_on_jobs("cancel", stream=stream, state="leased")
+            assert (result.done, result.requested, result.refused) == (0, 3, 0)
+            notes = list(listener.notifies(timeout=5.0, stop_after=3))
+    assert sorted(int(n.payload) for n in notes) == sorted(h.lease_id for h in held)
