@@ -22,12 +22,11 @@ def _job_id(job_id: int) -> int:
 
 @dataclass(frozen=True)
 class Whereabouts:
-    """Where a job is: its stream (None when no job has the id), its lease when leased with
-    no cancel requested yet, and the schema's layout ("single" or "citus")."""
+    """Where a job is: its stream (None when no job has the id), and its lease when leased
+    with no cancel requested yet."""
 
     stream: str | None
     lease_id: int | None
-    layout: str
 
 
 async def whereabouts(conn: run.AsyncConn, job_id: int) -> Whereabouts:
@@ -35,7 +34,7 @@ async def whereabouts(conn: run.AsyncConn, job_id: int) -> Whereabouts:
     the stream and its op takes that node's seq (a job's stream never changes)."""
     row = await run.fetch_one(conn, "job_whereabouts", {"job_id": _job_id(job_id)})
     assert row is not None
-    return Whereabouts(row["stream"], row["lease_id"], str(row["layout"]))
+    return Whereabouts(row["stream"], row["lease_id"])
 
 
 async def _on_its_stream(conn: run.AsyncConn, name: str, job_id: int,
@@ -83,7 +82,7 @@ async def cancel(conn: run.AsyncConn, job_id: int) -> str:
     found = await whereabouts(conn, _job_id(job_id))
     outcome = str(await run.scalar(conn, "cancel_job", {"job_id": job_id,
                                                         "stream": found.stream or ""}))
-    if outcome == "requested" and found.layout == "citus" and found.lease_id is not None:
+    if outcome == "requested" and found.lease_id is not None and await run.on_citus(conn):
         await _tell_cancelled(conn, str(found.stream), [job_id])
     return outcome
 

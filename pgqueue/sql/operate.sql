@@ -449,15 +449,14 @@ $$;
 -- queries -----------------------------------------------------------------------------------
 
 -- name: job_whereabouts
--- A job's stream (live, else dead), its lease when leased with no cancel requested yet, and
--- the layout: what the operator verbs name when they call (on Citus, the stream's node runs
--- them) and whom a cancel tells.
+-- A job's stream (live, else dead) and its lease when leased with no cancel requested yet:
+-- what the operator verbs name when they call (on Citus, the stream's node runs them), and
+-- whether a cancel has a worker to tell.
 SELECT coalesce((SELECT stream FROM pgqueue.job WHERE id = %(job_id)s::bigint),
                 (SELECT stream FROM pgqueue.dead_letter WHERE id = %(job_id)s::bigint)) AS stream,
        (SELECT lease_id FROM pgqueue.job
         WHERE id = %(job_id)s::bigint AND state = 'leased' COLLATE "POSIX"
-          AND cancel_requested_at IS NULL) AS lease_id,
-       (SELECT name FROM pgqueue.layout) AS layout
+          AND cancel_requested_at IS NULL) AS lease_id
 
 -- name: cancel_requested_leases
 -- On Citus, after cancels were requested: the leases of those jobs now, to tell their workers.

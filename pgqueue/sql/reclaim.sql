@@ -154,6 +154,8 @@ DECLARE
     j     pgqueue.job;
 BEGIN
     PERFORM pgqueue.require_leader();
+    -- one stream's (Citus routes a statement to one node by a plain equality on stream only,
+    -- not by "p_stream IS NULL OR ..."), else every stream's
     IF p_stream IS NOT NULL THEN
         FOR j IN
             SELECT * FROM pgqueue.job
@@ -203,6 +205,8 @@ DECLARE
     j     pgqueue.job;
 BEGIN
     PERFORM pgqueue.require_leader();
+    -- one stream's (Citus routes a statement to one node by a plain equality on stream only,
+    -- not by "p_stream IS NULL OR ..."), else every stream's
     IF p_stream IS NOT NULL THEN
         FOR j IN
             SELECT * FROM pgqueue.job
