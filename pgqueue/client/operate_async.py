@@ -215,10 +215,27 @@ async def apply_to_jobs(conn: run.AsyncConn, verb: str, job_ids: Sequence[int], 
     ids = [_job_id(i) for i in job_ids]
     if len(ids) > BULK_BATCH:
         raise ValueError(f"job_ids: at most {BULK_BATCH} at a time, got {len(ids)}")
+    if stream is None and await run.on_citus(conn):
+        return await _apply_anywhere(conn, verb, ids, to_step=to_step, state=state, kind=kind)
     rows = await run.fetch(conn, "apply_verb_to_jobs" if stream is not None
                            else "apply_verb_to_jobs_any_stream",
                            {"verb": verb, "job_ids": ids, "to_step": step, **where})
     return _outcome(rows, len(ids))
+
+
+async def _apply_anywhere(conn: run.AsyncConn, verb: str, ids: list[int], *,
+                          to_step: str | None, state: str | None,
+                          kind: str | None) -> BatchOutcome:
+    """apply_to_jobs without a stream on Citus: each job's stream looked up first, then each
+    stream's jobs on its node. An id of no job is sent under the stream "" (the function
+    refuses it as it does on one server: no such job)."""
+    found = {int(r["id"]): str(r["stream"])
+             for r in await run.fetch(conn, "jobs_streams", {"job_ids": ids})}
+    page = [(i, found.get(i, "")) for i in ids]
+    outcomes = await _apply_by_stream(conn, verb, page, to_step=to_step, state=state, kind=kind)
+    return BatchOutcome(
+        refused={k: v for o in outcomes for k, v in o.refused.items()},
+        requested=[i for o in outcomes for i in o.requested], count=len(ids))
 
 
 async def act_on_jobs(conn: run.AsyncConn, verb: str, *, stream: str | None = None,

@@ -297,9 +297,8 @@ WITH win AS MATERIALIZED (
             AND (%(state)s::text IS NULL OR state = %(state)s::text)
             AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
           ORDER BY id DESC
-          LIMIT %(window)s) w)
-SELECT win.floor AS window_floor, win.size AS window_size, j.*
-FROM win LEFT JOIN LATERAL (
+          LIMIT %(window)s) w),
+j AS MATERIALIZED (  -- not LATERAL: Citus joins no distributed subquery laterally
     SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
            octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
            enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
@@ -316,9 +315,11 @@ FROM win LEFT JOIN LATERAL (
       AND (%(state)s::text IS NULL OR state = %(state)s::text)
       AND kind = %(kind)s::text
       AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
-      AND id >= win.floor
+      AND id >= (SELECT floor FROM win)
     ORDER BY id DESC
-    LIMIT %(limit)s) j ON true
+    LIMIT %(limit)s)
+SELECT win.floor AS window_floor, win.size AS window_size, j.*
+FROM win LEFT JOIN j ON true
 ORDER BY j.id DESC
 
 -- name: jobs_page_ids
@@ -366,19 +367,20 @@ SELECT CASE WHEN %(kind)s::text IS NULL THEN
 -- that are over and asks again only from the current one, so each refresh reads about a
 -- minute of ops however long the span (the dashboard's hour: 220 ms at 1,000,000 ops an hour
 -- when read whole).
-SELECT n.now_minute, t.stream, t.minute, t.enqueued, t.acked, t.failed, t.cancelled
-FROM (SELECT date_trunc('minute', now()) AS now_minute) n
-LEFT JOIN LATERAL (
+WITH t AS MATERIALIZED (  -- a CTE of its own: Citus joins no distributed subquery laterally
     SELECT stream, date_trunc('minute', at) AS minute,
            count(*) FILTER (WHERE op = 'Enqueue')::bigint AS enqueued,
            count(*) FILTER (WHERE op = 'Ack')::bigint AS acked,
            count(*) FILTER (WHERE op IN ('Nack', 'Reclaim'))::bigint AS failed,
            count(*) FILTER (WHERE op = 'Cancel')::bigint AS cancelled
     FROM pgqueue.op_log
-    WHERE at >= greatest(%(since)s::timestamptz, n.now_minute - interval '1 hour')
+    WHERE at >= greatest(%(since)s::timestamptz, date_trunc('minute', now()) - interval '1 hour')
       AND op IN ('Enqueue', 'Ack', 'Nack', 'Reclaim', 'Cancel')
     GROUP BY stream, date_trunc('minute', at)
-) t ON true
+)
+SELECT n.now_minute, t.stream, t.minute, t.enqueued, t.acked, t.failed, t.cancelled
+FROM (SELECT date_trunc('minute', now()) AS now_minute) n
+LEFT JOIN t ON true
 ORDER BY t.stream, t.minute
 
 -- name: dead_letters_preview
@@ -458,6 +460,15 @@ SELECT s.stream,
            AS age_seconds
 FROM unnest(%(streams)s::text[]) AS s(stream)
 
+-- name: gauge_oldest_pending_of
+-- gauge_oldest_pending for one stream, on a Citus cluster (which plans no subquery correlated
+-- with unnest): the same probe, run on the stream's node, a statement per stream in one round
+-- trip.
+SELECT %(stream)s::text AS stream,
+       extract(epoch FROM now() - min(j.not_before))::float8 AS age_seconds
+FROM pgqueue.job j
+WHERE j.stream = %(stream)s::text AND j.state = 'pending' AND j.not_before > '-infinity'
+
 -- name: gauge_op_log
 -- The ops the log keeps: for each window of 2^32 seqs it holds (a partition of its ring, see
 -- pgqueue.op_log), the last seq less the first, plus one (probes of the primary keys; seqs
@@ -472,6 +483,13 @@ WITH RECURSIVE w(k) AS (
 SELECT coalesce(sum((SELECT max(o.seq) - min(o.seq) + 1 FROM pgqueue.op_log o
                      WHERE o.seq >= w.k << 32 AND o.seq < (w.k + 1) << 32)), 0)::bigint AS ops
 FROM w WHERE w.k IS NOT NULL
+
+-- name: gauge_op_log_count
+-- gauge_op_log on a Citus cluster: there a node's seqs step by 1024 and the key is (stream,
+-- seq), so a window's span is no count and no index is ordered by seq alone; the ops are
+-- counted instead, in parallel on every node (each a scan of its ops: this gauge's cost grows
+-- with the log there, about 70 ms per million ops on the test bed).
+SELECT count(*)::bigint AS ops FROM pgqueue.op_log
 
 -- name: gauge_workers
 -- Registered workers, live or stale by the database's clock (a heartbeat older than

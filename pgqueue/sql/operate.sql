@@ -458,6 +458,13 @@ SELECT coalesce((SELECT stream FROM pgqueue.job WHERE id = %(job_id)s::bigint),
         WHERE id = %(job_id)s::bigint AND state = 'leased' COLLATE "POSIX"
           AND cancel_requested_at IS NULL) AS lease_id
 
+-- name: jobs_streams
+-- Each job's stream (live or dead), for a bulk verb given ids without a stream: on Citus it
+-- sends each stream's jobs to the stream's node. An id of no job is left out.
+SELECT id, stream FROM pgqueue.job WHERE id = ANY(%(job_ids)s::bigint[])
+UNION ALL
+SELECT id, stream FROM pgqueue.dead_letter WHERE id = ANY(%(job_ids)s::bigint[])
+
 -- name: cancel_requested_leases
 -- On Citus, after cancels were requested: the leases of those jobs now, to tell their workers.
 SELECT lease_id FROM pgqueue.job

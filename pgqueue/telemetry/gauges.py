@@ -28,9 +28,14 @@ def gauges(conn: run.Conn, *, stale_after: float = STALE_WORKER_SECONDS) -> Queu
     schedules = {(r["stream"], bool(r["paused"])): int(r["count"])
                  for r in run.fetch(conn, "gauge_schedules")}
     streams = sorted({s for s, _ in jobs} | {s for s, _ in schedules})
-    oldest = {r["stream"]: r["age_seconds"] for r in run.fetch(
-        conn, "gauge_oldest_pending", {"streams": streams})}
-    ops = int(run.scalar(conn, "gauge_op_log") or 0)
+    citus = run.on_citus(conn)
+    if citus:  # a probe per stream, each on its node, in one round trip
+        found = [rows[0] for rows in run.fetch_each(
+            conn, "gauge_oldest_pending_of", [{"stream": s} for s in streams])]
+    else:
+        found = run.fetch(conn, "gauge_oldest_pending", {"streams": streams})
+    oldest = {r["stream"]: r["age_seconds"] for r in found}
+    ops = int(run.scalar(conn, "gauge_op_log_count" if citus else "gauge_op_log") or 0)
     row = run.fetch_one(conn, "gauge_workers", {"stale_after": stale_after})
     workers = {"live": int(row["live"]) if row else 0, "stale": int(row["stale"]) if row else 0}
     replicas = run.fetch(conn, "replica_status", {"stale_after": 86400.0, "wait": 0.0})

@@ -27,9 +27,14 @@ async def gauges(conn: run.AsyncConn, *, stale_after: float = STALE_WORKER_SECON
     schedules = {(r["stream"], bool(r["paused"])): int(r["count"])
                  for r in await run.fetch(conn, "gauge_schedules")}
     streams = sorted({s for s, _ in jobs} | {s for s, _ in schedules})
-    oldest = {r["stream"]: r["age_seconds"] for r in await run.fetch(
-        conn, "gauge_oldest_pending", {"streams": streams})}
-    ops = int(await run.scalar(conn, "gauge_op_log") or 0)
+    citus = await run.on_citus(conn)
+    if citus:  # a probe per stream, each on its node, in one round trip
+        found = [rows[0] for rows in await run.fetch_each(
+            conn, "gauge_oldest_pending_of", [{"stream": s} for s in streams])]
+    else:
+        found = await run.fetch(conn, "gauge_oldest_pending", {"streams": streams})
+    oldest = {r["stream"]: r["age_seconds"] for r in found}
+    ops = int(await run.scalar(conn, "gauge_op_log_count" if citus else "gauge_op_log") or 0)
     row = await run.fetch_one(conn, "gauge_workers", {"stale_after": stale_after})
     workers = {"live": int(row["live"]) if row else 0, "stale": int(row["stale"]) if row else 0}
     replicas = await run.fetch(conn, "replica_status", {"stale_after": 86400.0, "wait": 0.0})

@@ -14,6 +14,8 @@ import pgqueue
 from pgqueue.client import observe
 from pgqueue.db import connection, queries
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 
 def by_key(stats: list[pgqueue.StreamStats]) -> dict[tuple[str, str], int]:
     return {(s.stream, s.state): s.count for s in stats}
@@ -247,6 +249,8 @@ def _page_plan(conn: connection.Conn, params: Mapping[str, str]) -> str:
     return json.dumps(row)
 
 
+# one server only: it reads one server's plans (on Citus each node plans its own shards)
+@pytest.mark.layouts("single")
 def test_a_page_of_a_stream_and_state_reads_its_index_not_the_whole_table(
         q: pgqueue.Queue, dsn: str) -> None:
     """Rare jobs (a small stream's, in any state) behind 20,000 others are found through

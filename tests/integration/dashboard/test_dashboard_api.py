@@ -23,6 +23,8 @@ from tests.integration.dashboard.dashboard_help import (
     undecodable_job,
 )
 
+pytestmark = pytest.mark.layouts("single", "citus")
+
 # -- 1. stats -----------------------------------------------------------------------------------
 
 

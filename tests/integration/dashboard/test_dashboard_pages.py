@@ -10,6 +10,7 @@ import re
 import time
 from typing import Any
 
+import pytest
 from psycopg_pool import AsyncConnectionPool
 from starlette.testclient import TestClient
 
@@ -30,6 +31,8 @@ from tests.integration.dashboard.dashboard_help import (
     undecodable_job,
 )
 from tests.proxy import LossyProxy
+
+pytestmark = pytest.mark.layouts("single", "citus")
 
 # -- 7. job data shows as text ------------------------------------------------------------------
 

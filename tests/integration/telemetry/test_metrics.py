@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,8 @@ from pgqueue.telemetry.metrics import MetricsServer, database_registry
 from tests.dbhelp import force_reclaim, wait_for
 from tests.integration.runtime.test_worker import running
 from tests.pgbed import Bed
+
+pytestmark = pytest.mark.layouts("single", "citus")
 
 
 @contextmanager
@@ -104,13 +107,14 @@ def apply(q: pgqueue.Queue, dsn: str, step: str) -> None:
             q.nack(lease, error="e", retry_in=0)
         elif step == "nack_dead":
             with connection.connect(dsn) as conn:
-                conn.execute("SELECT pgqueue.nack(%s, %s, 'e', 0, 1)", (job.job_id, job.lease_id))
+                conn.execute("SELECT pgqueue.nack(%s, %s, 'e', 0, 1, p_stream => %s)",
+                             (job.job_id, job.lease_id, job.stream))
         elif step == "return":
             q.return_lease(lease)
         else:
             with connection.connect(dsn) as conn:
-                conn.execute("SELECT pgqueue.mark_undecodable(%s, %s, 'unknown_kind', '{}')",
-                             (job.job_id, job.lease_id))
+                conn.execute("SELECT pgqueue.mark_undecodable(%s, %s, 'unknown_kind', '{}', "
+                             "p_stream => %s)", (job.job_id, job.lease_id, job.stream))
     elif step == "cancel":
         pending = q.jobs(state="pending")
         if pending:
@@ -127,6 +131,8 @@ def apply(q: pgqueue.Queue, dsn: str, step: str) -> None:
             q.release(parked[0].job_id)
 
 
+# one server only for now: on Citus the rings are not truncated per node yet (issue 27)
+@pytest.mark.layouts("single")
 def test_folding_moves_the_deltas_into_the_counts_and_keeps_them(q: pgqueue.Queue, dsn: str) -> None:
     """Deltas of past seconds are folded into job_count and their partitions truncated
     (nothing left for vacuum); the counts are exact before, during and after."""
@@ -153,22 +159,39 @@ def test_folding_moves_the_deltas_into_the_counts_and_keeps_them(q: pgqueue.Queu
     assert kept_counts(q) == expected == true_counts(dsn)
 
 
-def test_the_gauge_queries_read_no_job_table_scan(q: pgqueue.Queue, dsn: str) -> None:
-    """Counts from job_count (and its deltas), the oldest ready job by one index probe: a
-    scrape costs the same with 20,000 jobs as with 20."""
+def _job_scans(plan: object) -> list[str]:
+    """The relations of job (or, on Citus, a shard of it: job_102008) that a plan reads whole,
+    at any depth (a Citus plan holds each node's plan inside its own)."""
+    found: list[str] = []
+    if isinstance(plan, dict):
+        name = plan.get("Relation Name")
+        if plan.get("Node Type") == "Seq Scan" and isinstance(name, str) \
+                and re.fullmatch(r"job(_\d+)?", name):
+            found.append(name)
+        for value in plan.values():
+            found += _job_scans(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            found += _job_scans(value)
+    return found
+
+
+def test_the_gauge_queries_read_no_job_table_scan(q: pgqueue.Queue, dsn: str, layout: str) -> None:
+    """Counts from job_count (and its deltas), the oldest ready job by one index probe (on
+    Citus, a probe per stream on its node): a scrape costs the same with 20,000 jobs as with 20."""
     for _ in range(20):
         q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(1000)])
+    oldest = [("gauge_oldest_pending_of", {"stream": "default"})] if layout == "citus" else [
+        ("gauge_oldest_pending", {"streams": ["default", "other"]}), ("gauge_op_log", {})]
     with connection.connect(dsn) as conn:
         conn.execute("ANALYZE pgqueue.job")
-        for name, params in [("gauge_job_counts", {}),
-                             ("gauge_oldest_pending", {"streams": ["default", "other"]}),
-                             ("gauge_op_log", {})]:
+        for name, params in [("gauge_job_counts", {}), *oldest]:
             sql = queries.get(name).sql
-            plan = json.dumps(conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone())
-            assert '"Node Type": "Seq Scan", "Parent Relationship": "Outer", ' \
-                   '"Parallel Aware": false, "Async Capable": false, "Relation Name": "job"' \
-                   not in plan, (name, plan)
-            assert '"Relation Name": "job"' not in plan or "Index" in plan, (name, plan)
+            row = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
+            assert row is not None
+            plan = row[0]
+            assert "Index" in json.dumps(plan) or name == "gauge_job_counts", (name, plan)
+            assert _job_scans(plan) == [], (name, plan)
 
 
 # -- the database's gauges over HTTP -------------------------------------------------------------
