@@ -80,7 +80,13 @@ def load_code(revision: str, versions: Path) -> None:
     # first called instead of at creation (the current source is checked by a fresh install).
     queries.fetch(conn, "check_function_bodies", {"on": "off"})
     queries.fetch(conn, "code_load_begin")
-    queries.run_script(conn, definitions)
+    if queries.fetch(conn, "code_load_citus"):
+        # on Citus each trigger statement alone (statements.trigger_statements)
+        queries.run_script(conn, queries.without_triggers(definitions))
+        for statement in queries.trigger_statements(definitions):
+            queries.run_script(conn, statement)
+    else:
+        queries.run_script(conn, definitions)
     queries.fetch(conn, "check_function_bodies", {"on": "on"})
     queries.fetch(conn, "drop_schema_leftovers")
     if grants:

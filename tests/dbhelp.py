@@ -11,7 +11,7 @@ from typing import TypeVar
 from psycopg.types.json import Jsonb
 
 from pgqueue.client import reclaim
-from pgqueue.db import connection
+from pgqueue.db import connection, queries
 from pgqueue.db.queries import Conn
 
 UTC = dt.timezone.utc
@@ -74,6 +74,25 @@ def on_citus(conn: Conn) -> bool:
     row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
                        ).fetchone()
     return bool(row and row[0])
+
+
+def ring_bytes(conn: Conn, parent: str) -> int:
+    """The bytes a ring's partitions hold (pgqueue.job_count_delta, pgqueue.ready, ...): on
+    Citus, of every shard on every node."""
+    size = "citus_relation_size" if on_citus(conn) else "pg_relation_size"
+    row = conn.execute(f"SELECT coalesce(sum({size}(inhrelid)), 0) FROM pg_inherits "
+                       "WHERE inhparent = %s::regclass", (parent,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def fold_counts(conn: Conn) -> None:
+    """Fold the job counts' deltas as a maintenance pass does: on Citus on every shard group's
+    node (pgqueue.recycle_rings, naming a stream hashed to each)."""
+    if not on_citus(conn):
+        conn.execute("SELECT pgqueue.fold_job_counts()")
+        return
+    for _shard, key in conn.execute(queries.get("citus_shard_keys").sql).fetchall():
+        conn.execute("SELECT pgqueue.fold_job_counts(%s)", (key,))
 
 
 def op_counts(dsn: str) -> dict[str, int]:

@@ -26,13 +26,14 @@ from pgqueue.db.statements import (
     install_sql,
     schema_parts,
     trigger_statements,
+    without_triggers,
 )
 from pgqueue.db.translate import ROLES, granted, translate
 
 #: Re-exported: the loader (statements.py) and the errors (translate.py) through one import.
 __all__ = ["ROLES", "SCHEMA_STAGES", "Conn", "Params", "Query", "SchemaPart", "catalog",
            "code_sql", "get", "granted", "install_sql", "schema_parts", "translate",
-           "trigger_statements"]
+           "trigger_statements", "without_triggers"]
 
 Conn = psycopg.Connection[Any]
 

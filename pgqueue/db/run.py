@@ -92,22 +92,32 @@ def fetch_tuples_then(conn: Conn, name: str, params: Params, then: str,
 def fetch_each(conn: Conn, name: str,
                params: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Run a named query once per parameter set, in one round trip (a pipeline), and return
-    each one's rows as dicts: a call about several streams is a statement per stream (each
-    its own transaction outside a transaction block), which on Citus each runs on the node
-    holding its stream."""
+    each one's rows as dicts: a call about several streams is a statement per stream, which on
+    Citus each runs on the node holding its stream. Outside a transaction block each statement
+    is a transaction of its own, between a BEGIN and a COMMIT sent with it: a pipeline's
+    statements up to its Sync are otherwise one transaction, which on Citus commits on every
+    node they ran on by two-phase commit. Inside one, they are part of it. A statement that
+    fails ends the pipeline: those before it are committed, those after it are not run."""
     if len(params) == 1:
         return [_run(conn, name, params[0], dict_row)]
     query = get(name)
     sql: LiteralString = query.sql
+    own = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     try:
         with conn.pipeline():
             cursors = []
             for one in params:
+                if own:
+                    conn.execute("BEGIN")
                 cur = conn.cursor(row_factory=dict_row)
                 cur.execute(sql, one, prepare=None if query.prepare else False)
                 cursors.append(cur)
+                if own:
+                    conn.execute("COMMIT")
         return [cur.fetchall() for cur in cursors]
     except psycopg.Error as exc:
+        if own and conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            conn.execute("ROLLBACK")  # the failed statement's own block
         raise translate(exc, conn.info.user, query) from exc
 
 

@@ -128,11 +128,18 @@ _TRIGGER = re.compile(r"^(?:CREATE OR REPLACE TRIGGER|ALTER TABLE \S+ ENABLE ALW
                       re.MULTILINE)
 
 
-def trigger_statements() -> tuple[str, ...]:
-    """The current triggers and their enable modes, a statement each, as the code defines
-    them: what the Citus layout makes again once it has distributed the tables (which Citus
-    does to no table that has triggers; it sends each statement on to the nodes alone)."""
-    return tuple(_TRIGGER.findall(code_sql()))
+def trigger_statements(code: str | None = None) -> tuple[str, ...]:
+    """The triggers and their enable modes, a statement each, as `code` (by default the
+    current code) defines them: what the Citus layout makes again once it has distributed the
+    tables (which Citus does to no table that has triggers), and what a revision's code load
+    runs one by one there (Citus sends a trigger's statement on to the nodes as the text it
+    came in, which must then hold that statement alone)."""
+    return tuple(_TRIGGER.findall(code_sql() if code is None else code))
+
+
+def without_triggers(code: str) -> str:
+    """`code` without its trigger statements (trigger_statements gives them)."""
+    return _TRIGGER.sub("", code)
 
 
 def get(name: str) -> Query:

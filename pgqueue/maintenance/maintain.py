@@ -108,11 +108,14 @@ def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
             log.info("maintenance: this database became a replica; leader tasks skipped")
             leader = False
     pruned = int(queries.scalar(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
-    queries.fetch(conn, "fold_job_counts")  # the job counts' deltas, added up (observe.sql)
-    # the ready entries' past partitions, truncated once they hold no ready job (maintain.sql)
-    recycled = int(queries.scalar(conn, "recycle_ready"))
-    # the leases' expiries whose buckets are past and done with (reclaim.sql)
-    expiry = int(queries.scalar(conn, "recycle_lease_expiry"))
+    if node is not None and node["citus"]:
+        recycled, expiry = _recycle_rings_by_shard(conn)
+    else:
+        queries.fetch(conn, "fold_job_counts")  # the job counts' deltas, added up (observe.sql)
+        # the ready entries' past partitions, truncated once they hold no ready job (maintain.sql)
+        recycled = int(queries.scalar(conn, "recycle_ready"))
+        # the leases' expiries whose buckets are past and done with (reclaim.sql)
+        expiry = int(queries.scalar(conn, "recycle_lease_expiry"))
     if reclaimed:
         _log_reclaimed(reclaimed)
     vacuumed, shrunk = vacuum_job_table(conn) if vacuum else (False, 0)
@@ -120,6 +123,18 @@ def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
                       ops_pruned=ops, vacuumed=vacuumed, leader=leader,
                       reclaimed_jobs=tuple(reclaimed), ready_recycled=recycled,
                       expiry_recycled=expiry, shrunk_bytes=shrunk)
+
+
+def _recycle_rings_by_shard(conn: queries.Conn) -> tuple[int, int]:
+    """On Citus: the rings' upkeep (counts folded, ready entries' and lease expiries' past
+    partitions emptied) once per shard group, each call run on the group's node (named by a
+    stream hashed to it), all in one round trip: (ready partitions, expiry partitions)."""
+    keys = [str(r["key"]) for r in queries.fetch(conn, "citus_shard_keys") if r["key"]]
+    if not keys:
+        return 0, 0
+    done = [rows[0] for rows in queries.fetch_each(conn, "recycle_rings_of",
+                                                   [{"stream": k} for k in keys])]
+    return sum(int(r["ready"]) for r in done), sum(int(r["expiry"]) for r in done)
 
 
 def _log_reclaimed(reclaimed: list[reclaim.Reclaimed]) -> None:

@@ -120,7 +120,11 @@ BEGIN
                             'return_leases', 'mark_undecodable', 'end_cancelled', 'upcast',
                             'start_rated', 'release', 'rewind', 'restart', 'skip_step',
                             'accept_step_set', 'cancel', 'requeue_dead_letter',
-                            'apply_verb_to_jobs', 'reclaim_expired_jobs', 'reclaim_due_jobs')
+                            'apply_verb_to_jobs', 'reclaim_expired_jobs', 'reclaim_due_jobs',
+                            'fold_job_counts', 'recycle_ready', 'recycle_lease_expiry',
+                            'recycle_rings')
+          -- (a schema upgraded to an older revision lacks some of them, or their p_stream)
+          AND 'p_stream' = ANY(p.proargnames)
           AND NOT EXISTS (SELECT 1 FROM pg_dist_object o
                           WHERE o.classid = 'pg_proc'::regclass AND o.objid = p.oid
                             AND o.distribution_argument_index IS NOT NULL AND o.force_delegation)

@@ -272,6 +272,30 @@ BEGIN
 END
 $$;
 
+-- A table of pgqueue named for a maintenance call (p_table: 'job', 'ready', 'ready_3', ...):
+-- the table itself on one server (p_stream NULL); on a Citus node, the table's shard that
+-- holds p_stream's rows there (e.g. pgqueue.ready_3_102010), which the maintenance calls run
+-- on that node read and empty (pgqueue.recycle_rings). There a statement naming the
+-- distributed table may touch p_stream's rows only, and the shard holds the rows of every
+-- stream hashed to it; a shard is written by name only with citus.enable_manual_changes_to_shards,
+-- set here for the rest of the transaction.
+CREATE OR REPLACE FUNCTION pgqueue.shard_of(p_table text, p_stream text) RETURNS regclass
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_shard bigint;
+BEGIN
+    IF p_stream IS NULL THEN
+        RETURN format('pgqueue.%I', p_table)::regclass;
+    END IF;
+    PERFORM set_config('citus.enable_manual_changes_to_shards', 'on', true);
+    -- by EXECUTE: the function is Citus's, absent on one server
+    EXECUTE 'SELECT get_shard_id_for_distribution_column($1, $2)'
+        INTO v_shard USING format('pgqueue.%I', p_table)::regclass, p_stream;
+    RETURN format('pgqueue.%I', p_table || '_' || v_shard)::regclass;
+END
+$$;
+
 -- A failure's one-line summary from what was said about it: a traceback's last line (Python's
 -- `ExceptionType: message`), else its first non-blank line; whitespace runs made one space, at
 -- most 200 characters. Normalises every summary a transition stores (a worker's, or one a

@@ -64,23 +64,25 @@ AS $$ UPDATE pgqueue.maintenance_runner SET until = '-infinity' WHERE holder = p
 -- are left for the next pass.
 -- Returns how many partitions were emptied. A worker's (maintenance passes): SECURITY
 -- DEFINER for the TRUNCATE, which needs the owner.
-CREATE OR REPLACE FUNCTION pgqueue.recycle_ready() RETURNS int
+CREATE OR REPLACE FUNCTION pgqueue.recycle_ready(p_stream text DEFAULT pgqueue.each_stream())
+RETURNS int
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_now smallint := pgqueue.ring_slot();
+    v_job regclass := pgqueue.shard_of('job', p_stream);
     v_part regclass;
     v_parts regclass[] := '{}';
     v_slot smallint;
     v_live int;
 BEGIN
     FOREACH v_slot IN ARRAY pgqueue.ring_past_slots() LOOP
-        v_part := format('pgqueue.ready_%s', v_slot)::regclass;
+        v_part := pgqueue.shard_of('ready_' || v_slot, p_stream);
         CONTINUE WHEN pg_relation_size(v_part) = 0;  -- empty since its last truncation
-        EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM %s r JOIN pgqueue.job j '
-                       'ON j.id = r.job_id AND j.state = ''pending'' LIMIT 1001) c', v_part)
+        EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM %s r JOIN %s j '
+                       'ON j.id = r.job_id AND j.state = ''pending'' LIMIT 1001) c', v_part, v_job)
         INTO v_live;
         CONTINUE WHEN v_live > 1000;
         v_parts := v_parts || v_part;
@@ -91,14 +93,35 @@ BEGIN
     -- nobody reads or writes these partitions now: their ready jobs' entries move, the rest
     -- (taken, or no longer pending) go with them
     FOREACH v_part IN ARRAY v_parts LOOP
-        EXECUTE format('INSERT INTO pgqueue.ready (slot, stream, priority, job_id, kind) '
+        EXECUTE format('INSERT INTO %s (slot, stream, priority, job_id, kind) '
                        'SELECT DISTINCT ON (r.job_id) $1, r.stream, r.priority, r.job_id, r.kind '
-                       'FROM %s r JOIN pgqueue.job j ON j.id = r.job_id '
-                       'AND j.state = ''pending'' AND j.priority = r.priority', v_part)
+                       'FROM %s r JOIN %s j ON j.id = r.job_id '
+                       'AND j.state = ''pending'' AND j.priority = r.priority',
+                       pgqueue.shard_of('ready', p_stream), v_part, v_job)
         USING v_now;
     END LOOP;
     EXECUTE 'TRUNCATE ' || (SELECT string_agg(format('%s', p), ', ') FROM unnest(v_parts) p);
     RETURN cardinality(v_parts);
+END
+$$;
+
+-- The rings' upkeep of one shard group on a Citus cluster, p_stream naming it (any stream
+-- hashed to it: citus_shard_keys): the call runs on the group's node, a transaction of that
+-- node alone, and folds the counts' deltas, then empties the ready entries' and the leases'
+-- expiries' past partitions of the group's shards (pgqueue.fold_job_counts,
+-- pgqueue.recycle_ready, pgqueue.recycle_lease_expiry, each as on one server). A worker's
+-- (maintenance passes).
+CREATE OR REPLACE FUNCTION pgqueue.recycle_rings(p_stream text DEFAULT pgqueue.each_stream(),
+                                                 OUT folded bigint, OUT ready int,
+                                                 OUT expiry int)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+BEGIN
+    folded := pgqueue.fold_job_counts(p_stream);
+    ready := pgqueue.recycle_ready(p_stream);
+    expiry := pgqueue.recycle_lease_expiry(p_stream);
 END
 $$;
 
@@ -346,6 +369,23 @@ FROM pgqueue.op_log_policy p
 -- name: recycle_ready
 -- Truncate the ready entries' partitions that hold no ready job (pgqueue.recycle_ready).
 SELECT pgqueue.recycle_ready() AS emptied
+
+-- name: citus_shard_keys
+-- On Citus: a key for each shard group of the job table, a stream name hashed into it
+-- ('shard:N', the first N whose hash falls in the group's range, checked against Citus's own
+-- placement): a maintenance call naming it runs on the group's node (recycle_rings_of).
+SELECT s.shardid,
+       (SELECT 'shard:' || g FROM generate_series(1, 1000000) g
+        WHERE worker_hash('shard:' || g) BETWEEN s.shardminvalue::int AND s.shardmaxvalue::int
+          AND get_shard_id_for_distribution_column('pgqueue.job', 'shard:' || g) = s.shardid
+        LIMIT 1) AS key
+FROM pg_dist_shard s
+WHERE s.logicalrelid = 'pgqueue.job'::regclass
+ORDER BY s.shardid
+
+-- name: recycle_rings_of
+-- The rings' upkeep of one shard group on Citus (pgqueue.recycle_rings), on its node.
+SELECT folded, ready, expiry FROM pgqueue.recycle_rings(%(stream)s::text)
 
 -- name: prune_workers
 -- Forget workers that stopped heartbeating long ago.

@@ -244,7 +244,8 @@ $$;
 -- lock is only tried, never queued for (pgqueue.lock_for_truncate); a partition another
 -- session holds is left for the next pass. Returns how many partitions were emptied. A
 -- worker's (maintenance passes): SECURITY DEFINER for the TRUNCATE, which needs the owner.
-CREATE OR REPLACE FUNCTION pgqueue.recycle_lease_expiry() RETURNS int
+CREATE OR REPLACE FUNCTION pgqueue.recycle_lease_expiry(p_stream text DEFAULT pgqueue.each_stream())
+RETURNS int
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -252,12 +253,12 @@ AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
     v_bucket bigint := floor(extract(epoch FROM v_now) / 8)::bigint;
+    v_job regclass := pgqueue.shard_of('job', p_stream);
     v_parts regclass[] := '{}';
     v_part regclass;
-    v_busy boolean;
 BEGIN
     FOR k IN 1 .. 16 LOOP
-        v_part := format('pgqueue.lease_expiry_%s', (v_bucket - k) % 32)::regclass;
+        v_part := pgqueue.shard_of('lease_expiry_' || (v_bucket - k) % 32, p_stream);
         CONTINUE WHEN pg_relation_size(v_part) = 0;  -- empty since its last truncation
         v_parts := v_parts || v_part;
     END LOOP;
@@ -267,17 +268,18 @@ BEGIN
     -- nobody writes these partitions now
     v_parts := ARRAY(
         SELECT p FROM unnest(v_parts) p
-        WHERE NOT pgqueue.expiry_unfinished(p, v_now));
+        WHERE NOT pgqueue.expiry_unfinished(p, v_now, v_job));
     IF cardinality(v_parts) = 0 THEN
         RETURN 0;
     END IF;
     FOREACH v_part IN ARRAY v_parts LOOP
-        EXECUTE format('INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids, stream) '
+        EXECUTE format('INSERT INTO %s (slot, expires_at, job_ids, stream) '
                        'SELECT pgqueue.expiry_slot(e.expires_at), e.expires_at, '
                        'array_agg(j.id ORDER BY j.id), j.stream FROM %s e '
-                       'JOIN pgqueue.job j ON j.id = ANY(e.job_ids) AND j.state = ''leased'' '
+                       'JOIN %s j ON j.id = ANY(e.job_ids) AND j.state = ''leased'' '
                        'AND j.lease_expires_at = e.expires_at '
-                       'WHERE e.expires_at >= $1 GROUP BY e.expires_at, j.stream', v_part)
+                       'WHERE e.expires_at >= $1 GROUP BY e.expires_at, j.stream',
+                       pgqueue.shard_of('lease_expiry', p_stream), v_part, v_job)
         USING v_now;
     END LOOP;
     EXECUTE 'TRUNCATE ' || (SELECT string_agg(format('%s', p), ', ') FROM unnest(v_parts) p);
@@ -286,8 +288,10 @@ END
 $$;
 
 -- Whether a partition of pgqueue.lease_expiry names a job whose lease expired and that is
--- still leased: reclaim is not done with it (pgqueue.recycle_lease_expiry).
-CREATE OR REPLACE FUNCTION pgqueue.expiry_unfinished(p_part regclass, p_now timestamptz)
+-- still leased: reclaim is not done with it (pgqueue.recycle_lease_expiry). p_job: the job
+-- table, or on Citus its shard beside the partition's (pgqueue.shard_of).
+CREATE OR REPLACE FUNCTION pgqueue.expiry_unfinished(p_part regclass, p_now timestamptz,
+                                                     p_job regclass DEFAULT 'pgqueue.job')
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
@@ -298,8 +302,8 @@ AS $$
 DECLARE
     v_found boolean;
 BEGIN
-    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s e JOIN pgqueue.job j ON j.id = ANY(e.job_ids) '
-                   'WHERE j.state = ''leased'' AND j.lease_expires_at < $1)', p_part)
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s e JOIN %s j ON j.id = ANY(e.job_ids) '
+                   'WHERE j.state = ''leased'' AND j.lease_expires_at < $1)', p_part, p_job)
     INTO v_found USING p_now;
     RETURN v_found;
 END

@@ -77,7 +77,8 @@ SELECT compatible_from FROM pgqueue.schema_history WHERE revision = %(revision)s
 -- name: schema_history_put
 -- A revision was applied (again): what it is compatible with, and when.
 INSERT INTO pgqueue.schema_history (revision, compatible_from) VALUES (%(revision)s, %(since)s)
-ON CONFLICT (revision) DO UPDATE SET compatible_from = excluded.compatible_from, applied_at = now()
+ON CONFLICT (revision) DO UPDATE SET compatible_from = excluded.compatible_from,
+                                     applied_at = excluded.applied_at  -- (its default: now)
 
 -- name: schema_history_delete
 DELETE FROM pgqueue.schema_history WHERE revision = %(revision)s
@@ -97,6 +98,14 @@ WHERE p.pronamespace = 'pgqueue'::regnamespace
 UNION ALL
 SELECT 'VIEW', c.oid, rw.ctid FROM pg_class c JOIN pg_rewrite rw ON rw.ev_class = c.oid
 WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'v'
+
+-- name: code_load_citus
+-- Before a revision's code is loaded on a Citus cluster's coordinator: the count triggers it
+-- makes again are on distributed tables, which Citus allows only with enable_unsafe_triggers
+-- (set for the database by the layout, citus.sql; set here too, for this transaction, since a
+-- database copied from another, or a session begun before, lacks it).
+SELECT set_config('citus.enable_unsafe_triggers', 'on', true)
+WHERE EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')
 
 -- name: drop_schema_leftovers
 -- After the code is loaded: drop every function and view it did not define (views first:

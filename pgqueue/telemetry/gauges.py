@@ -19,8 +19,10 @@ def gauges(conn: run.Conn, *, stale_after: float = STALE_WORKER_SECONDS) -> Queu
     stream for the oldest ready job, the op log's seq range, and the small tables (schedules,
     workers, replicas)."""
     validate.seconds(stale_after, "stale_after", positive=True)
+    citus = run.on_citus(conn)
     try:
-        run.fetch(conn, "fold_job_counts")
+        if not citus:  # (on Citus the maintenance pass folds, shard group by shard group)
+            run.fetch(conn, "fold_job_counts")
     except PgQueueError:
         pass  # a read-only database: the deltas are summed below all the same
     jobs = {(r["stream"], r["state"]): int(r["count"])
@@ -28,7 +30,6 @@ def gauges(conn: run.Conn, *, stale_after: float = STALE_WORKER_SECONDS) -> Queu
     schedules = {(r["stream"], bool(r["paused"])): int(r["count"])
                  for r in run.fetch(conn, "gauge_schedules")}
     streams = sorted({s for s, _ in jobs} | {s for s, _ in schedules})
-    citus = run.on_citus(conn)
     if citus:  # a probe per stream, each on its node, in one round trip
         found = [rows[0] for rows in run.fetch_each(
             conn, "gauge_oldest_pending_of", [{"stream": s} for s in streams])]

@@ -32,7 +32,9 @@ TRANSITIONS = {"enqueue", "enqueue_one", "lease", "renew", "ack", "nack", "retur
                # the operator's verbs on jobs, and reclaim (0018)
                "release", "rewind", "restart", "skip_step", "accept_step_set", "cancel",
                "requeue_dead_letter", "apply_verb_to_jobs", "reclaim_expired_jobs",
-               "reclaim_due_jobs"}
+               "reclaim_due_jobs",
+               # the rings' upkeep, each call naming a shard group's stream (0019)
+               "fold_job_counts", "recycle_ready", "recycle_lease_expiry", "recycle_rings"}
 STREAMS = [f"tenant-{i}" for i in range(8)]
 
 
@@ -78,6 +80,36 @@ def test_upgrade_lays_the_schema_out_by_stream(cdb: CitusDatabase, cdsn: str) ->
     assert set(functions) == TRANSITIONS
     # idempotent: a second upgrade changes nothing
     pgqueue.migrate(cdsn)
+
+
+def test_an_upgrade_of_a_laid_out_cluster_reloads_its_code_there(citus_db: CitusDatabase) -> None:
+    """A database laid out at the previous revision (0018) upgrades to head on Citus: the
+    revision's code, count triggers included, loads on the distributed tables, the new
+    transitions are distributed on their stream, and the queue works across the upgrade."""
+    from pgqueue.db import schema
+
+    schema.upgrade(citus_db.dsn, "0018")
+    with psycopg.connect(citus_db.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pgqueue.enqueue_one('tenant-up', 'before')").fetchone()
+        assert row is not None
+        before = int(row[0])
+    pgqueue.migrate(citus_db.dsn)
+    with psycopg.connect(citus_db.dsn) as conn:
+        assert conn.execute("SELECT max(revision) FROM pgqueue.schema_history").fetchone() == (
+            schema.head(),)
+        distributed = {str(r[0]) for r in conn.execute(
+            "SELECT p.proname FROM pg_dist_object o"
+            " JOIN pg_proc p ON o.classid = 'pg_proc'::regclass AND p.oid = o.objid"
+            " WHERE p.pronamespace = 'pgqueue'::regnamespace"
+            "   AND o.distribution_argument_index IS NOT NULL")}
+        assert distributed == TRANSITIONS
+    with pgqueue.Queue(citus_db.dsn, stream="tenant-up") as q:
+        after = q.enqueue(b"after")
+        held = q.lease(limit=2)
+        assert [h.job_id for h in held] == [before, after]
+        for h in held:
+            q.ack(h)
+        assert q.stats() == []
 
 
 def test_a_stream_s_calls_run_on_its_node_and_commit_there_alone(

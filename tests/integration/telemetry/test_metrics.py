@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import pgqueue
 from pgqueue.db import connection, queries
 from pgqueue.telemetry.metrics import MetricsServer, database_registry
-from tests.dbhelp import force_reclaim, wait_for
+from tests.dbhelp import fold_counts, force_reclaim, ring_bytes, wait_for
 from tests.integration.runtime.test_worker import running
 from tests.pgbed import Bed
 
@@ -131,8 +131,6 @@ def apply(q: pgqueue.Queue, dsn: str, step: str) -> None:
             q.release(parked[0].job_id)
 
 
-# one server only for now: on Citus the rings are not truncated per node yet (issue 27)
-@pytest.mark.layouts("single")
 def test_folding_moves_the_deltas_into_the_counts_and_keeps_them(q: pgqueue.Queue, dsn: str) -> None:
     """Deltas of past seconds are folded into job_count and their partitions truncated
     (nothing left for vacuum); the counts are exact before, during and after."""
@@ -145,14 +143,13 @@ def test_folding_moves_the_deltas_into_the_counts_and_keeps_them(q: pgqueue.Queu
         assert kept_counts(q) == expected == true_counts(dsn)  # (folds what it may first)
 
         def folded() -> bool:
-            conn.execute("SELECT pgqueue.fold_job_counts()")
+            fold_counts(conn)  # (on Citus: on each shard group's node)
             assert kept_counts(q) == expected  # at every step
             return conn.execute("SELECT count(*) FROM pgqueue.job_count_delta").fetchone() == (0,)
 
         wait_for(folded, 30, "the deltas folded once their seconds were past", interval=0.2)
-        sizes = conn.execute("SELECT sum(pg_relation_size(inhrelid)) FROM pg_inherits "
-                             "WHERE inhparent = 'pgqueue.job_count_delta'::regclass").fetchone()
-        assert sizes == (0,)  # truncated, not deleted: no dead row left behind
+        # truncated, not deleted: no dead row left behind
+        assert ring_bytes(conn, "pgqueue.job_count_delta") == 0
         kept = conn.execute("SELECT stream, state, n FROM pgqueue.job_count WHERE n <> 0 "
                             "ORDER BY state").fetchall()
     assert kept == [("default", "leased", 10), ("default", "pending", 20)]

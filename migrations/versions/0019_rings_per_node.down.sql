@@ -1,0 +1,1 @@
+-- Undo 0019's tables: none (0018's code makes its functions again).

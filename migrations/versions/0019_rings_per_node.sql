@@ -1,0 +1,9 @@
+-- pgqueue 0019: the tables' delta (state only): none.
+--
+-- The rings' upkeep takes a stream: pgqueue.fold_job_counts, pgqueue.recycle_ready and
+-- pgqueue.recycle_lease_expiry take p_stream (by default pgqueue.each_stream(): the whole
+-- tables on one server, as before; refused on Citus), and pgqueue.recycle_rings does all three.
+-- On Citus the maintenance pass calls recycle_rings once per shard group of the job table,
+-- naming a stream hashed to it (citus_shard_keys): the call runs on the group's node and
+-- folds and truncates the group's shards (pgqueue.shard_of), a transaction of that node
+-- alone. Before, these read the coordinator's empty tables and never truncated anything there.
