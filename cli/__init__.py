@@ -64,6 +64,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Print the library's named SQL queries."),
     "stats": ("queue_cmds", "stats",
         "Jobs by stream and state, with the age of the oldest pending job."),
+    "streams": ("streams", "streams",
+        "Where streams live on a Citus cluster, and moving them between nodes."),
     "worker": ("worker", "worker",
         "Run the handlers of an App until SIGTERM or SIGINT, then drain and exit 0."),
     "workers": ("worker", "workers",

@@ -74,7 +74,13 @@ def set_retention(conn: run.Conn, keep: float | dt.timedelta) -> float:
 
 def recycle(conn: run.Conn) -> tuple[int, bool]:
     """One retention pass of the op log (pgqueue.recycle_op_log, what every maintenance pass
-    runs): the ops it removed by truncating partitions, and whether the ring moved on."""
+    runs): the ops it removed by truncating partitions, and whether the ring moved on (on
+    Citus: whether any shard group's did)."""
+    if run.on_citus(conn):  # each shard group's ring on its node, in one round trip
+        keys = [str(r["key"]) for r in run.fetch(conn, "citus_shard_keys") if r["key"]]
+        rows = [found[0] for found in run.fetch_each(
+            conn, "recycle_op_log_of", [{"stream": k} for k in keys])]
+        return (sum(int(r["pruned"] or 0) for r in rows), any(bool(r["rotated"]) for r in rows))
     row = run.fetch_one(conn, "recycle_op_log")
     return (0, False) if row is None else (int(row["pruned"] or 0), bool(row["rotated"]))
 

@@ -74,7 +74,13 @@ async def set_retention(conn: run.AsyncConn, keep: float | dt.timedelta) -> floa
 
 async def recycle(conn: run.AsyncConn) -> tuple[int, bool]:
     """One retention pass of the op log (pgqueue.recycle_op_log, what every maintenance pass
-    runs): the ops it removed by truncating partitions, and whether the ring moved on."""
+    runs): the ops it removed by truncating partitions, and whether the ring moved on (on
+    Citus: whether any shard group's did)."""
+    if await run.on_citus(conn):  # each shard group's ring on its node, in one round trip
+        keys = [str(r["key"]) for r in await run.fetch(conn, "citus_shard_keys") if r["key"]]
+        rows = [found[0] for found in await run.fetch_each(
+            conn, "recycle_op_log_of", [{"stream": k} for k in keys])]
+        return (sum(int(r["pruned"] or 0) for r in rows), any(bool(r["rotated"]) for r in rows))
     row = await run.fetch_one(conn, "recycle_op_log")
     return (0, False) if row is None else (int(row["pruned"] or 0), bool(row["rotated"]))
 

@@ -114,7 +114,9 @@ def translate(exc: psycopg.Error, user: str | None = None, query: Query | None =
         return NotLeader(message)
     if state == "PQ413":  # a payload over its stream's limit: a bad argument, nothing written
         return ValueError(message)
-    if state in ("40P01", "40001"):
+    if state in ("40P01", "40001", "CIINF"):
+        # CIINF: Citus lost an intermediate result of the statement's distributed transaction
+        # (seen while a shard it read was split or moved): rolled back, to be run again
         return Contention(message)
     if isinstance(exc, pg_errors.InvalidSchemaName | pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
         return SchemaMissing(

@@ -109,7 +109,8 @@ def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
             leader = False
     pruned = int(queries.scalar(conn, "prune_workers", {"older_than": WORKER_TTL_SECONDS}))
     if node is not None and node["citus"]:
-        recycled, expiry = _recycle_rings_by_shard(conn)
+        recycled, expiry, ring_ops = _recycle_rings_by_shard(conn)
+        ops += ring_ops
     else:
         queries.fetch(conn, "fold_job_counts")  # the job counts' deltas, added up (observe.sql)
         # the ready entries' past partitions, truncated once they hold no ready job (maintain.sql)
@@ -125,16 +126,18 @@ def run_pass(conn: queries.Conn, *, vacuum: bool = True) -> PassResult:
                       expiry_recycled=expiry, shrunk_bytes=shrunk)
 
 
-def _recycle_rings_by_shard(conn: queries.Conn) -> tuple[int, int]:
-    """On Citus: the rings' upkeep (counts folded, ready entries' and lease expiries' past
-    partitions emptied) once per shard group, each call run on the group's node (named by a
-    stream hashed to it), all in one round trip: (ready partitions, expiry partitions)."""
+def _recycle_rings_by_shard(conn: queries.Conn) -> tuple[int, int, int]:
+    """On Citus: the rings' upkeep (counts folded; the ready entries', lease expiries' and op
+    log's past partitions emptied) once per shard group, each call run on the group's node
+    (named by a stream hashed to it), all in one round trip: (ready partitions, expiry
+    partitions, ops removed)."""
     keys = [str(r["key"]) for r in queries.fetch(conn, "citus_shard_keys") if r["key"]]
     if not keys:
-        return 0, 0
+        return 0, 0, 0
     done = [rows[0] for rows in queries.fetch_each(conn, "recycle_rings_of",
                                                    [{"stream": k} for k in keys])]
-    return sum(int(r["ready"]) for r in done), sum(int(r["expiry"]) for r in done)
+    return (sum(int(r["ready"]) for r in done), sum(int(r["expiry"]) for r in done),
+            sum(int(r["ops"] or 0) for r in done))
 
 
 def _log_reclaimed(reclaimed: list[reclaim.Reclaimed]) -> None:
@@ -167,6 +170,8 @@ def _leader_pass(conn: queries.Conn, *, full: bool,
     reclaimed = reclaim.reclaim_expired_jobs(conn, due_only=not full, by_stream=citus)
     ticks = schedule.tick(conn, by_stream=citus)
     replica.touch(conn)
+    if citus:  # (the op log's retention is each shard group's: _recycle_rings_by_shard)
+        return reclaimed, ticks.fired, 0
     # the op log's retention, by whole partitions (pgqueue.recycle_op_log: the bounds are the
     # database's, so a worker's role prunes nothing younger); no waiting for a logical
     # replica's slot here, which would hold this pass (and its snapshot) back

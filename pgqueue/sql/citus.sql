@@ -11,8 +11,8 @@
 --   Their unique keys gain the stream (Citus requires the distribution column in them): job
 --   and dead_letter (stream, id), each op_log partition (stream, seq) and (stream, request);
 --   job and dead_letter keep an index on id, for the lookups by id alone (operators).
--- * Settings (stream_config, kind_config, step_set, node, op_log_ring, op_log_policy,
---   schema_history, layout) are reference tables: a copy on every node, read locally by the
+-- * Settings (stream_config, kind_config, step_set, node, op_log_policy, schema_history,
+--   layout) are reference tables: a copy on every node, read locally by the
 --   transitions there.
 -- * Every transition function (the worker's, and the operator's verbs on jobs, 0018) is
 --   distributed on its stream argument, colocated with job, and
@@ -26,6 +26,10 @@
 --   on each node. (Citus's own sequences would hand out ranges by group id, group << 48, which
 --   cannot be moved past each other when a stream moves.) op_log's seq default names its
 --   sequence by text, so that Citus does not take it over as a distributed sequence.
+-- * The storage rings are kept per shard group (0019): a maintenance pass calls
+--   pgqueue.recycle_rings once per shard of job, naming a stream hashed to it
+--   (citus_shard_keys), so each call runs on its group's node and folds and truncates that
+--   group's shards there (pgqueue.shard_of); op_log_ring is distributed too, a ring per group.
 -- * The count triggers fire on each shard: enabled with citus.enable_unsafe_triggers, which
 --   the layout sets for the database (they write only rows of their own stream's node).
 
@@ -42,6 +46,7 @@ SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS installed
 DO $layout$
 DECLARE
     t text;
+    v_rings boolean;
 BEGIN
     -- unsafe triggers: the count triggers (pgqueue.count_jobs) fire on the shards
     EXECUTE format('ALTER DATABASE %I SET citus.enable_unsafe_triggers = on', current_database());
@@ -84,9 +89,28 @@ BEGIN
                                              colocate_with => 'pgqueue.job');
         END LOOP;
         FOREACH t IN ARRAY ARRAY['stream_config', 'kind_config', 'step_set', 'node',
-                                 'op_log_ring', 'op_log_policy', 'schema_history', 'layout'] LOOP
+                                 'op_log_policy', 'schema_history', 'layout'] LOOP
             PERFORM create_reference_table('pgqueue.' || t);
         END LOOP;
+    END IF;
+    -- the op log's rings: one per shard group under its key, from 0019 on (whose op_log_ring
+    -- has the column); a reference table before
+    v_rings := EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'pgqueue.op_log_ring'::regclass
+                       AND attname = 'stream' AND NOT attisdropped);
+    IF NOT v_rings AND NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                                   WHERE logicalrelid = 'pgqueue.op_log_ring'::regclass) THEN
+        PERFORM create_reference_table('pgqueue.op_log_ring');
+    END IF;
+    IF v_rings AND EXISTS (SELECT 1 FROM pg_dist_partition
+                           WHERE logicalrelid = 'pgqueue.op_log_ring'::regclass
+                             AND partmethod = 'n') THEN
+        PERFORM undistribute_table('pgqueue.op_log_ring');
+    END IF;
+    IF v_rings AND NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                               WHERE logicalrelid = 'pgqueue.op_log_ring'::regclass) THEN
+        DELETE FROM pgqueue.op_log_ring WHERE stream = '';  -- one server's ring
+        PERFORM create_distributed_table('pgqueue.op_log_ring', 'stream',
+                                         colocate_with => 'pgqueue.job');
     END IF;
 END
 $layout$
@@ -122,7 +146,7 @@ BEGIN
                             'accept_step_set', 'cancel', 'requeue_dead_letter',
                             'apply_verb_to_jobs', 'reclaim_expired_jobs', 'reclaim_due_jobs',
                             'fold_job_counts', 'recycle_ready', 'recycle_lease_expiry',
-                            'recycle_rings')
+                            'recycle_rings', 'recycle_op_log')
           -- (a schema upgraded to an older revision lacks some of them, or their p_stream)
           AND 'p_stream' = ANY(p.proargnames)
           AND NOT EXISTS (SELECT 1 FROM pg_dist_object o
@@ -161,3 +185,66 @@ BEGIN
 END
 $seqs$
 $nodes$)
+
+-- name: citus_nodes
+-- The cluster's primary nodes that may hold shards, with how many shard groups of the job
+-- table each holds (`pgqueue streams nodes`).
+SELECT n.groupid AS node_group, n.nodename AS host, n.nodeport AS port,
+       count(s.shardid)::int AS shards
+FROM pg_dist_node n
+LEFT JOIN pg_dist_placement p ON p.groupid = n.groupid
+LEFT JOIN pg_dist_shard s ON s.shardid = p.shardid AND s.logicalrelid = 'pgqueue.job'::regclass
+WHERE n.isactive AND n.noderole = 'primary' AND (n.shouldhaveshards OR s.shardid IS NOT NULL)
+GROUP BY n.groupid, n.nodename, n.nodeport
+ORDER BY n.groupid
+
+-- name: citus_stream_placement
+-- Where a stream's rows live: its shard of the job table (and of every table colocated with
+-- it), the node holding it, and whether the shard holds this stream alone (isolated).
+SELECT %(stream)s::text AS stream, s.shardid AS shard, p.groupid AS node_group,
+       n.nodename AS host, n.nodeport AS port,
+       s.shardminvalue = s.shardmaxvalue AS isolated
+FROM pg_dist_shard s
+JOIN pg_dist_placement p ON p.shardid = s.shardid
+JOIN pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+WHERE s.shardid = get_shard_id_for_distribution_column('pgqueue.job', %(stream)s::text)
+
+-- name: citus_isolate_stream
+-- Give a stream a shard of its own (of the job table and every table colocated with it), on
+-- the node that held it; writes to its old shard wait meanwhile (block_writes).
+SELECT isolate_tenant_to_new_shard('pgqueue.job', %(stream)s::text, 'CASCADE',
+                                   shard_transfer_mode => 'block_writes') AS shard
+
+-- name: citus_id_floors
+-- The highest value each id sequence handed out on any node (job ids, lease ids, op seqs):
+-- what a node must hand out above before streams move onto it.
+SELECT max(split_part(result, ',', 1)::bigint) AS job_id,
+       max(split_part(result, ',', 2)::bigint) AS lease_id,
+       max(split_part(result, ',', 3)::bigint) AS op_seq
+FROM run_command_on_all_nodes($cmd$
+SELECT concat_ws(',', (SELECT last_value FROM pgqueue.job_id_seq),
+                 (SELECT last_value FROM pgqueue.lease_id_seq),
+                 (SELECT last_value FROM pgqueue.op_log_seq_seq))
+$cmd$)
+WHERE success
+
+-- name: citus_raise_ids
+-- Raise one node's id sequences past the given floors (pgqueue.raise_node_ids), before streams
+-- move onto it; the other nodes are left as they are.
+SELECT nodeid, success, result
+FROM run_command_on_all_nodes(format('SELECT pgqueue.raise_node_ids(%%s, %%s, %%s, %%s)',
+                                     %(node_group)s::int, %(job_id)s::bigint,
+                                     %(lease_id)s::bigint, %(op_seq)s::bigint))
+
+-- name: citus_move_shard
+-- Move a shard of the job table, with every shard colocated with it, to another node; writes
+-- to it wait while it is copied (block_writes: no logical replication needed).
+SELECT citus_move_shard_placement(%(shard)s::bigint, %(from_host)s::text, %(from_port)s::int,
+                                  %(to_host)s::text, %(to_port)s::int,
+                                  shard_transfer_mode => 'block_writes')
+
+-- name: citus_rebalance_plan
+-- The moves Citus's rebalancer would make to even out the job table's shard groups.
+SELECT shardid AS shard, sourcename AS from_host, sourceport AS from_port,
+       targetname AS to_host, targetport AS to_port
+FROM get_rebalance_table_shards_plan('pgqueue.job')

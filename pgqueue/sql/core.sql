@@ -296,6 +296,61 @@ BEGIN
 END
 $$;
 
+-- Every shard of a table of pgqueue on this Citus node (p_stream: any stream, as for
+-- pgqueue.shard_of; NULL: the table itself, on one server): what a maintenance call on one
+-- shard group checks of the others on the node (the op log's next partition is empty in all
+-- of them before the node's sequence moves on to it, pgqueue.recycle_op_log).
+CREATE OR REPLACE FUNCTION pgqueue.shards_here(p_table text, p_stream text) RETURNS regclass[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_shards regclass[];
+BEGIN
+    IF p_stream IS NULL THEN
+        RETURN ARRAY[format('pgqueue.%I', p_table)::regclass];
+    END IF;
+    EXECUTE 'SELECT coalesce(array_agg(format(''pgqueue.%I'', $1 || ''_'' || s.shardid)::regclass), '
+            '''{}'') FROM pg_dist_shard s JOIN pg_dist_placement p ON p.shardid = s.shardid '
+            'WHERE s.logicalrelid = format(''pgqueue.%I'', $1)::regclass '
+            'AND p.groupid = (SELECT groupid FROM pg_dist_local_group)'
+        INTO v_shards USING p_table;
+    RETURN v_shards;
+END
+$$;
+
+-- On a Citus node whose group is p_group (elsewhere nothing): raise its id sequences so that
+-- the next job id, lease id and op seq each exceed the floor given (the highest any node has
+-- handed out, plus a margin: pgqueue.cluster.placement), keeping the node's own form
+-- k * 1024 + group. Run before streams move onto the node, so that a moved stream's ids and
+-- op seqs keep increasing (FIFO by id, replay by seq). True when this node is the one.
+CREATE OR REPLACE FUNCTION pgqueue.raise_node_ids(p_group int, p_job bigint, p_lease bigint,
+                                                  p_op bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_group int;
+    v_floor bigint;
+    v_seq text;
+    v_last bigint;
+BEGIN
+    EXECUTE 'SELECT groupid FROM pg_dist_local_group' INTO v_group;
+    IF v_group IS DISTINCT FROM p_group THEN
+        RETURN false;
+    END IF;
+    FOR v_seq, v_floor IN VALUES ('job_id_seq', p_job), ('lease_id_seq', p_lease),
+                                 ('op_log_seq_seq', p_op) LOOP
+        EXECUTE format('SELECT last_value FROM pgqueue.%I', v_seq) INTO v_last;
+        IF v_last < v_floor THEN
+            -- the first k * 1024 + group above the floor, handed out next
+            PERFORM setval(format('pgqueue.%I', v_seq),
+                           (v_floor / 1024 + 1) * 1024 + v_group - 1024, true);
+        END IF;
+    END LOOP;
+    RETURN true;
+END
+$$;
+
 -- A failure's one-line summary from what was said about it: a traceback's last line (Python's
 -- `ExceptionType: message`), else its first non-blank line; whitespace runs made one space, at
 -- most 200 characters. Normalises every summary a transition stores (a worker's, or one a

@@ -107,13 +107,13 @@ $$;
 
 -- The rings' upkeep of one shard group on a Citus cluster, p_stream naming it (any stream
 -- hashed to it: citus_shard_keys): the call runs on the group's node, a transaction of that
--- node alone, and folds the counts' deltas, then empties the ready entries' and the leases'
--- expiries' past partitions of the group's shards (pgqueue.fold_job_counts,
--- pgqueue.recycle_ready, pgqueue.recycle_lease_expiry, each as on one server). A worker's
--- (maintenance passes).
+-- node alone, and folds the counts' deltas, then empties the ready entries', the leases'
+-- expiries' and the op log's past partitions of the group's shards (pgqueue.fold_job_counts,
+-- pgqueue.recycle_ready, pgqueue.recycle_lease_expiry, pgqueue.recycle_op_log, each as on one
+-- server). A worker's (maintenance passes).
 CREATE OR REPLACE FUNCTION pgqueue.recycle_rings(p_stream text DEFAULT pgqueue.each_stream(),
                                                  OUT folded bigint, OUT ready int,
-                                                 OUT expiry int)
+                                                 OUT expiry int, OUT ops bigint)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
@@ -122,6 +122,7 @@ BEGIN
     folded := pgqueue.fold_job_counts(p_stream);
     ready := pgqueue.recycle_ready(p_stream);
     expiry := pgqueue.recycle_lease_expiry(p_stream);
+    SELECT r.pruned INTO ops FROM pgqueue.recycle_op_log(p_stream) r;
 END
 $$;
 
@@ -138,18 +139,26 @@ $$;
 -- 3. The sequence moves on to the next partition (the next multiple of 2^32) once the current
 --    one was first written to more than a 24th of the retention ago, if the next one is empty.
 -- Nothing on a replica: its log is its leader's. One pass at a time (a transaction lock).
+-- On Citus, p_stream names a shard group (as pgqueue.recycle_rings): the call runs on its node,
+-- keeps the group's ring (op_log_ring's rows under that stream) by that node's sequence and
+-- transaction ids, and empties the group's shards of op_log; a Citus cluster has no replicas
+-- of pgqueue's, so none is waited for. On one server p_stream is left out (its ring is
+-- the rows under '').
 -- Returns the ops removed and whether the sequence moved on. A worker's (maintenance
 -- passes): SECURITY DEFINER for the TRUNCATE and setval, which need the owner.
-CREATE OR REPLACE FUNCTION pgqueue.recycle_op_log(OUT pruned bigint, OUT rotated boolean)
+CREATE OR REPLACE FUNCTION pgqueue.recycle_op_log(p_stream text DEFAULT pgqueue.each_stream(),
+                                                  OUT pruned bigint, OUT rotated boolean)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
+    v_ring text := coalesce(p_stream, '');
     v_keep interval;
     v_role text;
     v_last bigint;
     v_called boolean;
+    v_step bigint;
     v_next bigint;
     v_cur smallint;
     v_xmin xid8 := pg_snapshot_xmin(pg_current_snapshot());
@@ -158,37 +167,51 @@ DECLARE
     v_n bigint;
     v_applied bigint;
     v_opened timestamptz;
+    v_at timestamptz;
+    v_xid xid8;
     r record;
 BEGIN
     pruned := 0;
     rotated := false;
     SELECT n.role INTO v_role FROM pgqueue.node n;
     SELECT p.retention INTO v_keep FROM pgqueue.op_log_policy p;
-    IF v_role <> 'leader' OR NOT pg_try_advisory_xact_lock(hashtext('pgqueue.recycle_op_log')) THEN
+    IF v_role <> 'leader'
+       OR NOT pg_try_advisory_xact_lock(hashtext('pgqueue.recycle_op_log' || v_ring)) THEN
         RETURN;
     END IF;
+    IF p_stream IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pgqueue.op_log_ring g
+                                            WHERE g.stream = p_stream) THEN
+        FOR k IN 0 .. 31 LOOP  -- the group's first pass: its ring
+            INSERT INTO pgqueue.op_log_ring (stream, slot) VALUES (p_stream, k);
+        END LOOP;
+    END IF;
+    -- this node's sequence: the step between its seqs (1; on Citus 1024, each node's seqs
+    -- k * 1024 + its group id) and the next it hands out
     SELECT s.last_value, s.is_called INTO v_last, v_called FROM pgqueue.op_log_seq_seq s;
-    v_next := v_last + CASE WHEN v_called THEN 1 ELSE 0 END;  -- the next seq handed out
+    SELECT q.increment_by INTO v_step FROM pg_sequences q
+    WHERE q.schemaname = 'pgqueue' AND q.sequencename = 'op_log_seq_seq';
+    v_next := v_last + CASE WHEN v_called THEN v_step ELSE 0 END;
     v_cur := (v_next >> 32) % 32;
     FOR r IN SELECT g.slot FROM pgqueue.op_log_ring g
-             WHERE g.slot <> v_cur AND g.closed_at IS NULL LOOP
-        IF pg_relation_size(format('pgqueue.op_log_%s', r.slot)::regclass) > 0 THEN
+             WHERE g.stream = v_ring AND g.slot <> v_cur AND g.closed_at IS NULL LOOP
+        IF pg_relation_size(pgqueue.shard_of('op_log_' || r.slot, p_stream)) > 0 THEN
             -- left by a promotion, an upgrade or a pass that failed after its move: every
             -- writer drew its xid before this moment, so below the snapshot's xmax
-            UPDATE pgqueue.op_log_ring
-            SET closed_at = clock_timestamp(),
-                closed_xid = greatest(pg_current_xact_id(), pg_snapshot_xmax(pg_current_snapshot()))
-            WHERE slot = r.slot;
+            -- (values first: Citus runs no UPDATE with a volatile function in it)
+            v_at := clock_timestamp();
+            v_xid := greatest(pg_current_xact_id(), pg_snapshot_xmax(pg_current_snapshot()));
+            UPDATE pgqueue.op_log_ring SET closed_at = v_at, closed_xid = v_xid
+            WHERE stream = v_ring AND slot = r.slot;
         END IF;
     END LOOP;
     -- oldest first: the partition after the current one in the ring holds the lowest seqs
     FOR r IN SELECT g.slot, g.closed_at, g.closed_xid FROM pgqueue.op_log_ring g
-             WHERE g.slot <> v_cur AND g.closed_at IS NOT NULL
+             WHERE g.stream = v_ring AND g.slot <> v_cur AND g.closed_at IS NOT NULL
              ORDER BY (g.slot - v_cur + 31) % 32 LOOP
         EXIT WHEN r.closed_at > now() - v_keep OR r.closed_xid >= v_xmin;
-        v_part := format('pgqueue.op_log_%s', r.slot)::regclass;
+        v_part := pgqueue.shard_of('op_log_' || r.slot, p_stream);
         EXECUTE format('SELECT max(seq) FROM %s', v_part) INTO v_max;  -- its primary key's end
-        IF v_max IS NOT NULL THEN
+        IF v_max IS NOT NULL AND p_stream IS NULL THEN
             SELECT min(s.applied_seq) INTO v_applied
             FROM pgqueue.replica_status(interval '1 day', interval '0', v_max) s
             WHERE NOT s.stale;
@@ -200,35 +223,43 @@ BEGIN
         EXIT WHEN NOT pgqueue.lock_for_truncate(ARRAY[v_part], 25);
         EXECUTE format('TRUNCATE %s', v_part);
         UPDATE pgqueue.op_log_ring SET opened_at = NULL, closed_at = NULL, closed_xid = NULL
-        WHERE slot = r.slot;
-        IF v_max IS NOT NULL THEN
+        WHERE stream = v_ring AND slot = r.slot;
+        IF v_max IS NOT NULL AND p_stream IS NULL THEN  -- (node: a reference table on Citus)
             UPDATE pgqueue.node SET pruned_through = greatest(pruned_through, v_max);
         END IF;
         pruned := pruned + v_n;
     END LOOP;
-    v_part := format('pgqueue.op_log_%s', v_cur)::regclass;
+    v_part := pgqueue.shard_of('op_log_' || v_cur, p_stream);
     IF pg_relation_size(v_part) = 0 THEN
         RETURN;  -- nothing written to the current partition yet
     END IF;
-    UPDATE pgqueue.op_log_ring SET opened_at = clock_timestamp()
-    WHERE slot = v_cur AND opened_at IS NULL
+    v_at := clock_timestamp();
+    UPDATE pgqueue.op_log_ring SET opened_at = v_at
+    WHERE stream = v_ring AND slot = v_cur AND opened_at IS NULL
     RETURNING opened_at INTO v_opened;
     IF v_opened IS NULL THEN
-        SELECT g.opened_at INTO v_opened FROM pgqueue.op_log_ring g WHERE g.slot = v_cur;
+        SELECT g.opened_at INTO v_opened FROM pgqueue.op_log_ring g
+        WHERE g.stream = v_ring AND g.slot = v_cur;
     END IF;
     IF v_opened <= clock_timestamp() - v_keep / 24
        -- the xid recorded below must be drawn after the move (not already this transaction's,
        -- drawn before it by a truncation above: then the next pass moves on)
        AND pg_current_xact_id_if_assigned() IS NULL
-       AND pg_relation_size(format('pgqueue.op_log_%s', (v_cur + 1) % 32)::regclass) = 0 THEN
-        PERFORM setval('pgqueue.op_log_seq_seq', (((v_next >> 32) + 1) << 32) - 1, true);
+       -- (on Citus: in every shard group on this node, whose seqs move on with the node's)
+       AND (SELECT coalesce(sum(pg_relation_size(x)), 0)
+            FROM unnest(pgqueue.shards_here('op_log_' || (v_cur + 1) % 32, p_stream)) x) = 0 THEN
+        -- the first seq of the next window is its multiple of 2^32 plus this node's residue
+        -- (0 on one server, the group id on Citus: 2^32 is a multiple of the step)
+        PERFORM setval('pgqueue.op_log_seq_seq',
+                       (((v_next >> 32) + 1) << 32) + v_next % v_step - v_step, true);
         -- after the move. A transaction that wrote to the partition left holds its lock until
         -- it ends, so the truncation's lock (tried, never waited for) passes it over whatever
         -- its xid; one that drew a seq but has not written yet writes into the emptied
         -- partition later, which step 1 marks closed again: nothing is lost either way
-        UPDATE pgqueue.op_log_ring
-        SET closed_at = clock_timestamp(), closed_xid = pg_current_xact_id()
-        WHERE slot = v_cur;
+        v_at := clock_timestamp();
+        v_xid := pg_current_xact_id();
+        UPDATE pgqueue.op_log_ring SET closed_at = v_at, closed_xid = v_xid
+        WHERE stream = v_ring AND slot = v_cur;
         rotated := true;
     END IF;
 END
@@ -354,6 +385,10 @@ SELECT pgqueue.prune_old_ops(%(limit)s::int) AS pruned
 -- The op log's retention by whole partitions, and the ring's rotation (pgqueue.recycle_op_log).
 SELECT pruned, rotated FROM pgqueue.recycle_op_log()
 
+-- name: recycle_op_log_of
+-- recycle_op_log for one shard group on Citus (%(stream)s: its key, citus_shard_keys), on its node.
+SELECT pruned, rotated FROM pgqueue.recycle_op_log(%(stream)s::text)
+
 -- name: set_op_log_retention
 SELECT extract(epoch FROM pgqueue.set_op_log_retention(%(seconds)s * interval '1 second'))::float8
        AS seconds
@@ -385,7 +420,7 @@ ORDER BY s.shardid
 
 -- name: recycle_rings_of
 -- The rings' upkeep of one shard group on Citus (pgqueue.recycle_rings), on its node.
-SELECT folded, ready, expiry FROM pgqueue.recycle_rings(%(stream)s::text)
+SELECT folded, ready, expiry, ops FROM pgqueue.recycle_rings(%(stream)s::text)
 
 -- name: prune_workers
 -- Forget workers that stopped heartbeating long ago.

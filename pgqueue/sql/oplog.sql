@@ -87,11 +87,16 @@ $$;
 -- (the sequence moved past it) with a transaction id drawn after that, above every xid that
 -- wrote to it (a seq is drawn only once its transaction has an xid). Local to each database:
 -- a replica's ring is filled by its leader's seqs and recycled by nobody until it is promoted.
+-- stream: '' on one server; on a Citus cluster each shard group of op_log keeps a ring of its
+-- own, under the group's key (citus_shard_keys), on the group's node (0019): there every node
+-- draws its own seqs, so each node's partitions are left and emptied at their own times.
 CREATE TABLE pgqueue.op_log_ring (
-    slot       smallint PRIMARY KEY CHECK (slot BETWEEN 0 AND 31),
+    slot       smallint CHECK (slot BETWEEN 0 AND 31),
     opened_at  timestamptz,
     closed_at  timestamptz,
-    closed_xid xid8
+    closed_xid xid8,
+    stream     text NOT NULL DEFAULT '',
+    PRIMARY KEY (stream, slot)
 );
 INSERT INTO pgqueue.op_log_ring (slot) SELECT generate_series(0, 31);
 

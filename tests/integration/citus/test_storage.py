@@ -88,3 +88,46 @@ def test_every_shard_group_has_a_key_on_its_own_shard(cdb: CitusDatabase) -> Non
             found = conn.execute("SELECT get_shard_id_for_distribution_column('pgqueue.job', %s::text)",
                                  (r["key"],)).fetchone()
             assert found == (r["shardid"],)
+
+
+def test_each_node_s_op_log_moves_on_and_is_emptied_past_its_retention(
+        cdb: CitusDatabase) -> None:
+    """With a retention of one second, passes move each node's op log sequence on to its next
+    partition and truncate the partitions left, in every shard group: the log empties, each
+    node's seqs keep their group id (k * 1024 + group: unique in the cluster) and go on
+    increasing, and no two-phase commit happens."""
+    groups = {s: stream_group(cdb, s) for s in STREAMS}
+    first: dict[str, int] = {}
+    for stream in STREAMS:
+        with pgqueue.Queue(cdb.dsn, stream=stream) as q:
+            first[stream] = q.enqueue(b"x")
+            for lease in q.lease(limit=1):
+                q.ack(lease)
+    with connection.connect(cdb.dsn) as conn:
+        # (a setting: a write of a reference table, committed on every node by 2PC)
+        conn.execute("SELECT pgqueue.set_op_log_retention(interval '1 second')")
+        prepared = two_phase_commits(cdb)
+        last = {s: _scalar(conn, f"SELECT max(seq) FROM pgqueue.op_log WHERE stream = '{s}'")
+                for s in STREAMS}
+        pruned = 0
+
+        def emptied() -> bool:
+            nonlocal pruned
+            pruned += maintain.run_pass(conn, vacuum=False).ops_pruned
+            return (_scalar(conn, "SELECT count(*) FROM pgqueue.op_log") == 0
+                    and ring_bytes(conn, "pgqueue.op_log") == 0)
+
+        wait_for(emptied, 60, "every node's op log emptied past its retention", interval=0.3)
+        assert pruned == 3 * len(STREAMS)  # each stream's Enqueue, Lease and Ack
+        rings = {str(r[0]) for r in conn.execute(
+            "SELECT DISTINCT stream FROM pgqueue.op_log_ring").fetchall()}
+        assert rings == {str(r["key"]) for r in queries.fetch(conn, "citus_shard_keys")}
+    for stream in STREAMS:
+        with pgqueue.Queue(cdb.dsn, stream=stream) as q:
+            job_id = q.enqueue(b"after")
+        assert job_id > first[stream] and job_id % 1024 == groups[stream]
+        with connection.connect(cdb.dsn) as conn:
+            seq = _scalar(conn, f"SELECT max(seq) FROM pgqueue.op_log WHERE stream = '{stream}'")
+        assert seq > last[stream] and seq % 1024 == groups[stream], (stream, seq, last[stream])
+        assert seq >> 32 > last[stream] >> 32  # in a later window of 2^32 seqs: it moved on
+    assert two_phase_commits(cdb) == prepared
