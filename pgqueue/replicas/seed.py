@@ -87,7 +87,15 @@ def seed_from_state(leader_dsn: str, replica_dsn: str, name: str) -> tuple[int, 
 
 def prepare_replica(leader_dsn: str, replica_dsn: str, name: str) -> None:
     """Migrate the replica and set its role. A database in leader role that has ops of its
-    own is refused: its seqs would collide with the leader's."""
+    own is refused: its seqs would collide with the leader's. So is a leader on a Citus
+    cluster, whose op log has no single commit order to follow (README: On a Citus cluster)."""
+    with connection.connect(leader_dsn) as conn:
+        if queries.scalar(conn, "schema_on_citus"):
+            raise PgQueueError(
+                f"{connection.describe(leader_dsn)} is a Citus cluster: its nodes draw op seqs "
+                "and transaction ids of their own, so its op log has no single commit order a "
+                "replica could follow; give each node a streaming standby instead, and copy "
+                "the queue to one server with `pgqueue oplog replay`")
     schema.migrate(replica_dsn)
     with connection.connect(replica_dsn) as conn:
         node = queries.fetch_one(conn, "node_get")
