@@ -105,6 +105,14 @@ BEGIN
                            WHERE logicalrelid = 'pgqueue.op_log_ring'::regclass
                              AND partmethod = 'n') THEN
         PERFORM undistribute_table('pgqueue.op_log_ring');
+        -- the table undistribute_table made again names its not-null constraints after a
+        -- shard (op_log_ring_3403311354_slot_not_null): named as a fresh install names them
+        FOR t IN SELECT conname FROM pg_constraint
+                 WHERE conrelid = 'pgqueue.op_log_ring'::regclass
+                   AND conname ~ '^op_log_ring_[0-9]+_' LOOP
+            EXECUTE format('ALTER TABLE pgqueue.op_log_ring RENAME CONSTRAINT %I TO %I', t,
+                           regexp_replace(t, '^op_log_ring_[0-9]+_', 'op_log_ring_'));
+        END LOOP;
     END IF;
     IF v_rings AND NOT EXISTS (SELECT 1 FROM pg_dist_partition
                                WHERE logicalrelid = 'pgqueue.op_log_ring'::regclass) THEN
@@ -121,6 +129,7 @@ $layout$
 DO $functions$
 DECLARE
     f record;
+    g record;
 BEGIN
     -- Every other function on every node too: Citus makes those a function depends on
     -- everywhere, but left out those whose arguments are a table's row type (save_job,
@@ -155,6 +164,24 @@ BEGIN
     LOOP
         PERFORM create_distributed_function(f.fn, 'p_stream'::text, colocate_with => 'pgqueue.job'::text,
                                             force_delegation => true);
+    END LOOP;
+    -- each node's copy of a function with the coordinator's privileges: making a function on
+    -- the nodes copies its grants but not a REVOKE from PUBLIC (a fresh install revokes
+    -- before it distributes), and a REVOKE or GRANT made now is sent on to every node
+    FOR f IN
+        SELECT p.oid::regprocedure AS fn, p.proacl, p.proowner
+        FROM pg_proc p
+        WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.proacl IS NOT NULL
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM aclexplode(f.proacl) a WHERE a.grantee = 0) THEN
+            EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f.fn);
+        END IF;
+        FOR g IN
+            SELECT DISTINCT a.grantee::regrole AS role FROM aclexplode(f.proacl) a
+            WHERE a.grantee <> 0 AND a.grantee <> f.proowner
+        LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', f.fn, g.role);
+        END LOOP;
     END LOOP;
 END
 $functions$
@@ -248,3 +275,26 @@ SELECT citus_move_shard_placement(%(shard)s::bigint, %(from_host)s::text, %(from
 SELECT shardid AS shard, sourcename AS from_host, sourceport AS from_port,
        targetname AS to_host, targetport AS to_port
 FROM get_rebalance_table_shards_plan('pgqueue.job')
+
+-- name: citus_catalog
+-- The distributed layout as (object, definition) rows, beside schema_catalog's (the catalog
+-- test on Citus): each table's distribution (method, column, colocated with job or not) and
+-- each distributed function's (its distribution argument, colocated with job, delegation).
+SELECT 'distributed table ' || t.logicalrelid::regclass::text AS object,
+       concat_ws(' ', 'method', t.partmethod::text,
+                 'column', column_to_column_name(t.logicalrelid, t.partkey),
+                 'with job', t.colocationid = (SELECT j.colocationid FROM pg_dist_partition j
+                                               WHERE j.logicalrelid = 'pgqueue.job'::regclass))
+           AS definition
+FROM pg_dist_partition t
+WHERE t.logicalrelid::regclass::text LIKE 'pgqueue.%%'
+UNION ALL
+SELECT 'distributed function ' || o.objid::regprocedure::text,
+       concat_ws(' ', 'argument', o.distribution_argument_index,
+                 'with job', o.colocationid = (SELECT j.colocationid FROM pg_dist_partition j
+                                               WHERE j.logicalrelid = 'pgqueue.job'::regclass),
+                 'forced', o.force_delegation)
+FROM pg_dist_object o
+JOIN pg_proc p ON o.classid = 'pg_proc'::regclass AND p.oid = o.objid
+WHERE p.pronamespace = 'pgqueue'::regnamespace
+ORDER BY 1

@@ -15,6 +15,7 @@ from pgqueue.client import lease, settle
 from pgqueue.client.position import LeasePosition
 from pgqueue.db import connection
 from tests.citusbed import (
+    CitusBed,
     CitusDatabase,
     Cluster,
     function_calls,
@@ -112,6 +113,48 @@ def test_an_upgrade_of_a_laid_out_cluster_reloads_its_code_there(citus_db: Citus
         for h in held:
             q.ack(h)
         assert q.stats() == []
+
+
+def _catalog(dsn: str) -> dict[str, str]:
+    """The schema's catalog (as the one-server catalog test reads it) and the distributed
+    layout's."""
+    from pgqueue.db import queries, schema
+
+    with psycopg.connect(dsn) as conn:
+        layout = {str(r["object"]): str(r["definition"] or "")
+                  for r in queries.fetch(conn, "citus_catalog")}
+    return {**schema.catalog(dsn), **layout}
+
+
+def test_the_revisions_and_a_fresh_install_build_the_same_cluster(
+        citus_bed: CitusBed, citus_db: CitusDatabase) -> None:
+    """On Citus as on one server: a database laid out at 0017 (the first revision with the
+    distributed layout) and upgraded to head holds the same schema, on the coordinator and on
+    each worker, and the same distribution of tables and functions as one installed at head."""
+    from pgqueue.db import schema
+
+    schema.upgrade(citus_db.dsn, "0017")
+    schema.upgrade(citus_db.dsn)
+    installed = citus_bed.new_database()
+    try:
+        fresh, upgraded = _catalog(installed.dsn), _catalog(citus_db.dsn)
+        # every function on every node, the transitions distributed by their stream
+        assert {k.removeprefix("distributed ") for k in fresh
+                if k.startswith("distributed function ")} == {
+            k for k in fresh if k.startswith("function ")}
+        assert {k.split("(")[0].removeprefix("distributed function pgqueue.")
+                for k, v in fresh.items()
+                if k.startswith("distributed function ") and v.endswith("forced t")} == TRANSITIONS
+        diff = schema.catalog_diff(upgraded, fresh, names=("revisions", "install"))
+        assert not diff, "catalogs differ:\n" + "\n".join(diff)
+        for worker_fresh, worker_upgraded in zip(installed.worker_dsns, citus_db.worker_dsns,
+                                                 strict=True):
+            diff = schema.catalog_diff(schema.catalog(worker_upgraded),
+                                       schema.catalog(worker_fresh),
+                                       names=("revisions", "install"))
+            assert not diff, "a worker's catalogs differ:\n" + "\n".join(diff)
+    finally:
+        citus_bed.drop(installed)
 
 
 def test_a_stream_s_calls_run_on_its_node_and_commit_there_alone(
