@@ -155,7 +155,10 @@ BEGIN
                             'accept_step_set', 'cancel', 'requeue_dead_letter',
                             'apply_verb_to_jobs', 'reclaim_expired_jobs', 'reclaim_due_jobs',
                             'fold_job_counts', 'recycle_ready', 'recycle_lease_expiry',
-                            'recycle_rings', 'recycle_op_log')
+                            'recycle_rings', 'recycle_op_log',
+                            -- a stream's schedules, changed and advanced on its node (0019)
+                            'upsert_schedule', 'advance_schedule', 'remove_schedule',
+                            'lock_schedule')
           -- (a schema upgraded to an older revision lacks some of them, or their p_stream)
           AND 'p_stream' = ANY(p.proargnames)
           AND NOT EXISTS (SELECT 1 FROM pg_dist_object o

@@ -37,7 +37,9 @@ TRANSITIONS = {"enqueue", "enqueue_one", "lease", "renew", "ack", "nack", "retur
                "reclaim_due_jobs",
                # the rings' upkeep, each call naming a shard group's stream (0019)
                "fold_job_counts", "recycle_ready", "recycle_lease_expiry", "recycle_op_log",
-               "recycle_rings"}
+               "recycle_rings",
+               # a stream's schedules (0019)
+               "upsert_schedule", "advance_schedule", "remove_schedule", "lock_schedule"}
 STREAMS = [f"tenant-{i}" for i in range(8)]
 
 

@@ -178,6 +178,14 @@ def test_three_schedulers_fire_each_tick_of_streams_on_both_nodes_once(
     keys = [(stream, key) for stream, key, _ in enqueues]
     assert len(keys) == len(set(keys))  # no tick fired twice
     assert all(int(seq) % 1024 == groups[stream] for stream, _, seq in enqueues)
+    # the schedules' own ops (their upserts, and each tick's advance) too: every op of a
+    # stream takes its node's seq, in the stream's one order
+    with psycopg.connect(cdb.dsn) as conn:
+        schedule_ops = conn.execute(
+            "SELECT stream, op, seq FROM pgqueue.op_log "
+            "WHERE stream LIKE 'cron-%%' AND op <> 'Enqueue'").fetchall()
+    assert {op for _, op, _ in schedule_ops} == {"UpsertSchedule", "UpdateScheduleNextRun"}
+    assert all(int(seq) % 1024 == groups[stream] for stream, _, seq in schedule_ops)
 
 
 def test_a_bulk_cancel_tells_the_workers_holding_its_jobs(cdb: CitusDatabase) -> None:

@@ -556,6 +556,9 @@ def test_a_change_that_waited_behind_a_tick_does_not_refire_its_time(dsn: str, c
     no_fire_time_twice(conn)
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes' (where the schedule's transitions run, 0019)
+@pytest.mark.layouts("single")
 def test_the_database_clock_decides_not_the_hosts(dsn: str) -> None:
     # this session's database clock says 2025 while the host says today: upsert, resume and
     # tick (no `now` given) must all take the database's
@@ -573,6 +576,9 @@ def test_the_database_clock_decides_not_the_hosts(dsn: str) -> None:
         assert fired_at(c, "m") == [NOON, NOON + minutes(6)]
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes' (where the schedule's transitions run, 0019)
+@pytest.mark.layouts("single")
 def test_the_transitions_refuse_a_time_at_or_before_the_last_fired_one(conn: Conn) -> None:
     # a psql caller (or an older release) gets the same rule as the library
     schedule.upsert(conn, "default", "m", "* * * * *", now=NOON - seconds(30))
@@ -807,6 +813,9 @@ def test_a_schedule_a_pass_cannot_evaluate_does_not_stop_the_others(
 # -- upsert semantics ------------------------------------------------------------------------
 
 
+# one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
+# not the streams' nodes' (where the schedule's transitions run, 0019)
+@pytest.mark.layouts("single")
 def test_upsert_keeps_next_run_at_unless_the_cron_zone_or_pause_changes(conn: Conn) -> None:
     def upserts() -> list[dict[str, Any]]:
         return ops(conn, "UpsertSchedule")
