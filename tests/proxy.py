@@ -88,7 +88,11 @@ class LossyProxy:
                     if hit:
                         cut.set()
                 elif cut.is_set():
-                    break  # the server answered the marked statement: the client never hears
+                    # the server answered the marked statement: the client never hears. Said
+                    # before the sockets close, so a client that sees the loss (and retries)
+                    # finds it said (a set in `finally` alone raced the retry under load)
+                    self.dropped.set()
+                    break
                 else:
                     dst.sendall(data)
         except OSError:
