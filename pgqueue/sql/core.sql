@@ -678,6 +678,12 @@ BEGIN
 END
 $$;
 
+-- " in stream S" when a caller named the stream S a job was looked for in (else ''): what a
+-- not-found error adds, since on Citus a call given the wrong stream finds nothing.
+CREATE OR REPLACE FUNCTION pgqueue.in_stream(p_stream text) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT CASE WHEN p_stream <> '' THEN ' in stream ' || p_stream ELSE '' END $$;
+
 -- The stream of a live job, or of a dead letter (NULL: none): for a caller that named only
 -- the job, which then locks it by stream and id (on Citus, on one node). On Citus this asks
 -- every node; a worker names the stream its lease came from instead.
@@ -728,7 +734,9 @@ BEGIN
             RAISE EXCEPTION 'cannot % job %: it is a dead letter (requeue it first)', p_action, p_job_id
                 USING ERRCODE = 'PQ422';
         END IF;
-        RAISE EXCEPTION 'no live job %', p_job_id USING ERRCODE = 'PQ404';
+        -- (the stream named when the caller gave one: on Citus a wrong one finds nothing)
+        RAISE EXCEPTION 'no live job %', p_job_id || pgqueue.in_stream(p_stream)
+            USING ERRCODE = 'PQ404';
     END IF;
     IF NOT j.state = ANY (p_states) THEN
         -- p_action completes "cannot ... job N"; the verb is named as the CLI names it

@@ -22,7 +22,8 @@ BEGIN
     -- found by id, then locked by stream and id (on Citus a lock is taken on one node only)
     SELECT * INTO d FROM pgqueue.dead_letter WHERE stream = v_stream AND id = p_job_id FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'job % is not a dead letter', p_job_id USING ERRCODE = 'PQ404';
+        RAISE EXCEPTION 'job % is not a dead letter%', p_job_id, pgqueue.in_stream(p_stream)
+            USING ERRCODE = 'PQ404';
     END IF;
     IF d.dedup_key IS NOT NULL THEN
         v_holder := pgqueue.dedup_holder(d.stream, d.dedup_key, d.id);

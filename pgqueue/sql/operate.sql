@@ -201,7 +201,7 @@ BEGIN
     v_stream := coalesce(p_stream, pgqueue.dead_stream_of(p_job_id));
     DELETE FROM pgqueue.dead_letter WHERE stream = v_stream AND id = p_job_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no job %', p_job_id USING ERRCODE = 'PQ404';
+        RAISE EXCEPTION 'no job %', p_job_id || pgqueue.in_stream(p_stream) USING ERRCODE = 'PQ404';
     END IF;
     INSERT INTO pgqueue.op_log (stream, op, job_id, body)
     VALUES (v_stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', 'dead'));

@@ -88,6 +88,13 @@ def test_a_call_that_does_not_name_its_stream_is_refused_saying_how(cdb: CitusDa
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="p_stream"):
             conn.execute("SELECT pgqueue.cancel(%s)", (job_id,))
         conn.rollback()
+        # the wrong stream finds nothing there, and the error says where it looked
+        with pytest.raises(psycopg.Error, match=f"no job {job_id} in stream ops-other"):
+            conn.execute("SELECT pgqueue.cancel(%s, p_stream => 'ops-other')", (job_id,))
+        conn.rollback()
+        with pytest.raises(psycopg.Error, match=f"no live job {job_id} in stream ops-other"):
+            conn.execute("SELECT pgqueue.release(%s, p_stream => 'ops-other')", (job_id,))
+        conn.rollback()
         assert conn.execute("SELECT pgqueue.cancel(%s, p_stream => 'ops-psql')",
                             (job_id,)).fetchone() == ("cancelled",)
 
