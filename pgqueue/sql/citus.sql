@@ -11,9 +11,10 @@
 --   Their unique keys gain the stream (Citus requires the distribution column in them): job
 --   and dead_letter (stream, id), each op_log partition (stream, seq) and (stream, request);
 --   job and dead_letter keep an index on id, for the lookups by id alone (operators).
--- * Settings (stream_config, kind_config, step_set, node, op_log_policy, schema_history,
---   layout) are reference tables: a copy on every node, read locally by the
---   transitions there.
+-- * A stream's settings (stream_config, kind_config) are its rows too, distributed with it
+--   (0019): the calls that set them run on the stream's node, their ops after its others.
+--   The database's settings (step_set, node, op_log_policy, schema_history, layout) are
+--   reference tables: a copy on every node, read locally by the transitions there.
 -- * Every transition function (the worker's, and the operator's verbs on jobs, 0018) is
 --   distributed on its stream argument, colocated with job, and
 --   delegated even inside a transaction block (force_delegation): called from the coordinator
@@ -46,6 +47,7 @@ SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS installed
 DO $layout$
 DECLARE
     t text;
+    c text;
     v_rings boolean;
 BEGIN
     -- unsafe triggers: the count triggers (pgqueue.count_jobs) fire on the shards
@@ -88,38 +90,44 @@ BEGIN
             PERFORM create_distributed_table('pgqueue.' || t, 'stream',
                                              colocate_with => 'pgqueue.job');
         END LOOP;
-        FOREACH t IN ARRAY ARRAY['stream_config', 'kind_config', 'step_set', 'node',
-                                 'op_log_policy', 'schema_history', 'layout'] LOOP
+        FOREACH t IN ARRAY ARRAY['step_set', 'node', 'op_log_policy', 'schema_history',
+                                 'layout'] LOOP
             PERFORM create_reference_table('pgqueue.' || t);
         END LOOP;
     END IF;
-    -- the op log's rings: one per shard group under its key, from 0019 on (whose op_log_ring
-    -- has the column); a reference table before
+    -- Kept with their stream, distributed by it and colocated with job (0019; reference tables
+    -- before): a stream's settings, which a call on the stream's node then writes there, and
+    -- the op log's rings, one per shard group under its key (from 0019 on, whose op_log_ring
+    -- has the column; a reference table before).
     v_rings := EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'pgqueue.op_log_ring'::regclass
                        AND attname = 'stream' AND NOT attisdropped);
     IF NOT v_rings AND NOT EXISTS (SELECT 1 FROM pg_dist_partition
                                    WHERE logicalrelid = 'pgqueue.op_log_ring'::regclass) THEN
         PERFORM create_reference_table('pgqueue.op_log_ring');
     END IF;
-    IF v_rings AND EXISTS (SELECT 1 FROM pg_dist_partition
-                           WHERE logicalrelid = 'pgqueue.op_log_ring'::regclass
-                             AND partmethod = 'n') THEN
-        PERFORM undistribute_table('pgqueue.op_log_ring');
-        -- the table undistribute_table made again names its not-null constraints after a
-        -- shard (op_log_ring_3403311354_slot_not_null): named as a fresh install names them
-        FOR t IN SELECT conname FROM pg_constraint
-                 WHERE conrelid = 'pgqueue.op_log_ring'::regclass
-                   AND conname ~ '^op_log_ring_[0-9]+_' LOOP
-            EXECUTE format('ALTER TABLE pgqueue.op_log_ring RENAME CONSTRAINT %I TO %I', t,
-                           regexp_replace(t, '^op_log_ring_[0-9]+_', 'op_log_ring_'));
-        END LOOP;
-    END IF;
-    IF v_rings AND NOT EXISTS (SELECT 1 FROM pg_dist_partition
-                               WHERE logicalrelid = 'pgqueue.op_log_ring'::regclass) THEN
-        DELETE FROM pgqueue.op_log_ring WHERE stream = '';  -- one server's ring
-        PERFORM create_distributed_table('pgqueue.op_log_ring', 'stream',
-                                         colocate_with => 'pgqueue.job');
-    END IF;
+    FOREACH t IN ARRAY ARRAY['stream_config', 'kind_config']
+                       || CASE WHEN v_rings THEN ARRAY['op_log_ring'] ELSE '{}' END LOOP
+        IF EXISTS (SELECT 1 FROM pg_dist_partition
+                   WHERE logicalrelid = ('pgqueue.' || t)::regclass AND partmethod = 'n') THEN
+            PERFORM undistribute_table(('pgqueue.' || t)::regclass);
+            -- the table undistribute_table made again names its not-null constraints after a
+            -- shard (op_log_ring_3403311354_slot_not_null): named as a fresh install names them
+            FOR c IN SELECT conname FROM pg_constraint
+                     WHERE conrelid = ('pgqueue.' || t)::regclass
+                       AND conname ~ ('^' || t || '_[0-9]+_') LOOP
+                EXECUTE format('ALTER TABLE pgqueue.%I RENAME CONSTRAINT %I TO %I', t, c,
+                               regexp_replace(c, '^' || t || '_[0-9]+_', t || '_'));
+            END LOOP;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                       WHERE logicalrelid = ('pgqueue.' || t)::regclass) THEN
+            IF t = 'op_log_ring' THEN
+                DELETE FROM pgqueue.op_log_ring WHERE stream = '';  -- one server's ring
+            END IF;
+            PERFORM create_distributed_table('pgqueue.' || t, 'stream',
+                                             colocate_with => 'pgqueue.job');
+        END IF;
+    END LOOP;
 END
 $layout$
 
@@ -158,7 +166,9 @@ BEGIN
                             'recycle_rings', 'recycle_op_log',
                             -- a stream's schedules, changed and advanced on its node (0019)
                             'upsert_schedule', 'advance_schedule', 'remove_schedule',
-                            'lock_schedule')
+                            'lock_schedule',
+                            -- a stream's settings, written on its node (0019)
+                            'configure_stream', 'configure_kind_settings', 'configure_kind')
           -- (a schema upgraded to an older revision lacks some of them, or their p_stream)
           AND 'p_stream' = ANY(p.proargnames)
           AND NOT EXISTS (SELECT 1 FROM pg_dist_object o

@@ -327,7 +327,11 @@ BEGIN
         DELETE FROM pgqueue.kind_config WHERE stream = p.stream AND kind = p.kind;
         RETURN;
     END IF;
-    INSERT INTO pgqueue.kind_config AS k VALUES (p.*)
+    -- (the columns named: Citus routes a row by a stream it can see, not by p.*)
+    INSERT INTO pgqueue.kind_config AS k (stream, kind, quarantine_after, max_concurrency,
+                                          rate_count, rate_ms, max_per_key)
+    VALUES (p.stream, p.kind, p.quarantine_after, p.max_concurrency, p.rate_count, p.rate_ms,
+            p.max_per_key)
     ON CONFLICT (stream, kind) DO UPDATE
     SET quarantine_after = excluded.quarantine_after, max_concurrency = excluded.max_concurrency,
         rate_count = excluded.rate_count, rate_ms = excluded.rate_ms,

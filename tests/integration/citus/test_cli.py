@@ -45,6 +45,8 @@ def test_the_operator_s_commands_on_a_cluster(cdb: CitusDatabase) -> None:
         "nightly"]
     tail = as_json(dsn, "oplog", "tail", "--stream", streams[3])
     assert {op["op"] for op in tail} == {"Enqueue", "ConfigureKind", "UpsertSchedule"}
+    # the settings' and the schedule's ops too were written on the stream's node (0019)
+    assert {op["seq"] % 1024 for op in tail} == {stream_group(cdb, streams[3])}
     assert as_json(dsn, "workers") == []
     assert as_json(dsn, "maintain", "--once")["leader"] is True
     assert "already balanced" in ok(dsn, "streams", "rebalance").stdout

@@ -26,9 +26,9 @@ from tests.dbhelp import wait_for
 
 DISTRIBUTED = {"job", "ready", "op_log", "dead_letter", "lease_expiry", "job_count",
                "job_count_delta", "kind_lease", "schedule",
-               "op_log_ring"}  # (a reference table before 0019)
-REFERENCE = {"stream_config", "kind_config", "step_set", "node", "op_log_policy",
-             "schema_history", "layout"}
+               # reference tables before 0019
+               "op_log_ring", "stream_config", "kind_config"}
+REFERENCE = {"step_set", "node", "op_log_policy", "schema_history", "layout"}
 TRANSITIONS = {"enqueue", "enqueue_one", "lease", "renew", "ack", "nack", "return_leases",
                "mark_undecodable", "end_cancelled", "upcast", "start_rated",
                # the operator's verbs on jobs, and reclaim (0018)
@@ -39,7 +39,9 @@ TRANSITIONS = {"enqueue", "enqueue_one", "lease", "renew", "ack", "nack", "retur
                "fold_job_counts", "recycle_ready", "recycle_lease_expiry", "recycle_op_log",
                "recycle_rings",
                # a stream's schedules (0019)
-               "upsert_schedule", "advance_schedule", "remove_schedule", "lock_schedule"}
+               "upsert_schedule", "advance_schedule", "remove_schedule", "lock_schedule",
+               # a stream's settings (0019)
+               "configure_stream", "configure_kind_settings", "configure_kind"}
 STREAMS = [f"tenant-{i}" for i in range(8)]
 
 
