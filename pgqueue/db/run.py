@@ -76,8 +76,8 @@ def on_citus(conn: Conn) -> bool:
 def fetch_tuples_then(conn: Conn, name: str, params: Params, then: str,
                       then_params: Params) -> list[tuple[Any, ...]]:
     """Run a named query, then another, in one round trip (a pipeline); the first one's rows
-    as tuples. On an autocommit connection outside a transaction block each is a transaction
-    of its own, the second run after the first committed."""
+    as tuples. Both are one transaction (a pipeline's statements up to its Sync are): the
+    second's effects (a NOTIFY) come when the first commits, and not if it fails."""
     first, second = get(name), get(then)
     try:
         with conn.pipeline():
