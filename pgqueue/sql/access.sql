@@ -91,7 +91,8 @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
     pgqueue.register_worker, pgqueue.heartbeat_worker, pgqueue.deregister_worker,
     pgqueue.prune_workers, pgqueue.claim_due_schedules, pgqueue.advance_schedule,
     pgqueue.prune_old_ops, pgqueue.touch_replicas, pgqueue.claim_maintenance,
-    pgqueue.release_maintenance, pgqueue.recycle_ready, pgqueue.recycle_op_log
+    pgqueue.release_maintenance, pgqueue.recycle_ready, pgqueue.recycle_op_log,
+    pgqueue.recycle_rings
     TO pgqueue_worker;
 
 -- operator

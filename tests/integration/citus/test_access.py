@@ -12,7 +12,8 @@ from psycopg import sql as pg_sql
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue.db import access, queries
+from pgqueue.db import access, connection, queries
+from pgqueue.maintenance import maintain
 from tests.citusbed import CitusBed, CitusDatabase, stream_group
 
 LEVELS = ("none", "reader", "producer", "worker")
@@ -48,6 +49,9 @@ def test_each_role_may_do_on_a_cluster_what_it_may_on_one_server(cdb: CitusDatab
             held = q.lease(limit=1)
             assert [h.job_id for h in held] == [job_id]
             q.ack(held[0])
+        with connection.connect(as_("worker")) as conn:  # what `pgqueue maintain` runs
+            result = maintain.run_pass(conn, vacuum=False)
+        assert result.reclaimed_jobs == ()
         with pgqueue.Queue(as_("reader"), stream="acl") as q:
             assert q.stats() == []
             assert [op.op for op in q.op_log(job_id=job_id)] == ["Ack", "Lease", "Enqueue"]  # newest first
