@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test venv lint bench
+.PHONY: demo test venv lint bench docs docs-serve
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,9 @@ demo: $(BIN)/python
 	$(BIN)/pgqueue demo
 
 lint: venv
-	$(BIN)/ruff check pgqueue cli migrations tests bench examples setup.py
+	$(BIN)/ruff check pgqueue cli migrations tests bench examples docs setup.py
 	$(BIN)/mypy
+	$(BIN)/mypy docs/hooks/reference.py  # the docs' generator (mkdocs loads it by path)
 
 # One process per core (pytest-xdist), each with its own embedded server, a test file at a time
 # (module-scoped servers stay in one process). Against PGQUEUE_TEST_DSN, one process: they
@@ -33,3 +34,11 @@ test: lint
 
 bench: venv
 	$(BIN)/python bench/throughput.py
+
+# The documentation site (mkdocs.yml): strict, so a broken link or reference fails the build.
+# The suite builds it too (tests/docs/test_site.py) and runs every example it shows.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+docs-serve: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --strict --dev-addr 127.0.0.1:8000

@@ -1,4 +1,4 @@
-"""Take the README's screenshot of the dashboard's overview: fill a database with a few streams
+"""Take the docs' screenshot of the dashboard's overview: fill a database with a few streams
 of jobs (pending, scheduled, leased, acked, retried, dead), serve the dashboard on it and
 photograph the page with headless Chromium (Debian's package, driven by Playwright).
 
@@ -56,7 +56,7 @@ def serve(dsn: str) -> tuple[uvicorn.Server, int]:
 
 def main() -> None:
     dsn = sys.argv[1]
-    out = Path(sys.argv[2] if len(sys.argv) > 2 else "examples/dashboard.png")
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else "docs/images/dashboard.png")
     fill(dsn)
     server, port = serve(dsn)
     try:

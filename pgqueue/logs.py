@@ -1,4 +1,4 @@
-"""`pgqueue.logs.JsonFormatter`, where the README has always documented it (the formatter lives
+"""`pgqueue.logs.JsonFormatter`, where the docs have always documented it (the formatter lives
 in pgqueue/telemetry/logs.py)."""
 from __future__ import annotations
 

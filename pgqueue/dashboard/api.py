@@ -61,18 +61,23 @@ def acts(handler: Callable[[Request], Awaitable[Any]]) -> Handler:
 
 @answers
 async def stats(request: Request) -> Any:
+    """Every stream's jobs by state, oldest pending age and last hour; workers, replicas, op
+    log."""
     ctx = context(request)
     return await data.stats(ctx.queue, ctx.cache)
 
 
 @answers
 async def jobs(request: Request) -> Any:
+    """A page of jobs, newest first: `stream`, `state`, `kind`, `limit` (1-1000), `after` (the
+    previous page's `next`)."""
     return await data.jobs(context(request).queue, params.JobFilter.parse(request.query_params),
                            params.Page.parse(request.query_params))
 
 
 @answers
 async def job(request: Request) -> Any:
+    """One job (live or dead): its row, step list and history; 404 once nothing of it is left."""
     job_id = params.job_id(request.path_params["id"])
     found = await data.job(context(request).queue, job_id)
     if found is None:
@@ -95,6 +100,8 @@ async def _body(request: Request) -> dict[str, Any]:
 
 @acts
 async def act(request: Request) -> Any:
+    """An operator verb on one job (`requeue`, `release`, `rewind` with `{"to_step": ...}`,
+    `restart`, `skip-step`, `accept-step-set`, `cancel`); needs the admin token."""
     job_id = params.job_id(request.path_params["id"])
     to_step = (await _body(request)).get("to_step")
     if to_step is not None and not isinstance(to_step, str):
@@ -107,12 +114,14 @@ async def act(request: Request) -> Any:
 
 @answers
 async def schedules(request: Request) -> Any:
+    """Every stream's cron schedules with their next fire times."""
     return await data.schedules(context(request).queue)
 
 
 def _schedule_action(paused: bool) -> Handler:
     @acts
     async def run(request: Request) -> Any:
+        """Pause or resume a schedule (`/pause`, `/resume`); needs the admin token."""
         stream = params.stream(request.path_params["stream"])
         assert stream is not None
         q = context(request).queue.for_stream(stream)
@@ -124,16 +133,19 @@ def _schedule_action(paused: bool) -> Handler:
 
 @answers
 async def kinds(request: Request) -> Any:
+    """Every stream's kinds with settings."""
     return await data.kinds(context(request).queue)
 
 
 @answers
 async def workers(request: Request) -> Any:
+    """Registered workers, live and stale, with the leases each holds."""
     return await data.workers(context(request).queue)
 
 
 @answers
 async def replicas(request: Request) -> Any:
+    """The leader's replicas: position, lag in ops and seconds, stale."""
     return await data.replicas(context(request).queue)
 
 

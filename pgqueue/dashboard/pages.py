@@ -151,12 +151,14 @@ def _fields(form: FormData) -> dict[str, str]:
 
 @page
 async def overview(request: Request) -> Response:
+    """The overview: every stream's jobs by state and last hour, workers, replicas, op log."""
     ctx = context(request)
     return render(request, "overview.html", stats=await data.stats(ctx.queue, ctx.cache))
 
 
 @page
 async def jobs(request: Request) -> Response:
+    """Jobs by stream, state and kind, newest first, with keyset paging and bulk actions."""
     ctx = context(request)
     where = params.JobFilter.parse(request.query_params)
     at = params.Page.parse(request.query_params)
@@ -172,6 +174,7 @@ async def jobs(request: Request) -> Response:
 
 @page
 async def job(request: Request) -> Response:
+    """One job: state, payload preview, checkpoint, steps, error, history, and its actions."""
     job_id = params.job_id(request.path_params["id"])
     found = await data.job(context(request).queue, job_id)
     if found is None:
@@ -186,6 +189,7 @@ async def job(request: Request) -> Response:
 
 @form_action
 async def act(request: Request, form: FormData) -> Response:
+    """The form behind a job page's action (a session and its CSRF token required)."""
     job_id = params.job_id(request.path_params["id"])
     verb, step = params.action(request.path_params["action"], _fields(form).get("to_step"))
     await context(request).queue.act(job_id, verb, to_step=step)
@@ -206,6 +210,7 @@ async def bulk_confirm(request: Request) -> Response:
 
 @form_action
 async def bulk(request: Request, form: FormData) -> Response:
+    """Run a bulk action on the jobs counted when it was confirmed (up to `through`)."""
     fields = _fields(form)
     where = params.JobFilter.parse(fields)
     verb, step = params.action(fields.get("action", ""), fields.get("to_step"))
@@ -221,12 +226,14 @@ async def bulk(request: Request, form: FormData) -> Response:
 
 @page
 async def schedules(request: Request) -> Response:
+    """Cron schedules with their next fire times, pause and resume."""
     return render(request, "schedules.html", doc=await data.schedules(context(request).queue))
 
 
 def _schedule_form(paused: bool) -> Handler:
     @form_action
     async def run(request: Request, form: FormData) -> Response:
+        """Pause or resume a schedule from its page's form."""
         stream = params.stream(request.path_params["stream"])
         assert stream is not None
         q = context(request).queue.for_stream(stream)
@@ -238,16 +245,19 @@ def _schedule_form(paused: bool) -> Handler:
 
 @page
 async def kinds(request: Request) -> Response:
+    """Every stream's kinds with their settings."""
     return render(request, "kinds.html", doc=await data.kinds(context(request).queue))
 
 
 @page
 async def workers(request: Request) -> Response:
+    """Live and stale workers, and the leases each holds."""
     return render(request, "workers.html", doc=await data.workers(context(request).queue))
 
 
 @page
 async def replicas(request: Request) -> Response:
+    """Replicas: position, lag, stale."""
     return render(request, "replicas.html", doc=await data.replicas(context(request).queue))
 
 
@@ -259,10 +269,12 @@ def _next(value: str | None) -> str:
 
 
 async def login_form(request: Request) -> Response:
+    """The admin token's login form (acting needs it)."""
     return render(request, "login.html", next=_next(request.query_params.get("next")), wrong=False)
 
 
 async def login(request: Request) -> Response:
+    """Log in with the admin token: a signed session cookie (12 hours)."""
     ctx = context(request)
     form = _fields(await request.form())
     target = _next(form.get("next"))
@@ -280,6 +292,7 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
+    """End the session."""
     if not auth.same_origin(request):
         return problem(request, 403, "cross-site request refused (its Origin is another site)")
     response = redirect(request, "/")
@@ -289,6 +302,8 @@ async def logout(request: Request) -> Response:
 
 
 async def events(request: Request) -> Response:
+    """Server-sent events that tell open pages to refresh (on enqueue, at most once a second;
+    every 10 s otherwise)."""
     return StreamingResponse(context(request).live.events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 

@@ -147,8 +147,8 @@ def install(dsn: str) -> None:
 
 def writable_path_schemas(dsn: str) -> list[str]:
     """The schemas on the search_path of `dsn`'s role (the owner's, for migrations) that
-    other roles may create objects in: on Postgres 14 and earlier, `public` (see the README's
-    Roles section). Empty is what a safe setup gives."""
+    other roles may create objects in: on Postgres 14 and earlier, `public` (see the docs'
+    Roles page). Empty is what a safe setup gives."""
     with connection.connect(dsn) as conn:
         return [str(r["name"]) for r in queries.fetch(conn, "writable_path_schemas")]
 

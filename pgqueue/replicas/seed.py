@@ -88,7 +88,7 @@ def seed_from_state(leader_dsn: str, replica_dsn: str, name: str) -> tuple[int, 
 def prepare_replica(leader_dsn: str, replica_dsn: str, name: str) -> None:
     """Migrate the replica and set its role. A database in leader role that has ops of its
     own is refused: its seqs would collide with the leader's. So is a leader on a Citus
-    cluster, whose op log has no single commit order to follow (README: On a Citus cluster)."""
+    cluster, whose op log has no single commit order to follow (docs: Running on Citus)."""
     with connection.connect(leader_dsn) as conn:
         if queries.scalar(conn, "schema_on_citus"):
             raise PgQueueError(

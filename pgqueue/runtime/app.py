@@ -66,7 +66,8 @@ class App:
             timeout: float | dt.timedelta | None = None) -> Callable[[F], F]:
         """Register a plain job handler for `kind`. The limits (see Queue.configure_kind) are
         recorded for the kind when a worker running this App starts. `timeout`: how long one
-        run may take, in seconds (README: Time limits); a job enqueued with its own has that."""
+        run may take, in seconds (docs: Workers and steps, Time limits); a job enqueued with
+        its own has that."""
         limits: dict[str, Any] = {"max_concurrency": max_concurrency, "rate_limit": rate_limit,
                                   "max_per_key": max_per_key}
         self._check_new(kind, max_attempts, visibility_timeout, quarantine_after, limits)

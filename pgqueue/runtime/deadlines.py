@@ -11,7 +11,7 @@ One that has not returned a grace period later (the worker's `grace_period`) is 
 `abandon` records the failure for it (JobTimeout, with where it was), so its job is retried by
 its policy now, and frees its slot for other jobs. Python cannot stop a thread, so a stuck plain
 handler's thread runs on until the handler returns; its lease is gone by then, so whatever it
-does afterwards about the job is refused (README: Time limits).
+does afterwards about the job is refused (docs: Workers and steps, Time limits).
 
 No job without a limit costs anything here: nothing is armed, and the thread starts with the
 first limit. A deadline that changed (a step ended) or a job that ended is skipped when due,

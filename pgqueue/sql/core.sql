@@ -20,8 +20,11 @@ CREATE SEQUENCE pgqueue.lease_id_seq;
 -- Per-stream settings; a stream without a row uses the defaults below.
 CREATE TABLE pgqueue.stream_config (
     stream            text PRIMARY KEY,
+    -- A failed job's backoff: about base * 2^attempts, +-25% jitter, at most the cap.
     retry_base_ms     bigint NOT NULL DEFAULT 1000 CHECK (retry_base_ms >= 0),
+    -- The backoff's cap.
     retry_cap_ms      bigint NOT NULL DEFAULT 3600000 CHECK (retry_cap_ms >= 0),
+    -- Crashes of one step (its lease expired while it ran) that quarantine the job.
     quarantine_after  int    NOT NULL DEFAULT 3 CHECK (quarantine_after >= 1),
     -- The largest payload a job of the stream may carry: 16 MiB unless set, at most 64 MiB,
     -- the size every path (op log replay, logical and follow replicas, seeding, verify, the
@@ -41,10 +44,15 @@ CREATE TABLE pgqueue.stream_config (
 CREATE TABLE pgqueue.kind_config (
     stream           text NOT NULL,
     kind             text NOT NULL,
+    -- Crashes of one step that quarantine a job of the kind (none: the stream's).
     quarantine_after int CHECK (quarantine_after >= 1),
+    -- At most this many jobs of the kind leased at once, across every worker.
     max_concurrency  int CHECK (max_concurrency >= 1),
+    -- At most rate_count leases starting in any window of rate_ms (both set, or neither).
     rate_count       int CHECK (rate_count >= 1),
+    -- The rate limit's window.
     rate_ms          bigint CHECK (rate_ms >= 1),
+    -- At most this many leased jobs sharing one concurrency_key.
     max_per_key      int CHECK (max_per_key >= 1),
     CHECK ((rate_count IS NULL) = (rate_ms IS NULL)),
     PRIMARY KEY (stream, kind)

@@ -105,6 +105,8 @@ INSERT INTO pgqueue.op_log_ring (slot) SELECT generate_series(0, 31);
 -- each database, in a table of its own: a new table is all the upgrade to it locks.
 CREATE TABLE pgqueue.op_log_policy (
     one       boolean PRIMARY KEY DEFAULT true CHECK (one),
+    -- How long ops are kept: a partition of the log wholly older is truncated (and only once
+    -- every replica applied it).
     retention interval NOT NULL DEFAULT interval '1 day'
         CHECK (retention >= interval '1 second')
 );
