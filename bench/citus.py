@@ -7,7 +7,8 @@ workers (Citus 14 built from tests/citus/ on first use, as the test suite builds
 `--threads` clients enqueue `--jobs` jobs in batches of `--batch` into `--streams` streams
 (each client its own streams), then lease and ack them in batches of `--batch` until every
 stream is empty, each through `pgqueue.Queue` against one DSN (the coordinator's on Citus).
-It prints jobs/s for both phases and what one enqueue call of `--batch` jobs takes, and on
+It prints jobs/s for both phases, the CPU each server (and the client) spent per job in each
+(/proc: a postmaster and its children), what one enqueue call of `--batch` jobs takes, and on
 Citus where each transition ran: the calls every node executed (pg_stat_user_functions), the
 streams each worker holds, the two-phase commits (pg_dist_transaction), and what the same
 enqueue takes sent to the worker holding the stream directly (the coordinator's share is the
@@ -15,12 +16,13 @@ difference). Every call is one statement; on Citus it runs on the node that
 holds its stream when the coordinator ran none of them.
 
 What two cores cannot show: three servers and the clients share two cores, so the cluster's
-jobs/s here is a lower bound, not what more machines give (see the README, "On a Citus
-cluster"). Figures only.
+jobs/s here is a lower bound, not what more machines give (docs/guides/citus.md says how it
+should grow). Figures only.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
@@ -41,6 +43,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.citusbed import function_calls, start_cluster, stream_group, two_phase_commits
 
 CALLS = ("enqueue", "lease", "ack")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(pgdata: Path) -> float:
+    """CPU seconds a server has spent so far: its postmaster's own and its exited children's
+    (reaped into the postmaster's cutime/cstime), plus its live children's (/proc, Linux)."""
+    postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited while we looked
+            continue
+        pid, ppid = int(entry.name), int(fields[1])
+        if pid == postmaster:
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        elif ppid == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / TICK
 
 
 def run_threads(threads: int, work: Callable[[int], int]) -> float:
@@ -59,11 +82,22 @@ def run_threads(threads: int, work: Callable[[int], int]) -> float:
     return sum(done) / (time.perf_counter() - t0)
 
 
-def workload(dsn: str, streams: list[str], jobs: int, threads: int,
-             batch: int) -> tuple[float, float]:
-    """(enqueue jobs/s, lease+ack jobs/s) of the workload against `dsn`."""
+def data_directory(dsn: str) -> Path:
+    """The server's data directory (a server on this machine)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SHOW data_directory").fetchone()
+    assert row is not None
+    return Path(row[0])
+
+
+def workload(dsn: str, streams: list[str], jobs: int, threads: int, batch: int,
+             nodes: list[Path]) -> tuple[float, float, list[float], list[float]]:
+    """(enqueue jobs/s, lease+ack jobs/s, CPU µs per job of each node while enqueueing, and
+    while leasing and acking) of the workload against `dsn`; `nodes` are the servers' data
+    directories, the client's own process last in the CPU lists."""
     mine = [streams[i::threads] for i in range(threads)]
     per_stream = jobs // len(streams)
+    total = per_stream * len(streams)
 
     def produce(i: int) -> int:
         n = 0
@@ -82,7 +116,24 @@ def workload(dsn: str, streams: list[str], jobs: int, threads: int,
                     n += len(q.ack_many(held))
         return n
 
-    return run_threads(threads, produce), run_threads(threads, consume)
+    def cpu() -> list[float]:
+        return [*(server_cpu(d) for d in nodes), time.process_time()]
+
+    def per_job(before: list[float], after: list[float]) -> list[float]:
+        return [(a - b) / total * 1e6 for a, b in zip(after, before, strict=True)]
+
+    t0 = cpu()
+    enq = run_threads(threads, produce)
+    t1 = cpu()
+    proc = run_threads(threads, consume)
+    t2 = cpu()
+    return enq, proc, per_job(t0, t1), per_job(t1, t2)
+
+
+def cpu_row(names: list[str], enqueue_us: list[float], lease_ack_us: list[float]) -> str:
+    """One figure per process: 'coordinator 120 + 80' (enqueue + lease+ack µs per job)."""
+    return ", ".join(f"{n} {e:,.0f} + {p:,.0f}"
+                     for n, e, p in zip([*names, "client"], enqueue_us, lease_ack_us, strict=True))
 
 
 def settled_calls(dsns: list[str], before: list[dict[str, int]],
@@ -146,9 +197,12 @@ def main() -> None:
     rows: list[tuple[str, str]] = []
     with server(None, "citus-bench") as (server_dsn, _):
         dsn = fresh_database(server_dsn, "pgqueue_bench_citus")
-        enq, proc = workload(dsn, streams, args.jobs, args.threads, args.batch)
+        enq, proc, cpu_enq, cpu_proc = workload(dsn, streams, args.jobs, args.threads,
+                                                args.batch, [data_directory(dsn)])
         rows += [("one server: enqueue (jobs/s)", f"{enq:,.0f}"),
                  ("one server: lease+ack (jobs/s)", f"{proc:,.0f}"),
+                 ("one server: CPU µs per job, enqueue + lease+ack",
+                  cpu_row(["server"], cpu_enq, cpu_proc)),
                  (f"one server: one enqueue of {args.batch} (ms)",
                   f"{call_ms(dsn, streams[0], args.batch):.1f}"),
                  ("one server: enqueue to wake-up, median / worst of 30 (ms)",
@@ -159,9 +213,13 @@ def main() -> None:
         pgqueue.migrate(db.dsn)
         before = [function_calls(d) for d in [db.dsn, *db.worker_dsns]]
         twopc = two_phase_commits(db)
-        enq, proc = workload(db.dsn, streams, args.jobs, args.threads, args.batch)
+        enq, proc, cpu_enq, cpu_proc = workload(
+            db.dsn, streams, args.jobs, args.threads, args.batch,
+            [data_directory(d) for d in [db.dsn, *db.worker_dsns]])
         rows += [("Citus, coordinator + 2 workers: enqueue (jobs/s)", f"{enq:,.0f}"),
                  ("Citus, coordinator + 2 workers: lease+ack (jobs/s)", f"{proc:,.0f}"),
+                 ("Citus: CPU µs per job, enqueue + lease+ack",
+                  cpu_row(["coordinator", "worker 1", "worker 2"], cpu_enq, cpu_proc)),
                  ("Citus: two-phase commits", f"{two_phase_commits(db) - twopc:,}")]
         groups = {s: stream_group(db, s) for s in streams}
         after = settled_calls([db.dsn, *db.worker_dsns], before,

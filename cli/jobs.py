@@ -154,6 +154,7 @@ def show_job(job_id: int, full: bool, as_json: bool, *, dead_only: bool = False)
     with open_queue() as q:
         job = fetch_job(q, job_id, full)
         history = fetch_history(q, job_id, full)
+        verbs = [] if job is None else q.allowed_verbs(unwrap(job)[0])
     if job is not None and dead_only and unwrap(job)[0].state != "dead":
         fail(f"job {job_id} is not a dead letter (it is {unwrap(job)[0].state}); see "
              f"`pgqueue jobs show {job_id}`", EXIT_FAILED)
@@ -161,11 +162,12 @@ def show_job(job_id: int, full: bool, as_json: bool, *, dead_only: bool = False)
         fail(f"job {job_id} not found: it never existed, or it finished and the op log was "
              f"pruned past its ops", EXIT_FAILED)
     if as_json:
-        data = {} if job is None else job_json(job)
+        data = {} if job is None else {**job_json(job), "actions": verbs}
         print_json({**data, "history": None if history is None else history_json(history)})
         return
     if job is not None:
         print_job(job, full)
+        say(f"actions its state allows: {', '.join(verbs) if verbs else 'none'}")
     if history is not None:
         print_history(history)
 

@@ -290,9 +290,13 @@ def function_calls(dsn: str) -> dict[str, int]:
 
 
 def two_phase_commits(db: CitusDatabase) -> int:
-    """Two-phase commits the coordinator ran in this database (pg_dist_transaction keeps a
-    row for each: the bed turns recovery off)."""
-    with psycopg.connect(db.dsn) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
-    assert row is not None
-    return int(row[0])
+    """Two-phase commits run in this database by any node: the coordinator, and the workers,
+    which coordinate the transactions of the calls delegated to them (pg_dist_transaction
+    keeps a row for each on the node that ran it: the bed turns recovery off)."""
+    total = 0
+    for dsn in [db.dsn, *db.worker_dsns]:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+        assert row is not None
+        total += int(row[0])
+    return total

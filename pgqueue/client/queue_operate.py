@@ -237,6 +237,17 @@ class QueueOperations:
                                        through=through, to_step=to_step)
 
     @follow_leader(idempotent=True)
+    def allowed_verbs(self, job: JobInfo) -> list[str]:
+        """The operator verbs this job's state allows (requeue, release, rewind, restart,
+        skip-step, accept-step-set, cancel): the rule the verbs themselves check
+        (pgqueue.job_verbs), which the dashboard's job page offers and `jobs show` lists."""
+        with self.connection() as conn:
+            row = run.fetch_one(conn, "job_verbs", {
+                "state": job.state, "reason": job.state_reason,
+                "step_job": job.checkpoint.step_set_hash is not None})
+        return [] if row is None else list(row["verbs"])
+
+    @follow_leader(idempotent=True)
     def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
         """The recorded step list behind a step-set hash."""
         with self.connection() as conn:
@@ -248,6 +259,15 @@ class QueueOperations:
         """Registered worker processes and how many leases each holds."""
         with self.connection() as conn:
             return run.fetch(conn, "list_workers")
+
+    @follow_leader(idempotent=True)
+    def worker_kinds(self, *, stale_after: float = observe.STALE_WORKER_SECONDS
+                     ) -> list[dict[str, Any]]:
+        """The kinds the live workers handle (a heartbeat within `stale_after` seconds), per
+        stream they work on: stream, kind, handler (its settings, as the first of them
+        registered them) and workers (id, node, host, pid of each)."""
+        with self.connection() as conn:
+            return run.fetch(conn, "worker_kinds", {"stale_after": stale_after})
 
     @follow_leader(idempotent=True)
     def replicas(self, *, stale_after: float = 86400.0) -> list[dict[str, Any]]:

@@ -242,6 +242,17 @@ class AsyncQueueOperations:
                                              through=through, to_step=to_step)
 
     @follow_leader(idempotent=True)
+    async def allowed_verbs(self, job: JobInfo) -> list[str]:
+        """The operator verbs this job's state allows (requeue, release, rewind, restart,
+        skip-step, accept-step-set, cancel): the rule the verbs themselves check
+        (pgqueue.job_verbs), which the dashboard's job page offers and `jobs show` lists."""
+        async with self.connection() as conn:
+            row = await run.fetch_one(conn, "job_verbs", {
+                "state": job.state, "reason": job.state_reason,
+                "step_job": job.checkpoint.step_set_hash is not None})
+        return [] if row is None else list(row["verbs"])
+
+    @follow_leader(idempotent=True)
     async def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
         """The recorded step list behind a step-set hash."""
         async with self.connection() as conn:
@@ -253,6 +264,15 @@ class AsyncQueueOperations:
         """Registered worker processes and how many leases each holds."""
         async with self.connection() as conn:
             return await run.fetch(conn, "list_workers")
+
+    @follow_leader(idempotent=True)
+    async def worker_kinds(self, *, stale_after: float = observe.STALE_WORKER_SECONDS
+                           ) -> list[dict[str, Any]]:
+        """The kinds the live workers handle (a heartbeat within `stale_after` seconds), per
+        stream they work on: stream, kind, handler (its settings, as the first of them
+        registered them) and workers (id, node, host, pid of each)."""
+        async with self.connection() as conn:
+            return await run.fetch(conn, "worker_kinds", {"stale_after": stale_after})
 
     @follow_leader(idempotent=True)
     async def replicas(self, *, stale_after: float = 86400.0) -> list[dict[str, Any]]:

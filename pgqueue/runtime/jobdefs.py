@@ -82,6 +82,22 @@ class Handler:
     #: its own `timeout` has that instead
     timeout: float | None = None
 
+    def described(self) -> dict[str, Any]:
+        """What a worker records of this handler for the Kinds page (worker.kinds): its kind,
+        type, whether it is async, and the settings it names (None: not named)."""
+        step_job = isinstance(self, StepJob)
+        return {
+            "kind": self.kind, "type": "step job" if step_job else "job",
+            "async": bool(getattr(self, "is_async", False)),
+            "steps": [s.name for s in self.steps] if isinstance(self, StepJob) else None,
+            "schema_version": self.schema_version if isinstance(self, StepJob) else None,
+            "max_attempts": self.max_attempts, "visibility_timeout": self.visibility_timeout,
+            "timeout": self.timeout, "quarantine_after": self.quarantine_after,
+            "max_concurrency": self.max_concurrency,
+            "rate_limit": list(self.rate_limit) if self.rate_limit is not None else None,
+            "max_per_key": self.max_per_key,
+        }
+
     def kind_settings(self) -> dict[str, Any]:
         """The kind settings this handler names, as the worker records them at its start (one
         it leaves unnamed keeps whatever configure_kind set)."""

@@ -23,10 +23,17 @@ def register(conn: queries.Conn, *, node: int, streams: Sequence[str],
     return None if row is None else int(row["id"])
 
 
-def register_handlers(conn: queries.Conn, app: App, streams: Sequence[str]) -> None:
+def register_handlers(conn: queries.Conn, app: App, streams: Sequence[str],
+                      worker_id: int | None = None) -> None:
     """Record the App's step lists and the kind settings its handlers name (quarantine
     thresholds, limits) where reclaim, the lease and a resumed job's compatibility check can
-    see them; settings a handler leaves unnamed stay as configure_kind set them."""
+    see them; settings a handler leaves unnamed stay as configure_kind set them. With the
+    worker's registry id, also the kinds it handles and their handlers' settings (what the
+    dashboard's Kinds page lists)."""
+    if worker_id is not None:
+        queries.fetch(conn, "register_worker_kinds", {
+            "id": worker_id,
+            "kinds": Jsonb([h.described() for _, h in sorted(app.handlers.items())])})
     for handler in app.handlers.values():
         if isinstance(handler, StepJob) and handler.steps:
             queries.fetch(conn, "register_step_set", {

@@ -306,7 +306,7 @@ class Worker:
             return False
         self.worker_id = found
         self._retry(lambda: self._db(lambda c: registry.register_handlers(
-            c, self.app, self.streams)), "register handlers", until=self._stopping)
+            c, self.app, self.streams, found)), "register handlers", until=self._stopping)
         return True
 
     def _reregister(self) -> None:

@@ -76,7 +76,7 @@ GRANT USAGE ON SCHEMA pgqueue TO pgqueue_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_reader;
 GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueue.b64,
     pgqueue.unb64, pgqueue.op_body, pgqueue.fold_job_counts, pgqueue.replica_status,
-    pgqueue.error_summary, pgqueue.each_stream
+    pgqueue.error_summary, pgqueue.each_stream, pgqueue.verb_states, pgqueue.job_verbs
     TO pgqueue_reader;
 
 -- producer
@@ -88,7 +88,8 @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
     pgqueue.upcast, pgqueue.reclaim_expired_jobs, pgqueue.reclaim_expired,
     pgqueue.reclaim_due_jobs, pgqueue.recycle_lease_expiry,
     pgqueue.register_step_set, pgqueue.configure_kind_settings, pgqueue.configure_kind,
-    pgqueue.register_worker, pgqueue.heartbeat_worker, pgqueue.deregister_worker,
+    pgqueue.register_worker, pgqueue.register_worker_kinds, pgqueue.heartbeat_worker,
+    pgqueue.deregister_worker,
     pgqueue.prune_workers, pgqueue.claim_due_schedules, pgqueue.advance_schedule,
     pgqueue.prune_old_ops, pgqueue.touch_replicas, pgqueue.claim_maintenance,
     pgqueue.release_maintenance, pgqueue.recycle_ready, pgqueue.recycle_op_log,

@@ -155,6 +155,7 @@ DECLARE
     v_now      timestamptz := pgqueue.now_ms();
     v_n        int := coalesce(cardinality(p_payloads), 0);
     v_ids      bigint[];
+    v_at       timestamptz[];
     v_result   bigint[];
     v_todo     int[];
     v_inserted bigint[];
@@ -223,51 +224,47 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    -- Each job's due time, by its place in the batch. The job rows and their ops are written
+    -- in statements of their own, both from the inputs: on Citus an INSERT fed by another
+    -- INSERT's rows sends them to every node and commits there in two phases (see pgqueue.ack).
+    v_at := ARRAY(SELECT greatest(v_now, date_trunc('milliseconds', coalesce(
+                      u.not_before, v_now + coalesce(u.delay_ms, 0) * interval '1 millisecond')))
+                  FROM unnest(p_priorities, p_not_befores, p_delays_ms) WITH ORDINALITY
+                       AS u(priority, not_before, delay_ms, ord)
+                  ORDER BY u.ord);
     IF coalesce(cardinality(array_remove(p_dedup_keys, NULL)), 0) = 0 THEN
         -- No dedup keys (the common batch): no conflicts to arbitrate, so a plain INSERT in
         -- input order and the ids as drawn.
         v_ids := ARRAY(SELECT nextval('pgqueue.job_id_seq') FROM generate_series(1, v_n));
-        WITH ins AS (
-            INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
-                                     enqueued_at, attempts, max_attempts, schema_version,
-                                     max_attempts_given, trace_context, concurrency_key,
-                                     timeout_ms)
-            SELECT v_ids[t.ord], p_stream, t.kind, t.payload, t.priority::smallint,
-                   CASE WHEN t.at > v_now THEN 'scheduled' ELSE 'pending' END,
-                   t.at, v_now, 0, coalesce(t.max_attempts, 25), t.schema_version,
-                   t.max_attempts IS NOT NULL, t.trace, t.ckey, t.timeout_ms
-            FROM (SELECT u.*, greatest(v_now, date_trunc('milliseconds', coalesce(
-                             u.not_before, v_now + coalesce(u.delay_ms, 0) * interval '1 millisecond'))) AS at
-                  FROM unnest(p_payloads, p_kinds, p_priorities, p_delays_ms, p_not_befores,
-                              p_max_attempts, p_schema_versions, p_traces, p_concurrency_keys,
-                              p_timeouts_ms)
-                       WITH ORDINALITY
-                       AS u(payload, kind, priority, delay_ms, not_before, max_attempts,
-                            schema_version, trace, ckey, timeout_ms, ord)) t
-            ORDER BY t.ord
-            RETURNING id, stream, kind, payload, priority, state, not_before, dedup_key,
-                      max_attempts, schema_version, max_attempts_given,
-                      trace_context, concurrency_key, timeout_ms  -- what the op needs
-        ), logged AS (
-            INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
-                                        not_before, dedup_key, max_attempts, schema_version,
-                                        request)
-            SELECT ins.stream, 'Enqueue', ins.id,
-                   CASE WHEN ins.trace_context IS NULL AND ins.concurrency_key IS NULL
-                             AND ins.timeout_ms IS NULL THEN v_body
-                        ELSE v_body || jsonb_strip_nulls(jsonb_build_object(
-                            'trace', ins.trace_context, 'concurrency_key', ins.concurrency_key,
-                            'timeout_ms', ins.timeout_ms))
-                   END,
-                   ins.kind, ins.payload, ins.priority,
-                   ins.not_before, ins.dedup_key,
-                   CASE WHEN ins.max_attempts_given THEN ins.max_attempts END,  -- null: not set
-                   ins.schema_version,
-                   CASE WHEN ins.id = v_ids[1] THEN p_request END  -- the call's first op
-            FROM ins  -- already in id order (inserted in input order, ids drawn ascending);
-        )             -- sorting the returned rows again cost 0.5 ms per 1,000 jobs
-        SELECT bool_or(ins.state = 'pending') INTO v_ready FROM ins;
-        IF v_ready THEN
+        INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
+                                 enqueued_at, attempts, max_attempts, schema_version,
+                                 max_attempts_given, trace_context, concurrency_key, timeout_ms)
+        SELECT v_ids[u.ord], p_stream, u.kind, u.payload, u.priority::smallint,
+               CASE WHEN v_at[u.ord] > v_now THEN 'scheduled' ELSE 'pending' END,
+               v_at[u.ord], v_now, 0, coalesce(u.max_attempts, 25), u.schema_version,
+               u.max_attempts IS NOT NULL, u.trace, u.ckey, u.timeout_ms
+        FROM unnest(p_payloads, p_kinds, p_priorities, p_max_attempts, p_schema_versions,
+                    p_traces, p_concurrency_keys, p_timeouts_ms) WITH ORDINALITY
+             AS u(payload, kind, priority, max_attempts, schema_version, trace, ckey,
+                  timeout_ms, ord)
+        ORDER BY u.ord;
+        INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
+                                    not_before, dedup_key, max_attempts, schema_version,
+                                    request)
+        SELECT p_stream, 'Enqueue', v_ids[u.ord],
+               CASE WHEN u.trace IS NULL AND u.ckey IS NULL AND u.timeout_ms IS NULL THEN v_body
+                    ELSE v_body || jsonb_strip_nulls(jsonb_build_object(
+                        'trace', u.trace, 'concurrency_key', u.ckey, 'timeout_ms', u.timeout_ms))
+               END,
+               u.kind, u.payload, u.priority::smallint, v_at[u.ord], NULL,
+               u.max_attempts,  -- null: not set
+               u.schema_version,
+               CASE WHEN u.ord = 1 THEN p_request END  -- the call's first op
+        FROM unnest(p_payloads, p_kinds, p_priorities, p_max_attempts, p_schema_versions,
+                    p_traces, p_concurrency_keys, p_timeouts_ms) WITH ORDINALITY
+             AS u(payload, kind, priority, max_attempts, schema_version, trace, ckey,
+                  timeout_ms, ord);  -- in input order (unnest's), as the ids ascend
+        IF EXISTS (SELECT 1 FROM unnest(v_at) AS a(at) WHERE a.at <= v_now) THEN
             PERFORM pgqueue.notify_ready(p_stream);
         END IF;
         RETURN QUERY SELECT unnest(v_ids);
@@ -278,55 +275,46 @@ BEGIN
     LOOP
         v_round := v_round + 1;
         v_ids := ARRAY(SELECT nextval('pgqueue.job_id_seq') FROM generate_series(1, cardinality(v_todo)));
-        WITH input AS (
-            SELECT v_ids[k] AS id, t.ord,
-                   p_payloads[t.ord] AS payload, p_kinds[t.ord] AS kind,
-                   p_priorities[t.ord]::smallint AS priority,
-                   greatest(v_now, date_trunc('milliseconds', coalesce(
-                       p_not_befores[t.ord],
-                       v_now + coalesce(p_delays_ms[t.ord], 0) * interval '1 millisecond'))) AS not_before,
-                   p_dedup_keys[t.ord] AS dedup_key, p_max_attempts[t.ord] AS max_attempts,
-                   p_schema_versions[t.ord] AS schema_version, p_traces[t.ord] AS trace,
-                   p_concurrency_keys[t.ord] AS ckey, p_timeouts_ms[t.ord] AS timeout_ms
-            FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
-        ), ins AS (
+        WITH ins AS (
             INSERT INTO pgqueue.job (id, stream, kind, payload, priority, state, not_before,
                                      enqueued_at, dedup_key, attempts, max_attempts, schema_version,
                                      max_attempts_given, trace_context, concurrency_key,
                                      timeout_ms)
-            SELECT id, p_stream, kind, payload, priority,
-                   CASE WHEN not_before > v_now THEN 'scheduled' ELSE 'pending' END,
-                   not_before, v_now, dedup_key, 0, coalesce(max_attempts, 25), schema_version,
-                   max_attempts IS NOT NULL, trace, ckey, timeout_ms
+            SELECT v_ids[t.k], p_stream, p_kinds[t.ord], p_payloads[t.ord],
+                   p_priorities[t.ord]::smallint,
+                   CASE WHEN v_at[t.ord] > v_now THEN 'scheduled' ELSE 'pending' END,
+                   v_at[t.ord], v_now, p_dedup_keys[t.ord], 0,
+                   coalesce(p_max_attempts[t.ord], 25), p_schema_versions[t.ord],
+                   p_max_attempts[t.ord] IS NOT NULL, p_traces[t.ord],
+                   p_concurrency_keys[t.ord], p_timeouts_ms[t.ord]
             -- Insert in dedup-key order so concurrent batches take key locks in one order
             -- (no deadlock); within a key the earlier input wins.
-            FROM input ORDER BY dedup_key NULLS LAST, ord
+            FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
+            ORDER BY p_dedup_keys[t.ord] NULLS LAST, t.ord
             ON CONFLICT (stream, dedup_key)
                 WHERE dedup_key IS NOT NULL AND state IN ('pending', 'scheduled', 'leased')
                 DO NOTHING
-            RETURNING *
-        ), logged AS (
-            INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
-                                        not_before, dedup_key, max_attempts, schema_version,
-                                        request)
-            SELECT ins.stream, 'Enqueue', ins.id,
-                   CASE WHEN ins.trace_context IS NULL AND ins.concurrency_key IS NULL
-                             AND ins.timeout_ms IS NULL THEN v_body
-                        ELSE v_body || jsonb_strip_nulls(jsonb_build_object(
-                            'trace', ins.trace_context, 'concurrency_key', ins.concurrency_key,
-                            'timeout_ms', ins.timeout_ms))
-                   END,
-                   ins.kind, ins.payload, ins.priority,
-                   ins.not_before, ins.dedup_key,
-                   CASE WHEN ins.max_attempts_given THEN ins.max_attempts END,
-                   ins.schema_version,
-                   -- the first op this call writes carries its token
-                   CASE WHEN NOT v_stamped AND ins.id = (SELECT min(id) FROM ins)
-                        THEN p_request END
-            FROM ins ORDER BY ins.id
-            RETURNING job_id, not_before <= v_now AS ready
+            RETURNING id
         )
-        SELECT array_agg(job_id), bool_or(ready) INTO v_inserted, v_ready FROM logged;
+        SELECT array_agg(ins.id ORDER BY ins.id) INTO v_inserted FROM ins;
+        -- their ops, in id order: the first this call writes carries its token
+        INSERT INTO pgqueue.op_log (stream, op, job_id, body, kind, payload, priority,
+                                    not_before, dedup_key, max_attempts, schema_version,
+                                    request)
+        SELECT p_stream, 'Enqueue', v_ids[t.k],
+               CASE WHEN p_traces[t.ord] IS NULL AND p_concurrency_keys[t.ord] IS NULL
+                         AND p_timeouts_ms[t.ord] IS NULL THEN v_body
+                    ELSE v_body || jsonb_strip_nulls(jsonb_build_object(
+                        'trace', p_traces[t.ord], 'concurrency_key', p_concurrency_keys[t.ord],
+                        'timeout_ms', p_timeouts_ms[t.ord]))
+               END,
+               p_kinds[t.ord], p_payloads[t.ord], p_priorities[t.ord]::smallint, v_at[t.ord],
+               p_dedup_keys[t.ord], p_max_attempts[t.ord], p_schema_versions[t.ord],
+               CASE WHEN NOT v_stamped AND v_ids[t.k] = v_inserted[1] THEN p_request END
+        FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
+        WHERE v_ids[t.k] = ANY(v_inserted);  -- in id order (unnest's: the ids ascend with k)
+        v_ready := EXISTS (SELECT 1 FROM unnest(v_todo) WITH ORDINALITY AS t(ord, k)
+                           WHERE v_ids[t.k] = ANY(v_inserted) AND v_at[t.ord] <= v_now);
         v_stamped := v_stamped OR v_inserted IS NOT NULL;
         IF v_ready THEN
             PERFORM pgqueue.notify_ready(p_stream);

@@ -56,7 +56,6 @@ AS $$
 DECLARE
     v_now timestamptz := pgqueue.now_ms();
     v_ids bigint[];
-    v_n int;
 BEGIN
     -- The due jobs locked first, then promoted by id: a statement joining the two gave the
     -- planner the stream's equality on job to start from, and it read every row of job (under
@@ -74,14 +73,14 @@ BEGIN
         UPDATE pgqueue.job j SET state = 'pending'
         WHERE j.stream = p_stream AND j.id = ANY(v_ids)
           AND j.state = 'scheduled' COLLATE "POSIX"  -- (by id: job's indexes)
-        RETURNING j.id, j.stream
-    ), logged AS (
-        INSERT INTO pgqueue.op_log (stream, op, job_id, body)
-        SELECT p.stream, 'Promote', p.id, jsonb_build_object('job_id', p.id, 'state', 'pending')
-        FROM promoted p ORDER BY p.id
+        RETURNING j.id
     )
-    SELECT count(*) INTO v_n FROM promoted;
-    RETURN v_n;
+    SELECT coalesce(array_agg(p.id ORDER BY p.id), '{}') INTO v_ids FROM promoted p;
+    -- the ops in a statement of their own (see pgqueue.ack)
+    INSERT INTO pgqueue.op_log (stream, op, job_id, body)
+    SELECT p_stream, 'Promote', t.id, jsonb_build_object('job_id', t.id, 'state', 'pending')
+    FROM unnest(v_ids) AS t(id);  -- in id order (unnest's)
+    RETURN cardinality(v_ids);
 END
 $$;
 
@@ -162,6 +161,14 @@ BEGIN
 END
 $$;
 
+-- The lease id a lease drew for job p_id: the one at the job's place among its candidates.
+-- A function, not the subscript written in the UPDATE: Citus (14.0) crashed its worker on an
+-- array subscript by a column in a statement it plans for one node.
+CREATE OR REPLACE FUNCTION pgqueue.lease_id_of(p_lease_ids bigint[], p_ids bigint[], p_id bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT p_lease_ids[array_position(p_ids, p_id)] $$;
+
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
 -- so it cannot lease more rows than asked.
@@ -228,6 +235,10 @@ DECLARE
     v_lease_ids bigint[];
     v_started bigint[];
     v_rated bigint[] := '{}';  -- of rate-limited kinds (pgqueue.pick_within_limits)
+    -- what the call leased, in id order: the jobs, their lease ids, which started at once
+    v_leased bigint[];
+    v_leased_ids bigint[];
+    v_leased_started boolean[];
     v_kinds text[];
     v_max int[];
     v_rate int[];
@@ -325,10 +336,14 @@ BEGIN
     v_lease_ids := ARRAY(SELECT nextval('pgqueue.lease_id_seq')
                          FROM generate_series(1, cardinality(v_ids)));
     v_started := CASE WHEN p_start IS NULL THEN v_ids ELSE v_ids[1:p_start] END;
-    RETURN QUERY
+    -- The UPDATE gathers what it leased into arrays; the rows are then read again to be
+    -- returned (held by this transaction, their payloads streamed, not copied into arrays),
+    -- and the ops and the expiry entry written from the arrays, in statements of their own.
+    -- On Citus an INSERT fed by the UPDATE's rows would send them to every node and commit
+    -- there in two phases (see pgqueue.ack).
     WITH leased AS (
         UPDATE pgqueue.job j
-        SET state = 'leased', lease_id = v_lease_ids[array_position(v_ids, j.id)],
+        SET state = 'leased', lease_id = pgqueue.lease_id_of(v_lease_ids, v_ids, j.id),
             worker_node = p_worker_node, worker_instance = p_worker_instance,
             lease_expires_at = v_exp,
             lease_started = (j.id = ANY(v_started) OR j.unstarted_reclaims > 0)
@@ -337,26 +352,34 @@ BEGIN
           -- an operator's, is waited for and leased if still pending then: that transaction
           -- never waits for the entry this lease holds, pgqueue.ready_drop)
           AND j.state = 'pending'
-        RETURNING j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
-                  j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
-                  j.last_completed_step,
-                  j.cursor_step, j.cursor, j.checkpoint_updated_at, j.schema_version,
-                  j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context,
-                  NOT j.lease_started AND j.id = ANY(v_rated) AS rate_at_start, j.timeout_ms
-    ), logged AS (
-        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
-        SELECT l.stream, 'Lease', l.id, l.lease_id,
-               CASE WHEN l.lease_started THEN v_body ELSE v_body_ahead END,
-               CASE WHEN l.id = (SELECT min(id) FROM leased) THEN p_request END
-        FROM leased l ORDER BY l.id
-    ), expiring AS (
-        -- where reclaim finds them once they expire: one row for the call
-        INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids, stream)
-        SELECT pgqueue.expiry_slot(v_exp), v_exp, array_agg(l.id ORDER BY l.id), p_stream
-        FROM leased l
-        HAVING count(*) > 0
+        RETURNING j.id, j.lease_id, j.lease_started
     )
-    SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
+    SELECT coalesce(array_agg(l.id ORDER BY l.id), '{}'), array_agg(l.lease_id ORDER BY l.id),
+           array_agg(l.lease_started ORDER BY l.id)
+    INTO v_leased, v_leased_ids, v_leased_started
+    FROM leased l;
+    IF cardinality(v_leased) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT j.id, j.lease_id, j.stream, j.kind, j.payload, j.priority, j.attempts,
+           j.max_attempts, j.enqueued_at, j.lease_expires_at, j.lease_started,
+           j.last_completed_step, j.cursor_step, j.cursor, j.checkpoint_updated_at,
+           j.schema_version, j.step_set_hash, j.crashes_by_step, j.not_before, j.trace_context,
+           NOT j.lease_started AND j.id = ANY(v_rated) AS rate_at_start, j.timeout_ms
+    FROM pgqueue.job j
+    WHERE j.stream = p_stream AND j.id = ANY(v_leased)
+      AND j.state = 'leased' COLLATE "POSIX"  -- (by id, not a stream's index: job's indexes)
+    ORDER BY j.priority DESC, j.id;
+    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body, request)
+    SELECT p_stream, 'Lease', t.id, t.lease_id,
+           CASE WHEN t.started THEN v_body ELSE v_body_ahead END,
+           CASE WHEN t.n = 1 THEN p_request END  -- the call's first op, as ids ascend
+    FROM unnest(v_leased, v_leased_ids, v_leased_started) WITH ORDINALITY
+         AS t(id, lease_id, started, n);  -- in id order (unnest's)
+    -- where reclaim finds them once they expire: one row for the call
+    INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids, stream)
+    VALUES (pgqueue.expiry_slot(v_exp), v_exp, v_leased, p_stream);
 END
 $$;
 
@@ -750,6 +773,11 @@ DECLARE
     v_now timestamptz := pgqueue.now_ms();
     v_stream text;
     v_expires timestamptz[];
+    v_ids bigint[];
+    v_leases bigint[];
+    v_renewed_until timestamptz[];
+    v_cancel boolean[];
+    v_bodies jsonb[];
 BEGIN
     PERFORM pgqueue.require_leader();
     IF EXISTS (SELECT 1 FROM unnest(p_visibility_ms) v WHERE v IS NULL OR v < 0)
@@ -768,7 +796,6 @@ BEGIN
         END LOOP;
         RETURN;
     END IF;
-    RETURN QUERY
     -- Rows are locked in id order first (see ack): no deadlock with a concurrent batched ack.
     -- The lock takes the leased jobs of these ids, the UPDATE those still under the lease
     -- given, with their inputs: the shapes Citus (14.0) plans for one node (see pgqueue.ack;
@@ -802,24 +829,31 @@ BEGIN
         RETURNING j.id, j.stream, j.lease_id, j.lease_expires_at, j.lease_started,
                   j.cancel_requested_at, j.last_completed_step, j.cursor_step, j.cursor,
                   j.checkpoint_updated_at, j.schema_version, j.step_set_hash, j.crashes_by_step
-    ), logged AS (
-        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-        SELECT r.stream, 'Renew', r.id, r.lease_id, jsonb_build_object(
-            'job_id', r.id, 'lease_id', r.lease_id,
-            'expires_at_ms', pgqueue.to_ms(r.lease_expires_at),
-            'checkpoint', pgqueue.checkpoint_json_of(r.last_completed_step, r.cursor_step,
-                r.cursor, r.checkpoint_updated_at, r.schema_version, r.step_set_hash,
-                r.crashes_by_step),
-            'started', r.lease_started)
-        FROM renewed r ORDER BY r.id
-    ), expiring AS (
-        -- where reclaim finds them once they expire: one row per new expiry of the call
-        INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids, stream)
-        SELECT pgqueue.expiry_slot(r.lease_expires_at), r.lease_expires_at,
-               array_agg(r.id ORDER BY r.id), p_stream
-        FROM renewed r GROUP BY r.lease_expires_at
     )
-    SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
+    SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}'), array_agg(r.lease_id ORDER BY r.id),
+           array_agg(r.lease_expires_at ORDER BY r.id),
+           array_agg(r.cancel_requested_at IS NOT NULL ORDER BY r.id),
+           array_agg(jsonb_build_object(
+               'job_id', r.id, 'lease_id', r.lease_id,
+               'expires_at_ms', pgqueue.to_ms(r.lease_expires_at),
+               'checkpoint', pgqueue.checkpoint_json_of(r.last_completed_step, r.cursor_step,
+                   r.cursor, r.checkpoint_updated_at, r.schema_version, r.step_set_hash,
+                   r.crashes_by_step),
+               'started', r.lease_started) ORDER BY r.id)
+    INTO v_ids, v_leases, v_renewed_until, v_cancel, v_bodies
+    FROM renewed r;
+    -- The ops and the expiry entries in statements of their own (see pgqueue.ack).
+    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+    SELECT p_stream, 'Renew', t.id, t.lease_id, t.body
+    FROM unnest(v_ids, v_leases, v_bodies) AS t(id, lease_id, body);  -- in id order (unnest's)
+    -- where reclaim finds them once they expire: one row per new expiry of the call
+    INSERT INTO pgqueue.lease_expiry (slot, expires_at, job_ids, stream)
+    SELECT pgqueue.expiry_slot(t.expires_at), t.expires_at, array_agg(t.id ORDER BY t.id),
+           p_stream
+    FROM unnest(v_ids, v_renewed_until) AS t(id, expires_at) GROUP BY t.expires_at;
+    RETURN QUERY SELECT t.id, t.lease_id, t.expires_at, t.cancel
+                 FROM unnest(v_ids, v_leases, v_renewed_until, v_cancel)
+                      AS t(id, lease_id, expires_at, cancel);
 END
 $$;
 

@@ -2,6 +2,37 @@
 
 -- schema: functions -------------------------------------------------------------------------
 
+-- The operator verbs (the CLI's, the HTTP API's and the dashboard's names) and the states each
+-- applies to: the rule the verbs check (through pgqueue.operator_job; requeue takes dead
+-- letters, cancel every job), which pgqueue.job_verbs reads for what a job's page offers.
+CREATE OR REPLACE FUNCTION pgqueue.verb_states(p_verb text) RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT CASE p_verb
+    WHEN 'requeue' THEN ARRAY['dead']
+    WHEN 'release' THEN ARRAY['quarantined', 'undecodable']
+    WHEN 'rewind' THEN ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']
+    WHEN 'restart' THEN ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']
+    WHEN 'skip-step' THEN ARRAY['pending', 'scheduled', 'quarantined', 'undecodable']
+    WHEN 'accept-step-set' THEN ARRAY['undecodable']
+    WHEN 'cancel' THEN ARRAY['pending', 'scheduled', 'leased', 'quarantined', 'undecodable', 'dead']
+END $$;
+
+-- The verbs a job allows, in the order the CLI lists them: those whose states hold its own,
+-- accept-step-set only for a job parked as step_set_changed, rewind and skip-step only for a
+-- job with a recorded step list (p_step_job). What a job's page offers, and the verbs refuse
+-- the others.
+CREATE OR REPLACE FUNCTION pgqueue.job_verbs(p_state text, p_state_reason text,
+                                             p_step_job boolean) RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT ARRAY(
+    SELECT t.verb
+    FROM unnest(ARRAY['requeue', 'release', 'rewind', 'restart', 'skip-step', 'accept-step-set',
+                      'cancel']) WITH ORDINALITY AS t(verb, n)
+    WHERE p_state = ANY (pgqueue.verb_states(t.verb))
+      AND (t.verb <> 'accept-step-set' OR p_state_reason IS NOT DISTINCT FROM 'step_set_changed')
+      AND (t.verb NOT IN ('rewind', 'skip-step') OR p_step_job)
+    ORDER BY t.n) $$;
+
 -- What an operator's verb on one job returns: the job and where it stands now, in few enough
 -- columns to read in psql (`SELECT * FROM pgqueue.release(42)`), not the whole job row.
 CREATE OR REPLACE FUNCTION pgqueue.job_change(j pgqueue.job)
@@ -20,7 +51,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', ARRAY['quarantined', 'undecodable'], p_stream);
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'release', pgqueue.verb_states('release'), p_stream);
 BEGIN
     PERFORM pgqueue.require_leader();
     IF p_reset_crashes THEN
@@ -39,8 +70,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'rewind',
-                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable'], p_stream);
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'rewind', pgqueue.verb_states('rewind'),
+                                          p_stream);
     v_names text[] := pgqueue.step_names(j.step_set_hash);
     v_pos int;
 BEGIN
@@ -70,8 +101,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'restart',
-                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable'], p_stream);
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'restart', pgqueue.verb_states('restart'),
+                                          p_stream);
 BEGIN
     PERFORM pgqueue.require_leader();
     j.last_completed_step := NULL;
@@ -93,7 +124,7 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     j pgqueue.job := pgqueue.operator_job(p_job_id, 'skip a step of',
-                                          ARRAY['pending', 'scheduled', 'quarantined', 'undecodable'], p_stream);
+                                          pgqueue.verb_states('skip-step'), p_stream);
     v_names text[] := pgqueue.step_names(j.step_set_hash);
     v_next int;
 BEGIN
@@ -125,7 +156,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
-    j pgqueue.job := pgqueue.operator_job(p_job_id, 'accept the step set of', ARRAY['undecodable'], p_stream);
+    j pgqueue.job := pgqueue.operator_job(p_job_id, 'accept the step set of',
+                                          pgqueue.verb_states('accept-step-set'), p_stream);
     v_hash text;
     v_names text[];
 BEGIN
@@ -518,3 +550,7 @@ SELECT job_id, outcome, refused
 FROM pgqueue.apply_verb_to_jobs(p_verb => %(verb)s::text, p_job_ids => %(job_ids)s::bigint[],
                                 p_to_step => %(to_step)s::text, p_state => %(state)s::text,
                                 p_kind => %(kind)s::text)
+
+-- name: job_verbs
+-- The verbs a job allows (pgqueue.job_verbs): what its page offers and `jobs show` lists.
+SELECT pgqueue.job_verbs(%(state)s::text, %(reason)s::text, %(step_job)s::boolean) AS verbs

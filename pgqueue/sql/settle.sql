@@ -14,6 +14,8 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
 DECLARE
     v_stream text;
+    v_ids bigint[];
+    v_leases bigint[];
 BEGIN
     PERFORM pgqueue.require_leader();
     IF p_stream IS NULL THEN
@@ -22,7 +24,6 @@ BEGIN
         END LOOP;
         RETURN;
     END IF;
-    RETURN QUERY
     -- Rows are locked in id order first, so two statements over overlapping jobs (a batched
     -- ack and a renewal round of the same worker) wait for each other instead of deadlocking.
     -- The lock takes the leased jobs of these ids, the DELETE those still under the lease
@@ -39,13 +40,18 @@ BEGIN
     ), gone AS (
         DELETE FROM pgqueue.job j USING locked l, input i
         WHERE j.stream = p_stream AND j.id = l.id AND j.id = i.job_id AND j.lease_id = i.lease_id
-        RETURNING j.id, j.lease_id, j.stream
-    ), logged AS (
-        INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
-        SELECT g.stream, 'Ack', g.id, g.lease_id, '{}'::jsonb  -- job and lease: the row's columns
-        FROM gone g ORDER BY g.id
+        RETURNING j.id, j.lease_id
     )
-    SELECT g.id FROM gone g;
+    SELECT coalesce(array_agg(g.id ORDER BY g.id), '{}'),
+           coalesce(array_agg(g.lease_id ORDER BY g.id), '{}')
+    INTO v_ids, v_leases
+    FROM gone g;
+    -- The ops in a statement of their own (on Citus an INSERT fed by the DELETE's rows would
+    -- send them to every node and commit there in two phases).
+    INSERT INTO pgqueue.op_log (stream, op, job_id, lease_id, body)
+    SELECT p_stream, 'Ack', t.id, t.lease_id, '{}'::jsonb  -- job and lease: the row's columns
+    FROM unnest(v_ids, v_leases) AS t(id, lease_id);  -- in id order (unnest's)
+    RETURN QUERY SELECT unnest(v_ids);
 END
 $$;
 

@@ -10,7 +10,11 @@ CREATE TABLE pgqueue.worker (
     streams      text[] NOT NULL,
     concurrency  int NOT NULL,
     started_at   timestamptz NOT NULL DEFAULT now(),
-    heartbeat_at timestamptz NOT NULL DEFAULT now()
+    heartbeat_at timestamptz NOT NULL DEFAULT now(),
+    -- The kinds its App handles, with each handler's settings (a list of objects: kind, type,
+    -- async, steps, max_attempts, visibility_timeout, timeout and the kind limits it names);
+    -- NULL for a worker of a release before 0020. What the dashboard's Kinds page lists.
+    kinds        jsonb
 );
 
 -- schema: functions -------------------------------------------------------------------------
@@ -28,6 +32,22 @@ AS $$
     INSERT INTO pgqueue.worker (node, host, pid, streams, concurrency)
     VALUES (p_node, p_host, p_pid, p_streams, p_concurrency)
     RETURNING id
+$$;
+
+-- The kinds a registered worker handles, with its handlers' settings (pgqueue.worker.kinds).
+CREATE OR REPLACE FUNCTION pgqueue.register_worker_kinds(p_id bigint, p_kinds jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pgqueue, pg_temp
+AS $$
+BEGIN
+    IF jsonb_typeof(p_kinds) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'register_worker_kinds: kinds must be a JSON array, got %',
+            coalesce(jsonb_typeof(p_kinds), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    UPDATE pgqueue.worker SET kinds = p_kinds WHERE id = p_id;
+END
 $$;
 
 -- A heartbeat; NULL when the worker is no longer registered (pruned after a long silence).
@@ -66,6 +86,24 @@ $$;
 -- A worker process announces itself; its id is the worker_instance of its leases.
 SELECT pgqueue.register_worker(%(node)s::int, %(host)s::text, %(pid)s::int,
                                %(streams)s::text[], %(concurrency)s::int) AS id
+
+-- name: register_worker_kinds
+SELECT pgqueue.register_worker_kinds(%(id)s::bigint, %(kinds)s::jsonb)
+
+-- name: worker_kinds
+-- The kinds the live workers handle (a heartbeat within %(stale_after)s seconds), each with
+-- the workers handling it, per stream the worker works on, and its handler's settings as
+-- the first of them registered them.
+SELECT s.stream, k.value ->> 'kind' AS kind,
+       (array_agg(k.value ORDER BY w.id))[1] AS handler,
+       array_agg(jsonb_build_object('id', w.id, 'node', w.node, 'host', w.host, 'pid', w.pid)
+                 ORDER BY w.id) AS workers
+FROM pgqueue.worker w
+CROSS JOIN LATERAL jsonb_array_elements(coalesce(w.kinds, '[]'::jsonb)) k
+CROSS JOIN LATERAL unnest(w.streams) s(stream)
+WHERE w.heartbeat_at > now() - %(stale_after)s * interval '1 second'
+GROUP BY s.stream, k.value ->> 'kind'
+ORDER BY s.stream, kind
 
 -- name: heartbeat_worker
 SELECT id FROM pgqueue.heartbeat_worker(%(id)s::bigint) AS t(id) WHERE id IS NOT NULL
