@@ -414,6 +414,37 @@ def measure(dsn: str, loaded: Loaded, repeat: int, limit: int) -> list[Case]:
         assert isinstance(window, ThroughputMinutes)
         cases.append(Case("throughput(since=current minute) (each later refresh)", times,
                           f"{len(window.minutes)} stream-minutes", page=False))
+    cases += overview_cases(dsn, repeat)
+    return cases
+
+
+def overview_cases(dsn: str, repeat: int) -> list[Case]:
+    """The overview as a browser gets it, through the dashboard's own app: /api/stats (the
+    document its numbers and charts are drawn from: counts, the hour per minute per stream)
+    and the page itself, the first request (the hour read whole) and the later ones (the
+    cache brought up to date from the current minute)."""
+    from starlette.testclient import TestClient
+
+    from pgqueue.dashboard import create_app
+
+    cases = []
+    with TestClient(create_app(dsn)) as client:
+        cache = client.app.state.pgqueue.cache
+        for path, what in (("/api/stats", "the overview's document (numbers and charts)"),
+                           ("/", "the overview page, charts drawn from the same document")):
+            cache.minutes, cache.now_minute, cache.at = {}, None, -1e9  # a first request
+            first, _ = timed(lambda path=path: client.get(path), 1)  # type: ignore[misc]
+            cases.append(Case(f"GET {path} first: {what}", first, "the hour read whole",
+                              page=False))
+
+            def refreshed(path: str = path) -> object:
+                cache.at = -1e9  # due: brought up to date from the current minute
+                return client.get(path)
+
+            times, reply = timed(refreshed, repeat)
+            assert getattr(reply, "status_code", 0) == 200
+            cases.append(Case(f"GET {path} refreshed: {what}", times,
+                              f"{len(getattr(reply, 'content', b'')):,} bytes"))
     return cases
 
 

@@ -4,7 +4,10 @@ comes from an AsyncQueue call (the library); nothing here touches SQL."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import datetime as dt
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +16,7 @@ from pgqueue import jsonview
 from pgqueue.client.observe_async import STALE_WORKER_SECONDS
 from pgqueue.client.queue_async import AsyncQueue
 from pgqueue.dashboard.params import JobFilter, Page
-from pgqueue.models import FINISHED_STATES, JOB_STATES, Checkpoint, Throughput
+from pgqueue.models import FINISHED_STATES, JOB_STATES, Checkpoint, KindConfig, Throughput
 
 #: How much of a payload a page shows (the database cuts it; the size is shown beside it).
 PREVIEW_BYTES = 2000
@@ -24,6 +27,8 @@ THROUGHPUT_MINUTES = 60
 
 
 COUNTS = ("enqueued", "acked", "failed", "cancelled")
+#: What the overview's charts draw per minute.
+SERIES = ("enqueued", "acked", "failed")
 
 
 @dataclass
@@ -52,6 +57,20 @@ class Cache:
             for name in COUNTS:
                 total[name] += getattr(t, name)
         return totals
+
+    def per_minute(self, stream: str) -> dict[str, list[int]]:
+        """A stream's last hour minute by minute (the THROUGHPUT_MINUTES minutes up to the
+        database's current one, zeros where nothing happened), as columns for a chart:
+        `minutes` (each minute's start, seconds since the epoch), and the jobs `enqueued`,
+        `acked` and `failed` in each."""
+        hour = [] if self.now_minute is None else [
+            self.now_minute - dt.timedelta(minutes=THROUGHPUT_MINUTES - 1 - i)
+            for i in range(THROUGHPUT_MINUTES)]
+        column = {"minutes": [int(m.timestamp()) for m in hour]}
+        for name in SERIES:
+            column[name] = [getattr(self.minutes[(stream, m)], name)
+                            if (stream, m) in self.minutes else 0 for m in hour]
+        return column
 
     async def _refresh(self, q: AsyncQueue) -> None:
         since = None if self.now_minute is None else self.now_minute - dt.timedelta(minutes=1)
@@ -87,7 +106,8 @@ async def stats(q: AsyncQueue, cache: Cache) -> dict[str, Any]:
             "stream": s,
             "states": {state: gauges.jobs.get((s, state), 0) for state in JOB_STATES},
             "oldest_pending_age_seconds": gauges.oldest_pending_age_seconds.get(s),
-            "last_hour": _throughput(hour.get(s)),
+            "last_hour": {**_throughput(hour.get(s)),
+                          "per_minute": cache.per_minute(s)},
         } for s in streams],
         "workers": gauges.workers,
         "op_log_ops": gauges.op_log_ops,
@@ -120,10 +140,77 @@ async def job(q: AsyncQueue, job_id: int) -> dict[str, Any] | None:
         recorded = await q.step_list(found.job.checkpoint.step_set_hash)
         steps = None if recorded is None else _steps(recorded, found.job.checkpoint)
     state = found.job.state if found is not None else history.state if history else "gone"
+    worker = None
+    if found is not None and found.job.worker_instance is not None:
+        worker = next(({k: w[k] for k in ("id", "node", "host", "pid")}
+                       for w in await q.workers() if w["id"] == found.job.worker_instance), None)
+    story = None if history is None else jsonview.history_json(history)
     return {"job_id": job_id, "state": state,
             "job": None if found is None else jsonview.job_json(found),
+            "actions": [] if found is None else await q.allowed_verbs(found.job),
+            "worker": worker,
             "steps": steps,
-            "history": None if history is None else jsonview.history_json(history)}
+            "history": story,
+            "timeline": [] if story is None else [timeline_entry(o) for o in story["ops"]]}
+
+
+def when(at: dt.datetime) -> str:
+    """A time as a person reads it: UTC, to the millisecond."""
+    at = at.astimezone(dt.timezone.utc)
+    return at.strftime("%Y-%m-%d %H:%M:%S.") + f"{at.microsecond // 1000:03d} UTC"
+
+
+def _when(ms: int) -> str:
+    """Epoch milliseconds (an op body's *_ms) as a time a person reads."""
+    return when(dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(", ", ": "), ensure_ascii=False)
+
+
+def _cursor(value: Any) -> str:
+    """A checkpoint's cursor as the checkpoint panel shows it: text when it is UTF-8, else
+    base64 said so."""
+    if not isinstance(value, str):
+        return _text(value)
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (ValueError, binascii.Error):
+        return value
+    text, encoding = jsonview.encode_bytes(raw)
+    return (text or "") if encoding == "utf-8" else f"{text} (base64)"
+
+
+def timeline_entry(op: dict[str, Any]) -> dict[str, Any]:
+    """One op of a job's history as its page reads it: when (a time), what, under which lease,
+    and its body's fields in words (times as times, a checkpoint's cursor decoded as the
+    checkpoint panel shows it); the raw op stays beside it."""
+    details: list[tuple[str, str]] = []
+    for key, value in (op.get("body") or {}).items():
+        if key in ("job_id", "lease_id", "stream") or value is None:
+            continue
+        if key.endswith("_ms") and isinstance(value, int):
+            details.append((key[:-3].replace("_", " "), _when(value)))
+        elif key == "checkpoint" and isinstance(value, dict):
+            for part in ("last_completed_step", "cursor_step"):
+                if value.get(part) is not None:
+                    details.append((part.replace("_", " "), _text(value[part])))
+            if value.get("cursor") is not None:
+                details.append(("cursor", _cursor(value["cursor"])))
+            if value.get("crashes_by_step"):
+                details.append(("crashes by step", _text(value["crashes_by_step"])))
+        elif key == "payload":
+            size = op.get("payload_size")
+            if size is None and isinstance(value, str):
+                size = len(base64.b64decode(value))
+            details.append(("payload", f"{size:,} bytes" if size is not None else "?"))
+        else:
+            details.append((key.replace("_", " "), _text(value)))
+    return {"seq": op["seq"], "op": op["op"], "lease_id": op["lease_id"], "at": op["at"],
+            "at_text": when(dt.datetime.fromisoformat(op["at"])), "details": details, "raw": op}
 
 
 def _steps(recorded: list[dict[str, Any]], cp: Checkpoint) -> list[dict[str, Any]]:
@@ -157,9 +244,24 @@ async def schedules(q: AsyncQueue) -> dict[str, Any]:
 
 
 async def kinds(q: AsyncQueue) -> dict[str, Any]:
-    """Every stream's kinds that have settings: the quarantine threshold and the limits the
-    lease enforces (set with `pgqueue kinds set`, `q.configure_kind` or a worker's handlers)."""
-    return {"kinds": [jsonview.kind_json(k) for k in await q.kinds(all_streams=True)]}
+    """Every kind of every stream that has settings (the quarantine threshold and the limits
+    the lease enforces: `pgqueue kinds set`, `q.configure_kind` or a worker's handlers) or that
+    a live worker handles, and which it is: `source` is "configured", "registered" (a live
+    worker handles it; its handler's settings in `handler`, the workers in `workers`) or
+    "both"."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for k in await q.kinds(all_streams=True):
+        rows[(k.stream, k.kind)] = {**jsonview.kind_json(k), "configured": True,
+                                    "handler": None, "workers": []}
+    for r in await q.worker_kinds():
+        row = rows.setdefault((r["stream"], r["kind"]), {
+            **jsonview.kind_json(KindConfig(r["stream"], r["kind"])), "configured": False})
+        row["handler"], row["workers"] = r["handler"], list(r["workers"])
+    for row in rows.values():
+        configured = row.pop("configured")
+        row["source"] = ("both" if configured and row["workers"] else
+                         "configured" if configured else "registered")
+    return {"kinds": [rows[key] for key in sorted(rows)]}
 
 
 async def workers(q: AsyncQueue) -> dict[str, Any]:

@@ -66,6 +66,7 @@ def _templates() -> Jinja2Templates:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     env.filters.update(age=_age, since=_since, size=_size,
+                       when=lambda iso: data.when(dt.datetime.fromisoformat(iso)) if iso else "–",
                        pretty=lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str))
     return Jinja2Templates(env=env)
 

@@ -10,127 +10,15 @@ Chromium is missing, except under CI (.ci/run installs it).
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 import pgqueue
+from tests.acceptance.browserhelp import TOKEN, Dashboard, Tab, require_chromium
 from tests.acceptance.test_worker import Ledger, Workers
 from tests.dbhelp import listening, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-TOKEN = "browser-test-admin-token-0123456789"  # noqa: S105  (a test's token)
-CHROMIUM = os.environ.get("PGQUEUE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-
-if not Path(CHROMIUM).exists():
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"CI=true but Chromium is missing at {CHROMIUM}: .ci/run installs "
-                           f"Debian's chromium package")
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set PGQUEUE_CHROMIUM)",
-                allow_module_level=True)
-
-from playwright.sync_api import Browser, ConsoleMessage, Page, Response, sync_playwright  # noqa: E402
-
-
-@dataclass
-class Dashboard:
-    url: str
-    proc: subprocess.Popen[str]
-
-
-def _start(dsn: str, *, token: str | None) -> Dashboard:
-    env = {**os.environ, "PGQUEUE_DSN": dsn}
-    env.pop("PGQUEUE_ADMIN_TOKEN", None)
-    if token is not None:
-        env["PGQUEUE_ADMIN_TOKEN"] = token
-    proc = subprocess.Popen([sys.executable, "-m", "pgqueue", "dashboard", "--port", "0"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
-    if not found:
-        proc.kill()
-        raise AssertionError(f"dashboard did not start: {line!r} {proc.communicate()[1]!r}")
-    return Dashboard(found.group(1), proc)
-
-
-def _stop(d: Dashboard) -> None:
-    d.proc.send_signal(signal.SIGTERM)
-    try:
-        assert d.proc.wait(timeout=15) == 0
-    finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
-            d.proc.wait()
-    _, err = d.proc.communicate()
-    assert TOKEN not in err  # the token is never logged
-
-
-@pytest.fixture
-def admin(dsn: str) -> Iterator[Dashboard]:
-    d = _start(dsn, token=TOKEN)
-    yield d
-    _stop(d)
-
-
-@pytest.fixture
-def read_only(dsn: str) -> Iterator[Dashboard]:
-    d = _start(dsn, token=None)
-    yield d
-    _stop(d)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
-
-
-@dataclass
-class Tab:
-    """A browser page that records every JavaScript error it logs."""
-
-    page: Page
-    errors: list[str] = field(default_factory=list)
-
-    def record(self, message: ConsoleMessage) -> None:
-        # JavaScript errors and CSP refusals; a page answering 4xx on purpose is not one (a
-        # missing script, style or icon is, and `broken` catches it)
-        if message.type == "error" and not message.text.startswith("Failed to load resource"):
-            self.errors.append(message.text)
-
-    def broken(self, response: Response) -> None:
-        if response.status >= 400 and response.request.resource_type != "document" \
-                and "/api/" not in response.url:
-            self.errors.append(f"{response.status} for {response.url}")
-
-
-@pytest.fixture
-def tab(browser: Browser) -> Iterator[Tab]:
-    context = browser.new_context()
-    page = context.new_page()
-    t = Tab(page)
-    page.on("console", t.record)
-    page.on("response", t.broken)
-    page.on("pageerror", lambda exc: t.errors.append(f"uncaught: {exc}"))
-    page.on("dialog", lambda dialog: dialog.accept())  # the confirm() before an action
-    page.set_default_timeout(15_000)
-    yield t
-    context.close()
-    assert t.errors == [], t.errors  # no page logged a JavaScript error
-
+require_chromium()
 
 def _dead_job(q: pgqueue.Queue, payload: Any = None) -> int:
     job_id = q.enqueue(payload if payload is not None else {"to": "a@example.com"},
@@ -305,7 +193,7 @@ def test_cancel_a_running_job_from_its_page(admin: Dashboard, tab: Tab, q: pgque
     assert ledger.count(job_id, "patient:stopped") == 1
     page.goto(f"{admin.url}/jobs/{job_id}")
     assert page.inner_text("#job-state") == "cancelled"
-    ops_shown = page.locator("#history tr[data-op]").evaluate_all(
+    ops_shown = page.locator("#history li[data-op]").evaluate_all(
         "rows => rows.map(r => r.dataset.op)")
     # the request, the renewal its notification brought about (which told the worker), the end
     assert [op for op in ops_shown if op != "Renew"][-2:] == ["RequestCancel", "Cancel"]

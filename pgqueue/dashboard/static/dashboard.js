@@ -5,6 +5,9 @@
 // "away" says the database is unreachable: the dot turns red with the reason beside it (as
 // text), and the page keeps what it shows until the database is back.
 // The stream is closed while the tab is hidden and reopened, with a refresh, when it shows.
+// The overview's charts (uPlot, vendored) are drawn from the same document as the page's
+// numbers (each chart's data-series: /api/stats's per_minute), and drawn again after each
+// refresh swaps the page.
 (function () {
   "use strict";
   var source = null;
@@ -50,6 +53,32 @@
     source.onerror = function () { if (dot) dot.className = "live off"; };
   }
 
+  var charts = {};
+
+  function drawCharts() {
+    Object.keys(charts).forEach(function (stream) { charts[stream].destroy(); });
+    charts = {};
+    window.pgqueueCharts = charts;  // (read by the browser tests)
+    if (typeof uPlot === "undefined") return;
+    document.querySelectorAll(".chart[data-series]").forEach(function (node) {
+      var s;
+      try { s = JSON.parse(node.getAttribute("data-series")); } catch (e) { return; }
+      var opts = {
+        width: Math.max(280, node.clientWidth), height: 150,
+        cursor: {drag: {x: false, y: false}},
+        scales: {x: {time: true},
+                 y: {range: function (u, min, max) { return [0, Math.max(4, max)]; }}},
+        series: [{label: "minute"},
+                 {label: "enqueued", stroke: "#2f6feb", width: 1.5},
+                 {label: "acked", stroke: "#22c55e", width: 1.5},
+                 {label: "failed", stroke: "#c62828", width: 1.5}],
+        axes: [{}, {size: 44}]
+      };
+      charts[node.getAttribute("data-stream")] =
+        new uPlot(opts, [s.minutes, s.enqueued, s.acked, s.failed], node);
+    });
+  }
+
   function close() {
     if (source !== null) { source.close(); source = null; }
     if (dot) dot.className = "live paused";
@@ -65,7 +94,10 @@
     if (question && !window.confirm(question)) event.preventDefault();
   });
 
+  document.addEventListener("htmx:afterSettle", drawCharts);
+
   document.addEventListener("DOMContentLoaded", function () {
+    drawCharts();
     dot = document.getElementById("live-status");
     note = document.getElementById("live-note");
     if (!document.hidden) open();

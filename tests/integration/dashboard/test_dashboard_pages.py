@@ -306,22 +306,69 @@ def test_workers_and_replicas(client: TestClient, dsn: str) -> None:
 def test_kinds_lists_every_streams_settings_as_text(client: TestClient, q: pgqueue.Queue,
                                                    read_only: TestClient) -> None:
     assert client.get("/api/kinds").json() == {"kinds": []}
-    assert "No kind has settings" in client.get("/kinds").text
+    assert "No live worker handles a kind and no kind has settings" in client.get("/kinds").text
     q.configure_kind("mail", max_concurrency=3, rate_limit=(10, 1.5), max_per_key=2)
     q.for_stream("other").configure_kind("<b>odd</b>", quarantine_after=4)
     r = client.get("/api/kinds")
     assert r.status_code == 200
     assert r.json()["kinds"] == [
         {"stream": "default", "kind": "mail", "quarantine_after": None, "max_concurrency": 3,
-         "rate_limit": {"count": 10, "seconds": 1.5}, "max_per_key": 2},
+         "rate_limit": {"count": 10, "seconds": 1.5}, "max_per_key": 2,
+         "source": "configured", "handler": None, "workers": []},
         {"stream": "other", "kind": "<b>odd</b>", "quarantine_after": 4,
-         "max_concurrency": None, "rate_limit": None, "max_per_key": None}]
+         "max_concurrency": None, "rate_limit": None, "max_per_key": None,
+         "source": "configured", "handler": None, "workers": []}]
     for c in (client, read_only):  # a read-only dashboard shows them too
         page = c.get("/kinds")
         assert page.status_code == 200
         assert "<td>mail</td>" in page.text and "10/1.5s" in page.text
         assert "&lt;b&gt;odd&lt;/b&gt;" in page.text and "<b>odd</b>" not in page.text
         assert '<a href="/kinds"' in c.get("/").text  # in the navigation
+
+
+def test_kinds_lists_the_kinds_live_workers_handle_and_says_which_are_configured(
+        client: TestClient, q: pgqueue.Queue, dsn: str) -> None:
+    app = pgqueue.App()
+
+    @app.job("mail", max_attempts=5, timeout=30)
+    def mail(ctx: pgqueue.JobContext) -> None: ...
+
+    resize = app.step_job("resize", schema_version=2, max_concurrency=2)
+
+    @resize.step("fetch")
+    def fetch(ctx: pgqueue.StepContext) -> None: ...
+
+    @resize.step("scale")
+    def scale(ctx: pgqueue.StepContext) -> None: ...
+
+    q.configure_kind("report", max_per_key=1)  # configured, no worker handles it
+    with connection.connect(dsn) as conn:  # what a Worker does when it starts
+        worker_id = registry.register(conn, node=3, streams=["default"], concurrency=4)
+        assert worker_id is not None
+        registry.register_handlers(conn, app, ["default"], worker_id)
+        gone = registry.register(conn, node=4, streams=["default"], concurrency=1)
+        assert gone is not None
+        registry.register_handlers(conn, pgqueue.App(), ["default"], gone)
+    kinds = {k["kind"]: k for k in client.get("/api/kinds").json()["kinds"]}
+    assert {k: v["source"] for k, v in kinds.items()} == {
+        "mail": "registered", "report": "configured", "resize": "both"}  # resize: its limit
+    assert kinds["resize"]["max_concurrency"] == 2
+    assert kinds["resize"]["handler"]["steps"] == ["fetch", "scale"]
+    assert kinds["resize"]["handler"]["schema_version"] == 2
+    assert kinds["mail"]["handler"]["max_attempts"] == 5
+    assert kinds["mail"]["handler"]["timeout"] == 30
+    assert kinds["mail"]["handler"]["type"] == "job"
+    assert [w["id"] for w in kinds["mail"]["workers"]] == [worker_id]
+    assert [w["node"] for w in kinds["mail"]["workers"]] == [3]
+    page = client.get("/kinds").text
+    assert "handled by a live worker" in page and "handled and configured" in page
+    assert "configured, no live worker handles it" in page
+    assert "fetch → scale" in page and f'href="/workers#worker-{worker_id}"' in page
+    with connection.connect(dsn) as conn:  # a worker that stopped: its kinds are gone
+        registry.deregister(conn, worker_id)
+    kinds = {k["kind"]: k for k in client.get("/api/kinds").json()["kinds"]}
+    assert {k: v["source"] for k, v in kinds.items()} == {"report": "configured",
+                                                          "resize": "configured"}
 
 
 # -- 11. security headers -----------------------------------------------------------------------
