@@ -106,3 +106,16 @@ def test_the_examples_of_a_page_run(page: Path, bed: Bed, tmp_path: Path) -> Non
             _stop(pgid)
         bed.drop(leader)
         bed.drop(replica)
+
+
+def test_every_yaml_example_parses() -> None:
+    """Configuration shown in the docs (alert rules, compose files) is valid YAML."""
+    import yaml
+
+    found = [b for p in pages() for b in blocks(p) if b.lang in ("yaml", "yml")]
+    assert found, "the docs show alert rules in YAML"
+    for block in found:
+        try:
+            yaml.safe_load(block.code)
+        except yaml.YAMLError as exc:
+            raise AssertionError(f"{block.where}: not YAML: {exc}") from exc
