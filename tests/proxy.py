@@ -84,9 +84,12 @@ class LossyProxy:
                         hit = self._marker is not None and self._marker in data
                         if hit:
                             self._marker = None
-                    dst.sendall(data)
                     if hit:
+                        # set before the statement leaves: a server quick to answer (this
+                        # thread preempted after sending) could otherwise have its reply
+                        # forwarded, and nothing lost
                         cut.set()
+                    dst.sendall(data)
                 elif cut.is_set():
                     # the server answered the marked statement: the client never hears. Said
                     # before the sockets close, so a client that sees the loss (and retries)

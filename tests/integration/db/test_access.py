@@ -272,7 +272,7 @@ def test_every_function_a_role_may_call_runs_as_the_owner_with_a_pinned_path(dsn
                            WHERE a.grantee = 0) AS public
             FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace""").fetchall()
     helpers = {"to_ms", "from_ms", "now_ms", "pinned_now", "b64", "unb64", "op_body",
-               "error_summary"}
+               "error_summary", "verb_states", "job_verbs"}
     assert rows
     for name, definer, config, roles, public in rows:
         assert not public, f"{name} is executable by PUBLIC"
