@@ -213,6 +213,16 @@ def _bound(value: int | None, name: str) -> int | None:
 KIND_WINDOW = 10_000
 
 
+def _by_ready(conn: run.Conn, stream: str | None, state: str | None,
+              limit: int) -> bool:
+    """Whether a page reads a stream's ready jobs through their entries in pgqueue.ready (they
+    are few among many) rather than the primary keys, newest first (pending_is_rare)."""
+    if state != "pending" or stream is None:
+        return False
+    row = run.fetch_one(conn, "pending_is_rare", {"stream": stream, "limit": limit})
+    return bool(row and row["rare"])
+
+
 def jobs_page(conn: run.Conn, *, stream: str | None = None, state: str | None = None,
               kind: str | None = None, after: int | None = None, limit: int = 50,
               preview_bytes: int = PREVIEW_BYTES) -> JobsPage:
@@ -225,7 +235,8 @@ def jobs_page(conn: run.Conn, *, stream: str | None = None, state: str | None = 
     params = job_filter(stream, state, kind)
     validate.integer(limit, "limit", low=1, high=MAX_PAGE)
     args = {**params, "after": _bound(after, "after"), "through": None, "limit": limit + 1,
-            "preview": _preview(preview_bytes)}
+            "preview": _preview(preview_bytes),
+            "by_ready": _by_ready(conn, params["stream"], params["state"], limit)}
     if kind is None:
         rows = run.fetch(conn, "jobs_page", args)
         more = len(rows) > limit
@@ -245,10 +256,11 @@ def jobs_page_ids(conn: run.Conn, *, stream: str | None, state: str | None,
                   limit: int) -> list[tuple[int, str]]:
     """The ids of a jobs filter, newest first, below `after` and at most `through`, each with
     its stream."""
+    params = job_filter(stream, state, kind)
+    limit = validate.integer(limit, "limit", low=1, high=100_000)
     rows = run.fetch(conn, "jobs_page_ids", {
-        **job_filter(stream, state, kind), "after": _bound(after, "after"),
-        "through": _bound(through, "through"),
-        "limit": validate.integer(limit, "limit", low=1, high=100_000)})
+        **params, "after": _bound(after, "after"), "through": _bound(through, "through"),
+        "limit": limit, "by_ready": _by_ready(conn, params["stream"], params["state"], limit)})
     return [(int(r["id"]), str(r["stream"])) for r in rows]
 
 

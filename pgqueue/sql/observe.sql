@@ -259,9 +259,13 @@ LIMIT %(limit)s
 -- A page for people (the dashboard): jobs newest first, of one stream, state and kind where
 -- given, with ids below %(after)s (keyset paging: the thousandth page costs what the first
 -- does), each payload cut to its first %(preview)s bytes. The primary keys serve it (the
--- view's two branches merged by id); a stream and a state few jobs are in by job_listed_idx,
--- job_leased_idx, dead_letter_stream_idx, or for ready jobs their entries in pgqueue.ready. A state rules out the other
+-- view's two branches merged by id, read backwards); a stream and a state few jobs are in by
+-- job_listed_idx, job_leased_idx or dead_letter_stream_idx. A state rules out the other
 -- table's branch. A kind is a filter on the rows read: a rare one takes longer to find.
+-- A stream's ready jobs few among many (pending_is_rare, by_ready) are read through their
+-- entries in pgqueue.ready instead. The branch not chosen is pruned by its constant; the
+-- first branch has no WHERE of its own: one that had (a branch per case, each filtered) was
+-- planned apart, and every job sorted for a page: 45 s at a million (bench/dashboard_pages.py).
 -- planned per call: the filters given decide the index (a cached plan would not)
 SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
        octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
@@ -269,13 +273,12 @@ SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS pay
        worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
        cancel_requested_at, error_summary, timeout_ms
-FROM (SELECT * FROM pgqueue.jobs
-      WHERE %(state)s::text IS DISTINCT FROM 'pending' OR %(stream)s::text IS NULL
-      UNION ALL  -- a stream's ready jobs: through their entries (the planner keeps one branch)
-      SELECT * FROM pgqueue.jobs
-      WHERE %(state)s::text = 'pending' AND %(stream)s::text IS NOT NULL
-        AND id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
-WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+FROM (SELECT *, false AS by_ready FROM pgqueue.jobs  -- (no WHERE: the keys merged)
+      UNION ALL  -- a stream's ready jobs, few among many: through their entries
+      SELECT *, true FROM pgqueue.jobs
+      WHERE id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
+WHERE by_ready = %(by_ready)s::boolean
+  AND (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
@@ -292,13 +295,12 @@ LIMIT %(limit)s
 -- planned per call: the filters given decide the index (a cached plan would not)
 WITH win AS MATERIALIZED (
     SELECT min(id) AS floor, count(*) AS size
-    FROM (SELECT id FROM (SELECT * FROM pgqueue.jobs
-      WHERE %(state)s::text IS DISTINCT FROM 'pending' OR %(stream)s::text IS NULL
-      UNION ALL  -- a stream's ready jobs: through their entries (the planner keeps one branch)
-      SELECT * FROM pgqueue.jobs
-      WHERE %(state)s::text = 'pending' AND %(stream)s::text IS NOT NULL
-        AND id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
-          WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+    FROM (SELECT id FROM (SELECT *, false AS by_ready FROM pgqueue.jobs  -- (no WHERE: the keys merged)
+            UNION ALL  -- a stream's ready jobs, few among many: through their entries
+            SELECT *, true FROM pgqueue.jobs
+            WHERE id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
+          WHERE by_ready = %(by_ready)s::boolean
+            AND (%(stream)s::text IS NULL OR stream = %(stream)s::text)
             AND (%(state)s::text IS NULL OR state = %(state)s::text)
             AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
           ORDER BY id DESC
@@ -310,13 +312,12 @@ j AS MATERIALIZED (  -- not LATERAL: Citus joins no distributed subquery lateral
            worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
            checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
            cancel_requested_at, error_summary, timeout_ms
-    FROM (SELECT * FROM pgqueue.jobs
-      WHERE %(state)s::text IS DISTINCT FROM 'pending' OR %(stream)s::text IS NULL
-      UNION ALL  -- a stream's ready jobs: through their entries (the planner keeps one branch)
-      SELECT * FROM pgqueue.jobs
-      WHERE %(state)s::text = 'pending' AND %(stream)s::text IS NOT NULL
-        AND id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
-    WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+    FROM (SELECT *, false AS by_ready FROM pgqueue.jobs  -- (no WHERE: the keys merged)
+          UNION ALL  -- a stream's ready jobs, few among many: through their entries
+          SELECT *, true FROM pgqueue.jobs
+          WHERE id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
+    WHERE by_ready = %(by_ready)s::boolean
+      AND (%(stream)s::text IS NULL OR stream = %(stream)s::text)
       AND (%(state)s::text IS NULL OR state = %(state)s::text)
       AND kind = %(kind)s::text
       AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
@@ -330,13 +331,12 @@ ORDER BY j.id DESC
 -- name: jobs_page_ids
 -- The ids of jobs_page, each with its stream (a bulk action walks them a batch at a time).
 -- planned per call: the filters given decide the index (a cached plan would not)
-SELECT id, stream FROM (SELECT * FROM pgqueue.jobs
-      WHERE %(state)s::text IS DISTINCT FROM 'pending' OR %(stream)s::text IS NULL
-      UNION ALL  -- a stream's ready jobs: through their entries (the planner keeps one branch)
-      SELECT * FROM pgqueue.jobs
-      WHERE %(state)s::text = 'pending' AND %(stream)s::text IS NOT NULL
-        AND id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
-WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+SELECT id, stream FROM (SELECT *, false AS by_ready FROM pgqueue.jobs  -- (no WHERE: the keys merged)
+      UNION ALL  -- a stream's ready jobs, few among many: through their entries
+      SELECT *, true FROM pgqueue.jobs
+      WHERE id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
+WHERE by_ready = %(by_ready)s::boolean
+  AND (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
@@ -504,3 +504,13 @@ SELECT count(*) FILTER (WHERE heartbeat_at >= now() - %(stale_after)s * interval
        count(*) FILTER (WHERE heartbeat_at < now() - %(stale_after)s * interval '1 second')::bigint
            AS stale
 FROM pgqueue.worker
+
+-- name: pending_is_rare
+-- Whether a page of a stream's ready jobs reads fewer rows through their entries in
+-- pgqueue.ready (about as many as the stream has ready jobs, p) than through the primary keys
+-- newest first (about all jobs, t, over p per job found, for %(limit)s jobs): p * p < t * limit.
+-- By the counts the writes keep (as jobs_count reads them: no scan).
+SELECT coalesce(sum(n) FILTER (WHERE stream = %(stream)s::text AND state = 'pending'), 0) ^ 2
+       < coalesce(sum(n), 0) * %(limit)s::bigint AS rare
+FROM (SELECT stream, state, n FROM pgqueue.job_count
+      UNION ALL SELECT stream, state, delta FROM pgqueue.job_count_delta) c

@@ -243,9 +243,11 @@ def _page_plan(conn: connection.Conn, params: Mapping[str, str]) -> str:
     import json
 
     sql = queries.get("jobs_page").sql
+    # the branch jobs_page would choose: a stream's ready jobs few among many by their entries
+    by_ready = observe._by_ready(conn, params.get("stream"), params.get("state"), 50)
     row = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", prepare=False, params={
         "stream": None, "state": None, "kind": None, "after": None, "through": None,
-        "limit": 51, "preview": 100, **params}).fetchone()
+        "limit": 51, "preview": 100, "by_ready": by_ready, **params}).fetchone()
     return json.dumps(row)
 
 
