@@ -85,12 +85,12 @@ class Handler:
     def described(self) -> dict[str, Any]:
         """What a worker records of this handler for the Kinds page (worker.kinds): its kind,
         type, whether it is async, and the settings it names (None: not named)."""
-        step_job = isinstance(self, StepJob)
+        steps = self if isinstance(self, StepJob) else None
         return {
-            "kind": self.kind, "type": "step job" if step_job else "job",
-            "async": bool(getattr(self, "is_async", False)),
-            "steps": [s.name for s in self.steps] if isinstance(self, StepJob) else None,
-            "schema_version": self.schema_version if isinstance(self, StepJob) else None,
+            "kind": self.kind, "type": "job" if steps is None else "step job",
+            "async": bool(getattr(self, "is_async", False)),  # (each subclass says)
+            "steps": None if steps is None else [s.name for s in steps.steps],
+            "schema_version": None if steps is None else steps.schema_version,
             "max_attempts": self.max_attempts, "visibility_timeout": self.visibility_timeout,
             "timeout": self.timeout, "quarantine_after": self.quarantine_after,
             "max_concurrency": self.max_concurrency,
