@@ -12,6 +12,7 @@ import pgqueue
 from tests.citusbed import CitusBed, CitusDatabase, CitusUnavailable, Cluster, session_cluster
 from tests.logins import Logins, session_logins
 from tests.pgbed import Bed, session_bed, temp_files_in_memory
+from tests.stockbed import StockBed, StockUnavailable, session_stock
 
 _MEMORY_TMP: Path | None = None
 
@@ -34,8 +35,9 @@ def bed() -> Iterator[Bed]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A module marked `pytest.mark.layouts("single", "citus")` runs each test that takes a
-    database (`dsn`, `q`) once per layout: on one server, and on the Citus cluster."""
+    """A module marked `pytest.mark.layouts("single", "citus", "stock")` runs each test that
+    takes a database (`dsn`, `q`) once per layout: on one server, on the Citus cluster, and on
+    the stock server users run (tests/stockbed.py: Debian's PostgreSQL 15, JIT on)."""
     marker = metafunc.definition.get_closest_marker("layouts")
     if marker is not None and "layout" in metafunc.fixturenames:
         metafunc.parametrize("layout", marker.args, indirect=True)
@@ -50,7 +52,17 @@ def layout(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def dsn(layout: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh, migrated database for this test (across the Citus cluster when the layout is
-    "citus": the coordinator's DSN)."""
+    "citus": the coordinator's DSN). On the stock server the test fails when any statement it
+    ran there was JIT-compiled."""
+    if layout == "stock":
+        stock: StockBed = request.getfixturevalue("stock_bed")
+        d = stock.new_database()
+        yield d
+        compiled = stock.jit_compiled(d)
+        stock.drop(d)
+        assert not compiled, "JIT-compiled on the stock server:\n" + "\n".join(
+            map(str, compiled))
+        return
     if layout == "citus":
         citus_bed: CitusBed = request.getfixturevalue("citus_bed")
         db = citus_bed.new_database()
@@ -82,6 +94,18 @@ def q(dsn: str) -> Iterator[pgqueue.Queue]:
 def logins(bed: Bed) -> Iterator[Logins]:
     """Login roles holding each pgqueue role (and one holding none), for the access tests."""
     yield from session_logins(bed)
+
+
+@pytest.fixture(scope="session")
+def stock_bed() -> Iterator[StockBed]:
+    """The stock server (Debian's PostgreSQL 15, JIT on) with a migrated template. Skips on a
+    developer's machine without the package; under CI that is a failure."""
+    try:
+        yield from session_stock()
+    except StockUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ Conn = psycopg.Connection[Any]
 #: The alembic revision this library's SQL was written against (revision ids are integers).
 #: A database at a newer revision is accepted when every revision past this one was marked
 #: backward-compatible (pgqueue.schema_history.compatible_from says so).
-SCHEMA_REVISION = "0020"
+SCHEMA_REVISION = "0021"
 #: The name this library is installed by (the import name and the command are `pgqueue`; the
 #: distribution name `pgqueue` on PyPI belongs to an unrelated project).
 DISTRIBUTION = "pgqueue-py"

@@ -136,8 +136,9 @@ class EmbeddedServer:
             binaries = self.bin_dir
             ensure_prefix_permissions(binaries)
             ensure_folder_permissions(binaries, 0o055)
-            ensure_folder_permissions(binaries.parent / "lib", 0o044)
-            ensure_folder_permissions(binaries.parent / "share", 0o044)
+            for tree in ("lib", "share"):  # a distribution's server keeps share/ elsewhere
+                if (binaries.parent / tree).is_dir():
+                    ensure_folder_permissions(binaries.parent / tree, 0o044)
         return self._user
 
     def _cmd(self, args: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:

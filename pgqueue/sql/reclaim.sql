@@ -198,6 +198,7 @@ SET enable_bitmapscan = off
 SET enable_sort = off
 SET enable_mergejoin = off
 SET enable_hashjoin = off
+SET jit = off  -- (see pgqueue.lease)
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -298,6 +299,7 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+SET jit = off  -- (see pgqueue.lease)
 AS $$
 DECLARE
     v_found boolean;

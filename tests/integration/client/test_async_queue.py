@@ -15,7 +15,7 @@ import pgqueue
 from pgqueue.client import lease
 from tests.dbhelp import pinned
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 T = TypeVar("T")
 PAST = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)

@@ -17,7 +17,7 @@ from pgqueue.client import enqueue, lease
 from pgqueue.db import connection
 from tests.dbhelp import T0, UTC, op_counts, pinned
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 
 def job_count(dsn: str) -> int:

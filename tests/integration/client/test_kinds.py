@@ -18,7 +18,7 @@ from pgqueue.runtime import registry
 from tests.dbhelp import op_counts
 from tests.pgbed import Bed
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 
 def _kinds(q: pgqueue.Queue) -> dict[str, pgqueue.KindConfig]:

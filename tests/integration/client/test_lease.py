@@ -13,7 +13,7 @@ from pgqueue.client import enqueue, lease, observe, reclaim
 from pgqueue.db import connection
 from tests.dbhelp import T0, UTC, force_reclaim, op_counts, pinned
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 
 def job_row(dsn: str, job_id: int) -> tuple[object, ...]:

@@ -14,7 +14,7 @@ import pgqueue
 from pgqueue.client import observe
 from pgqueue.db import connection, queries
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 
 def by_key(stats: list[pgqueue.StreamStats]) -> dict[tuple[str, str], int]:

@@ -36,7 +36,7 @@ from pgqueue.maintenance import maintain
 from tests.dbhelp import lock_waiters, pinned, set_now, wait_for
 from tests.pgbed import Bed
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2025, 6, 2, 0, 0, tzinfo=UTC)  # a Monday, long past: tick jobs are leasable

@@ -13,7 +13,7 @@ from pgqueue.db import connection
 from pgqueue.db.queries import Conn
 from tests.dbhelp import T0, UTC, force_reclaim, op_counts, pinned, set_now, state_snapshot
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 
 def backoff_ms(conn: Conn, q: pgqueue.Queue, when: dt.datetime, job_id: int) -> int:

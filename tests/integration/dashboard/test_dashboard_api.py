@@ -23,7 +23,7 @@ from tests.integration.dashboard.dashboard_help import (
     undecodable_job,
 )
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 # -- 1. stats -----------------------------------------------------------------------------------
 

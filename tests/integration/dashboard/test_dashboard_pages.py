@@ -32,7 +32,7 @@ from tests.integration.dashboard.dashboard_help import (
 )
 from tests.proxy import LossyProxy
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 # -- 7. job data shows as text ------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from tests.integration.client.test_oplog import replay_all
 from tests.integration.runtime.test_worker import job, ops, running, state
 from tests.pgbed import Bed
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 PACKAGE = str(Path(pgqueue.__file__).resolve().parent)
 

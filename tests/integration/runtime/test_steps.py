@@ -23,7 +23,7 @@ from pgqueue.runtime.steps import StepContext
 from tests.dbhelp import wait_for
 from tests.integration.runtime.test_worker import gone, job, ops, running, simulate_crash
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
 

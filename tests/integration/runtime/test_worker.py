@@ -26,7 +26,7 @@ import pgqueue
 from pgqueue.db import connection
 from tests.dbhelp import force_reclaim, wait_for
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 T = TypeVar("T")
 

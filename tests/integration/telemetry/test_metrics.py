@@ -24,7 +24,7 @@ from tests.dbhelp import fold_counts, force_reclaim, ring_bytes, wait_for
 from tests.integration.runtime.test_worker import running
 from tests.pgbed import Bed
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
 
 @contextmanager

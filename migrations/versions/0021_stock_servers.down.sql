@@ -1,0 +1,1 @@
+-- Undo 0021's tables.

@@ -1,0 +1,1 @@
+-- pgqueue 0021: the tables' delta (state only).
