@@ -19,14 +19,18 @@ class ConnectionFailed(PgQueueError):
     repeat ran: it may have taken effect; check before calling it again. `permanent` is True
     when the server answered but refused the connection for a reason waiting will not mend
     (the database or the role does not exist, authentication failed): a misconfiguration, not
-    an outage, so a worker stops instead of retrying."""
+    an outage, so a worker stops instead of retrying. `waited` is True when the call waited its
+    whole connect timeout for a connection: one tried again at once waits as long again (and
+    gets a connection the moment the server is back), so a retry loop need not pause first."""
 
     def __init__(self, message: str, *, retryable: bool = False,
-                 may_have_committed: bool = False, permanent: bool = False) -> None:
+                 may_have_committed: bool = False, permanent: bool = False,
+                 waited: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.may_have_committed = may_have_committed
         self.permanent = permanent
+        self.waited = waited
 
 
 class Contention(PgQueueError):

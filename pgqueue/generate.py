@@ -45,6 +45,8 @@ RENAMES = {
     "AsyncConn": "Conn",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
+    "AsyncPoolConnection": "PoolConnection",
+    "AsyncQueuePool": "QueuePool",
     "AsyncRowFactory": "RowFactory",
     "AsyncQueue": "Queue",
     "AsyncSession": "Session",

@@ -137,8 +137,8 @@ class AsyncQueue(AsyncQueueOperations):
                 yield conn
         except PoolTimeout as exc:
             raise ConnectionFailed(
-                f"no connection to Postgres at {connection.describe((self._parent or self).dsn)}: {exc}"
-            ) from None
+                f"no connection to Postgres at {connection.describe((self._parent or self).dsn)}: {exc}",
+                waited=True) from None
 
     # -- enqueue -----------------------------------------------------------------------------
 

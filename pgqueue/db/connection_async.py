@@ -10,15 +10,15 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool
 
 from pgqueue.db import run_async as run
 from pgqueue.db.dsn import describe, dsn_list, redact
+from pgqueue.db.pool_async import AsyncQueuePool, behind_pooler
 from pgqueue.errors import ConnectionFailed, NotLeader, SchemaMissing, SchemaTooNew
 
 __all__ = ["CONNECT_TIMEOUT", "DISTRIBUTION", "SCHEMA_REVISION", "check_schema", "connect",
            "conninfo_to_dict", "describe", "dsn_list", "find_leader", "open_pool", "redact",
-           "timeout_seconds"]
+           "refused_for_good", "timeout_seconds"]
 AsyncConn = psycopg.AsyncConnection[Any]
 
 #: The alembic revision this library's SQL was written against (revision ids are integers).
@@ -36,6 +36,12 @@ _PERMANENT = re.compile(
     r'FATAL:\s+(database "[^"]*" does not exist|role "[^"]*" does not exist'
     r'|password authentication failed|.*authentication failed for user|no pg_hba\.conf entry'
     r'|permission denied for database|role "[^"]*" is not permitted to log in)')
+
+
+def refused_for_good(exc: psycopg.OperationalError) -> bool:
+    """Whether a failed connection attempt was a refusal that waiting will not mend (no such
+    database or role, authentication), as opposed to an unreachable or restarting server."""
+    return _PERMANENT.search(str(exc)) is not None
 
 
 def timeout_seconds(value: float) -> int:
@@ -98,14 +104,22 @@ async def _read_committed(conn: AsyncConn) -> None:
 
 
 async def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue",
-                    connect_timeout: float = CONNECT_TIMEOUT) -> AsyncConnectionPool[Any]:
+                    connect_timeout: float = CONNECT_TIMEOUT,
+                    pooled: bool | None = None) -> AsyncQueuePool:
     """A checked pool of autocommit connections: reachability and schema are verified first,
     so a bad DSN or schema fails here with a clear message instead of a pool timeout. A call
-    waits at most `connect_timeout` seconds for a connection (the pool's timeout)."""
+    waits at most `connect_timeout` seconds for a connection (the pool's timeout); after an
+    outage the pool's connections are back within a fraction of a second of the server
+    (pool.py). `pooled`: whether the DSN goes through a pooler such as PgBouncer (None:
+    detected), whose connections must not prepare statements."""
     async with await connect(dsn, connect_timeout=connect_timeout) as conn:
         await check_schema(conn)
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        if pooled is None:
+            pooled = await behind_pooler(conn)
+    pool = AsyncQueuePool(
         dsn,
+        pooled=pooled,
+        refused=refused_for_good,
         min_size=1,
         max_size=max(1, max_size),
         kwargs={"autocommit": True, "connect_timeout": timeout_seconds(connect_timeout)},

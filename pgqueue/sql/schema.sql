@@ -40,6 +40,11 @@ SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = %(name)s) AS exists
 -- the kinds' limits need a snapshot per statement (pgqueue.lease).
 SELECT set_config('default_transaction_isolation', 'read committed', false)
 
+-- name: backend_pid
+-- The server process serving this connection: not the one the handshake gave when a pooler
+-- stands between (pool.behind_pooler).
+SELECT pg_backend_pid() AS pid
+
 -- name: server_version
 SELECT current_setting('server_version') AS version
 

@@ -24,9 +24,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from pgqueue.db import connection
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.models import JOB_STATES, QueueGauges
 from pgqueue.telemetry import gauges
+from pgqueue.telemetry.outage import Outage
 
 if TYPE_CHECKING:
     from pgqueue.models import Lease
@@ -61,10 +62,12 @@ CONNECT_TIMEOUT_SECONDS = 5
 class DatabaseCollector(Collector):
     """The gauges of one database, read from it at each scrape on a connection of its own
     (opened for the scrape: a scrape every few seconds costs one connection at a time, and
-    an unreachable database fails it within CONNECT_TIMEOUT_SECONDS)."""
+    an unreachable database fails it within CONNECT_TIMEOUT_SECONDS). An outage is logged
+    once, once a minute and once at its end, not at every scrape."""
 
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn
+        self._outage = Outage(log, lambda: "metrics")
 
     def _read(self) -> QueueGauges:
         with connection.connect(self._dsn, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
@@ -76,10 +79,14 @@ class DatabaseCollector(Collector):
         try:
             g = self._read()
         except PgQueueError as exc:
-            log.warning("metrics: cannot read the database: %s", exc)
+            if isinstance(exc, ConnectionFailed):
+                self._outage.failed("scrape", exc)
+            else:  # reachable, but not readable (no schema, no rights): said at each scrape
+                log.warning("metrics: cannot read the database: %s", exc)
             up.add_metric([], 0)
             yield up
             return
+        self._outage.ok()
         up.add_metric([], 1)
         yield up
         jobs = GaugeMetricFamily("pgqueue_jobs", "Jobs by stream and state (dead letters: dead).",

@@ -20,8 +20,10 @@ REPEAT_SECONDS = 60.0
 #: their next use: failures within this many seconds of the end start a new outage only if
 #: they last that long (a lone stale connection is not an outage).
 SETTLE_SECONDS = 10.0
-#: The longest wait between two attempts.
-MAX_DELAY_SECONDS = 5.0
+#: The longest wait between two attempts. Short: a call that cannot get a connection already
+#: waits its connect timeout in the pool, so the pauses only space out calls that failed fast
+#: (a connection the server dropped), and one pause too long delays the recovery by as much.
+MAX_DELAY_SECONDS = 1.0
 
 
 #: The first wait after a failure.
@@ -43,13 +45,17 @@ class Outage:
     """The outage one process is in, if any, shared by its threads."""
 
     def __init__(self, log: logging.Logger, who: Callable[[], str], *,
-                 repeat: float = REPEAT_SECONDS, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+                 repeat: float = REPEAT_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 back_on: str | None = None) -> None:
         """
         :param who: the prefix of each line (`worker 7`, `maintenance`).
+        :param back_on: what must reach the database again for the outage to end (a worker's
+            "lease": it is back when it leases again, not when its maintenance thread is);
+            None: any call.
         """
         self._log = log
         self._who = who
+        self._back_on = back_on
         self._repeat = repeat
         self._clock = clock
         self._lock = threading.Lock()
@@ -62,19 +68,21 @@ class Outage:
     def failed(self, what: str, exc: BaseException) -> None:
         """`what` could not reach the database: the first failure of an outage is logged, and
         then one a minute at most (right after an outage ended, only once it has lasted
-        SETTLE_SECONDS)."""
+        SETTLE_SECONDS, or once a call waited its whole connect timeout for a connection: a
+        stale connection fails at once)."""
         now = self._clock()
+        waited = bool(getattr(exc, "waited", False))
         with self._lock:
             self.failures += 1
             if self.since is None:
                 self.since = now
                 self._announced = False
                 settling = self._ended is not None and now - self._ended < SETTLE_SECONDS
-                if settling:
+                if settling and not waited:
                     return  # right after the last outage: said only if it lasts
             if not self._announced:
                 if self._ended is not None and now - self.since < SETTLE_SECONDS \
-                        and self.since - self._ended < SETTLE_SECONDS:
+                        and self.since - self._ended < SETTLE_SECONDS and not waited:
                     return
                 self._announced = True
                 self._said = now
@@ -90,9 +98,12 @@ class Outage:
                 return
         self._log.warning(line, extra={"pgqueue": {"event": event, "error": str(exc)}})
 
-    def ok(self) -> None:
-        """A call reached the database: an outage in progress ends (logged with its length)."""
+    def ok(self, what: str | None = None) -> None:
+        """A call (`what`) reached the database: an outage in progress ends, logged with its
+        length, unless it waits for another call (back_on)."""
         if self.since is None:  # the common case: no lock taken
+            return
+        if self._back_on is not None and what != self._back_on:
             return
         now = self._clock()
         with self._lock:
