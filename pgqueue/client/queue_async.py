@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, TypeVar
 
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from pgqueue import validate
 from pgqueue.client import coalesce
@@ -31,7 +31,9 @@ from pgqueue.client import settle_async as settle
 from pgqueue.client.queue_operate_async import AsyncQueueOperations
 from pgqueue.db import callers
 from pgqueue.db import connection_async as connection
+from pgqueue.db import run_async as run
 from pgqueue.db.failover_async import follow_leader
+from pgqueue.db.pool_async import AsyncQueuePool
 from pgqueue.db.run_async import AsyncConn
 from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
 from pgqueue.models import Checkpoint, Lease, NewJob
@@ -49,17 +51,26 @@ class AsyncQueue(AsyncQueueOperations):
 
     `connect_timeout` (seconds, default 5; it overrides the DSN's own) bounds how long a call
     waits to reach the server: while it is unreachable every call raises ConnectionFailed
-    within that bound plus the statement's own time, rather than waiting for it to return."""
+    within that bound plus the statement's own time, rather than waiting for it to return.
+
+    `pooled`: whether the DSN goes through a pooler in transaction mode (PgBouncer and the
+    like), where no statement may be prepared; None (the default) detects it when connecting
+    (`pooled` then says what was found). Behind one, the statements it runs on a caller's
+    connection (`conn=`) are not prepared either."""
 
     def __init__(self, dsn: str | Sequence[str], stream: str = "default", *,
-                 pool_size: int = 4, connect_timeout: float = connection.CONNECT_TIMEOUT) -> None:
+                 pool_size: int = 4, connect_timeout: float = connection.CONNECT_TIMEOUT,
+                 pooled: bool | None = None) -> None:
+        if pooled is not None and not isinstance(pooled, bool):
+            raise TypeError(f"pooled must be True, False or None, got {pooled!r}")
+        self._pooled = pooled
         self.dsns = connection.dsn_list(dsn)
         self.stream = validate.stream(stream)
         self._pool_size = validate.integer(pool_size, "pool_size", low=1, high=1000)
         self.connect_timeout = validate.seconds(connect_timeout, "connect_timeout", positive=True)
         self._lock = asyncio.Lock()
         self.dsn = self.dsns[0]
-        self._pool: AsyncConnectionPool[Any] | None = None
+        self._pool: AsyncQueuePool | None = None
         self._parent: AsyncQueue | None = None  # for_stream: whose pool this queue uses
         self._batcher = coalesce.EnqueueBatcher(  # async-only
             alone=self._enqueue_job, together=self._enqueue_jobs,  # async-only
@@ -77,7 +88,7 @@ class AsyncQueue(AsyncQueueOperations):
             batches=self._pool_size)  # async-only
         return other
 
-    async def _open(self) -> AsyncConnectionPool[Any]:
+    async def _open(self) -> AsyncQueuePool:
         """The pool on the leader, opened on first use."""
         if self._parent is not None:
             return await self._parent._open()
@@ -88,8 +99,15 @@ class AsyncQueue(AsyncQueueOperations):
                         self.dsns, connect_timeout=self.connect_timeout)
                     self._pool = await connection.open_pool(
                         self.dsn, max_size=self._pool_size, name=f"pgqueue:{self.stream}",
-                        connect_timeout=self.connect_timeout)
+                        connect_timeout=self.connect_timeout, pooled=self._pooled)
         return self._pool
+
+    @property
+    def pooled(self) -> bool | None:
+        """Whether this queue reaches the server through a pooler (as given, or as detected
+        when it connected; None before that)."""
+        owner = self._parent or self
+        return owner._pool.pooled if owner._pool is not None else owner._pooled
 
     async def _move_to_leader(self) -> bool:
         """Switch the pool to the current leader; False when there is no other to go to."""
@@ -108,7 +126,7 @@ class AsyncQueue(AsyncQueueOperations):
             old, self.dsn = self._pool, leader
             self._pool = await connection.open_pool(
                 leader, max_size=self._pool_size, name=f"pgqueue:{self.stream}",
-                connect_timeout=self.connect_timeout)
+                connect_timeout=self.connect_timeout, pooled=self._pooled)
         if old is not None:
             await old.close()
         return True
@@ -184,6 +202,8 @@ class AsyncQueue(AsyncQueueOperations):
         if conn is not None:
             mine = await callers.async_psycopg_connection(conn)  # async-only
             # sync-only: mine = callers.psycopg_connection(conn)
+            if self.pooled:  # its transaction may be on any server connection of the pooler
+                run.never_prepare(mine)
             return await enqueue.enqueue_one(mine, self.stream, job, trace=trace)
         async with self.connection() as own:
             return await enqueue.enqueue_one(own, self.stream, job, request=_request,
@@ -207,6 +227,8 @@ class AsyncQueue(AsyncQueueOperations):
         if conn is not None:
             mine = await callers.async_psycopg_connection(conn)  # async-only
             # sync-only: mine = callers.psycopg_connection(conn)
+            if self.pooled:  # its transaction may be on any server connection of the pooler
+                run.never_prepare(mine)
             return await enqueue.enqueue_many(mine, self.stream, jobs, traces=traces)
         async with self.connection() as own:
             return await enqueue.enqueue_many(own, self.stream, jobs, request=_request,

@@ -57,19 +57,27 @@ class SecurityHeaders:
 
 
 def create_app(dsn: str | Sequence[str], *, admin_token: str | None = None,
-               connect_timeout: float = connection.CONNECT_TIMEOUT) -> Starlette:
+               connect_timeout: float = connection.CONNECT_TIMEOUT,
+               listen_dsn: str | None = None, pooled: bool | None = None) -> Starlette:
     """The dashboard over the pgqueue database at `dsn` (or a leader and its replicas).
 
     Read-only unless `admin_token` is given (at least 16 characters): then actions need it,
     as `Authorization: Bearer TOKEN` or a login session. The database is reached on the first
     request, so a service can mount this before its database is up; while it is unreachable
-    a page answers 503 within `connect_timeout` seconds (default 5)."""
+    a page answers 503 within `connect_timeout` seconds (default 5). Behind a pooler in
+    transaction mode (`pooled`, detected when None), a page's live refresh hears of new jobs
+    only through `listen_dsn`, a direct connection; without it pages refresh every
+    REFRESH_SECONDS."""
     auth = Auth(admin_token)
-    queue = AsyncQueue(dsn, pool_size=4, connect_timeout=connect_timeout)
-    # the listener finds the leader itself: it never opens (or waits on) the queue's pool
-    ctx = Context(queue, auth, Cache(), Broadcaster(
-        lambda: connection.find_leader(queue.dsns, connect_timeout=connect_timeout),
-        connect_timeout=connect_timeout))
+    queue = AsyncQueue(dsn, pool_size=4, connect_timeout=connect_timeout, pooled=pooled)
+
+    async def listen_at() -> str:
+        # the listener finds the leader itself: it never opens (or waits on) the queue's pool
+        if listen_dsn is not None:
+            return listen_dsn
+        return await connection.find_leader(queue.dsns, connect_timeout=connect_timeout)
+
+    ctx = Context(queue, auth, Cache(), Broadcaster(listen_at, connect_timeout=connect_timeout))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

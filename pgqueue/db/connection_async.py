@@ -53,7 +53,11 @@ async def connect(dsn: str, *, autocommit: bool = True, connect_timeout: float |
                   **kwargs: Any) -> AsyncConn:
     """Open one connection within `connect_timeout` seconds (None: the DSN's connect_timeout,
     else CONNECT_TIMEOUT); a failure raises ConnectionFailed naming host and port
-    (`permanent` when the server refused it for good)."""
+    (`permanent` when the server refused it for good). It prepares no statement unless told
+    (`prepare_threshold`): it may go through a pooler in transaction mode, where a prepared
+    statement is lost, and it serves maintenance, scrapes and tools, not the hot path (the
+    pools' connections prepare, unless behind a pooler)."""
+    kwargs.setdefault("prepare_threshold", None)
     try:
         if connect_timeout is not None:
             kwargs["connect_timeout"] = timeout_seconds(connect_timeout)
@@ -99,7 +103,9 @@ async def check_schema(conn: AsyncConn) -> None:
 
 async def _read_committed(conn: AsyncConn) -> None:
     """A new pooled connection runs at READ COMMITTED, whatever the server's default (the
-    kinds' limits need it: pgqueue.lease); once per connection, not per call."""
+    kinds' limits need it: pgqueue.lease); once per connection, not per call. Not behind a
+    pooler: a session setting would stay on whichever server connection ran it, for the
+    pooler's other clients (`pgqueue db check` says when the server's default is another)."""
     await run.fetch(conn, "session_read_committed")
 
 
@@ -123,7 +129,7 @@ async def open_pool(dsn: str, *, max_size: int = 4, name: str = "pgqueue",
         min_size=1,
         max_size=max(1, max_size),
         kwargs={"autocommit": True, "connect_timeout": timeout_seconds(connect_timeout)},
-        configure=_read_committed,
+        configure=None if pooled else _read_committed,
         name=name,
         open=False,
         timeout=connect_timeout,

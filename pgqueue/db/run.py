@@ -5,6 +5,7 @@ goes through these five, and LISTEN; a transaction block through `transaction`.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -14,7 +15,7 @@ from psycopg import sql as pg_sql
 from psycopg.rows import RowFactory, dict_row, tuple_row
 from typing_extensions import LiteralString
 
-from pgqueue.db.statements import Params, get
+from pgqueue.db.statements import Params, Query, get
 from pgqueue.db.translate import translate
 
 R = TypeVar("R")
@@ -23,6 +24,21 @@ R = TypeVar("R")
 NOTIFY_CHANNEL = "pgqueue_jobs"
 Conn = psycopg.Connection[Any]
 
+#: Callers' connections whose statements from here are never prepared: their transactions go
+#: through a pooler (the queue found one), whatever the connection's own prepare_threshold.
+_UNPREPARED: weakref.WeakSet[Conn] = weakref.WeakSet()
+
+
+def never_prepare(conn: Conn) -> None:
+    """Prepare none of the statements run here on `conn` (a caller's connection through a
+    pooler): the connection itself, and the caller's own statements, are left as they are."""
+    _UNPREPARED.add(conn)
+
+
+def _prepare(conn: Conn, query: Query) -> bool | None:
+    """psycopg's `prepare` for a query: None (its connection's threshold decides), or False."""
+    return None if query.prepare and conn not in _UNPREPARED else False
+
 
 def _run(conn: Conn, name: str, params: Params,
          row_factory: RowFactory[R]) -> list[R]:
@@ -30,7 +46,7 @@ def _run(conn: Conn, name: str, params: Params,
     sql: LiteralString = query.sql
     try:
         with conn.cursor(row_factory=row_factory) as cur:
-            cur.execute(sql, params, prepare=None if query.prepare else False)
+            cur.execute(sql, params, prepare=_prepare(conn, query))
             return cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:
         raise translate(exc, conn.info.user, query) from exc
@@ -82,7 +98,7 @@ def fetch_tuples_then(conn: Conn, name: str, params: Params, then: str,
     try:
         with conn.pipeline():
             cur = conn.cursor(row_factory=tuple_row)
-            cur.execute(first.sql, params, prepare=None if first.prepare else False)
+            cur.execute(first.sql, params, prepare=_prepare(conn, first))
             conn.execute(second.sql, then_params, prepare=False)
         return cur.fetchall()
     except psycopg.Error as exc:
@@ -110,7 +126,7 @@ def fetch_each(conn: Conn, name: str,
                 if own:
                     conn.execute("BEGIN")
                 cur = conn.cursor(row_factory=dict_row)
-                cur.execute(sql, one, prepare=None if query.prepare else False)
+                cur.execute(sql, one, prepare=_prepare(conn, query))
                 cursors.append(cur)
                 if own:
                     conn.execute("COMMIT")

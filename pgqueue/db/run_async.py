@@ -4,6 +4,7 @@ goes through these five, and LISTEN; a transaction block through `transaction`.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -13,7 +14,7 @@ from psycopg import sql as pg_sql
 from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 from typing_extensions import LiteralString
 
-from pgqueue.db.statements import Params, get
+from pgqueue.db.statements import Params, Query, get
 from pgqueue.db.translate import translate
 
 R = TypeVar("R")
@@ -22,6 +23,21 @@ R = TypeVar("R")
 NOTIFY_CHANNEL = "pgqueue_jobs"
 AsyncConn = psycopg.AsyncConnection[Any]
 
+#: Callers' connections whose statements from here are never prepared: their transactions go
+#: through a pooler (the queue found one), whatever the connection's own prepare_threshold.
+_UNPREPARED: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
+
+
+def never_prepare(conn: AsyncConn) -> None:
+    """Prepare none of the statements run here on `conn` (a caller's connection through a
+    pooler): the connection itself, and the caller's own statements, are left as they are."""
+    _UNPREPARED.add(conn)
+
+
+def _prepare(conn: AsyncConn, query: Query) -> bool | None:
+    """psycopg's `prepare` for a query: None (its connection's threshold decides), or False."""
+    return None if query.prepare and conn not in _UNPREPARED else False
+
 
 async def _run(conn: AsyncConn, name: str, params: Params,
                row_factory: AsyncRowFactory[R]) -> list[R]:
@@ -29,7 +45,7 @@ async def _run(conn: AsyncConn, name: str, params: Params,
     sql: LiteralString = query.sql
     try:
         async with conn.cursor(row_factory=row_factory) as cur:
-            await cur.execute(sql, params, prepare=None if query.prepare else False)
+            await cur.execute(sql, params, prepare=_prepare(conn, query))
             return await cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:
         raise translate(exc, conn.info.user, query) from exc
@@ -81,7 +97,7 @@ async def fetch_tuples_then(conn: AsyncConn, name: str, params: Params, then: st
     try:
         async with conn.pipeline():
             cur = conn.cursor(row_factory=tuple_row)
-            await cur.execute(first.sql, params, prepare=None if first.prepare else False)
+            await cur.execute(first.sql, params, prepare=_prepare(conn, first))
             await conn.execute(second.sql, then_params, prepare=False)
         return await cur.fetchall()
     except psycopg.Error as exc:
@@ -109,7 +125,7 @@ async def fetch_each(conn: AsyncConn, name: str,
                 if own:
                     await conn.execute("BEGIN")
                 cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(sql, one, prepare=None if query.prepare else False)
+                await cur.execute(sql, one, prepare=_prepare(conn, query))
                 cursors.append(cur)
                 if own:
                     await conn.execute("COMMIT")

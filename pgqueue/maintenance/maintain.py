@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pgqueue.client import reclaim, schedule
-from pgqueue.db import connection, queries
+from pgqueue.db import connection, pool, queries
 from pgqueue.errors import ConnectionFailed, NotLeader, PgQueueError
 from pgqueue.maintenance.vacuum import (  # re-exported: callers name them from here
     VACUUM_BACKOFF_MAX_SECONDS,
@@ -251,7 +251,10 @@ class Maintainer:
         if self._conn is None or self._conn.closed:
             self._conn = connection.connect(self.dsn, connect_timeout=self.connect_timeout)
             self.elected = False
-            queries.fetch(self._conn, "maintenance_session", {"timeout": f"{self._ttl_ms}ms"})
+            # Behind a pooler a session setting would stay on a server connection the pooler
+            # hands to others; there the claim's lapse alone ends a frozen runner's turn.
+            if not pool.behind_pooler(self._conn):
+                queries.fetch(self._conn, "maintenance_session", {"timeout": f"{self._ttl_ms}ms"})
         if self.elect:  # every pass renews the claim; one that lapsed may have been taken
             self.elected = bool(queries.scalar(self._conn, "claim_maintenance", {
                 "holder": self._holder, "ttl_ms": self._ttl_ms}))

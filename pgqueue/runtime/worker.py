@@ -51,12 +51,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from psycopg_pool import ConnectionPool
+from typing import TYPE_CHECKING, TypeVar
 
 from pgqueue import failures, validate
 from pgqueue.db import connection
+from pgqueue.db.pool import QueuePool
 from pgqueue.errors import PgQueueError
 from pgqueue.failures import MAX_TRACEBACK_CHARS as MAX_ERROR_CHARS
 from pgqueue.maintenance.maintain import Maintainer
@@ -110,7 +109,17 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         connect_timeout: float = connection.CONNECT_TIMEOUT,
+        listen_dsn: str | None = None,
+        pooled: bool | None = None,
     ) -> None:
+        """
+        :param listen_dsn: where the listener LISTENs for wake-ups (a direct connection to the
+            leader) when `dsn` goes through a pooler in transaction mode, which delivers no
+            notification; None: `dsn` itself, or no listener behind a pooler (the worker
+            says so once and polls every `poll_interval`).
+        :param pooled: whether `dsn` goes through such a pooler (no statement is then
+            prepared); None: detected when connecting.
+        """
         if not isinstance(app, App):
             raise TypeError(f"app must be a pgqueue.App, got {type(app).__name__}")
         if isinstance(streams, str):
@@ -120,6 +129,11 @@ class Worker:
             raise ValueError("streams must name at least one stream")
         self.app = app
         self.dsns = connection.dsn_list(dsn)
+        if listen_dsn is not None and (not isinstance(listen_dsn, str) or not listen_dsn):
+            raise TypeError("listen_dsn must be a non-empty connection string, or None")
+        self.listen_dsn = listen_dsn
+        if pooled is not None and not isinstance(pooled, bool):
+            raise TypeError(f"pooled must be True, False or None, got {pooled!r}")
         # How long reaching the server may take (seconds): a database that does not exist or
         # refuses the role stops the worker at once; an unreachable one is an outage it waits
         # out with backoff, logging it once, once a minute and once when it ends (outage.py).
@@ -188,7 +202,7 @@ class Worker:
         self._dbs = WorkerDb(self.dsns, pool_size=writers + 1 + self.lease_loops,
                              worker_id=self._id, finished=self._finished,
                              moved=self._moved, connect_timeout=self.connect_timeout,
-                             outage=self.outage)
+                             outage=self.outage, pooled=pooled)
         self._db = self._dbs.db
         self._retry = self._dbs.retry
         self._retry_db = self._dbs.retry_db
@@ -277,8 +291,11 @@ class Worker:
         return self._dbs.dsn
 
     @property
-    def _pool(self) -> ConnectionPool[Any] | None:
+    def _pool(self) -> QueuePool | None:
         return self._dbs.pool
+
+    def _listener_dsn(self) -> str:
+        return self.listen_dsn or self.dsn
 
     def _moved(self, leader: str) -> None:
         """After a failover: maintenance follows, and the worker registers with the leader."""
@@ -352,11 +369,17 @@ class Worker:
         self._threads += [
             self._thread("renewer", functools.partial(
                 renewer.loop, self.renew_interval, self._finished, self._heartbeat)),
-            self._thread("listener", functools.partial(
-                listen_loop, self._wake, self.streams, dsn=self._leader, finished=self._finished,
-                worker_id=self._id, on_cancel=cancel_heard,
-                connect_timeout=self.connect_timeout)),
             self._acker]
+        if self.listen_dsn is None and self._dbs.pooled:
+            log.warning("worker %s: the database is reached through a pooler, where LISTEN hears "
+                        "no notification: polling every %gs instead; give a direct DSN for "
+                        "wake-ups (listen_dsn, pgqueue worker --listen-dsn)", self.worker_id,
+                        self.poll_interval, extra={"pgqueue": {"event": "polling"}})
+        else:
+            self._threads.append(self._thread("listener", functools.partial(
+                listen_loop, self._wake, self.streams, dsn=self._listener_dsn,
+                finished=self._finished, worker_id=self._id, on_cancel=cancel_heard,
+                connect_timeout=self.connect_timeout)))
         self._handlers.start(self._thread_slots)
         if self.maintenance:  # a plain bool: written once, before any thread starts
             self._maintainer = Maintainer(

@@ -13,11 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from pgqueue.db import connection, queries
+from pgqueue.db.pool import QueuePool
 from pgqueue.errors import ConnectionFailed, Contention, NotLeader, PgQueueError
 from pgqueue.telemetry.outage import FIRST_DELAY_SECONDS, Outage, jittered, next_delay
 
@@ -31,24 +32,30 @@ class WorkerDb:
 
     def __init__(self, dsns: Sequence[str], *, pool_size: int, worker_id: Callable[[], int],
                  finished: threading.Event, moved: Callable[[str], None],
-                 connect_timeout: float, outage: Outage) -> None:
+                 connect_timeout: float, outage: Outage, pooled: bool | None = None) -> None:
         self.dsns = list(dsns)
+        self._pooled = pooled
         self.connect_timeout = connect_timeout
         #: the outage every loop of the worker reports to (one log line a minute at most)
         self.outage = outage
         self.dsn = self.dsns[0]
-        self.pool: ConnectionPool[Any] | None = None
+        self.pool: QueuePool | None = None
         self._pool_size = pool_size
         self._worker_id = worker_id
         self._finished = finished
         self._moved = moved
         self._failover_lock = threading.Lock()
 
-    def _open_pool(self, dsn: str) -> ConnectionPool[Any]:
+    def _open_pool(self, dsn: str) -> QueuePool:
         return connection.open_pool(dsn, max_size=self._pool_size, name="pgqueue-worker",
-                                    connect_timeout=self.connect_timeout)
+                                    connect_timeout=self.connect_timeout, pooled=self._pooled)
 
-    def open(self) -> ConnectionPool[Any]:
+    @property
+    def pooled(self) -> bool:
+        """Whether the pool reaches the server through a pooler (given, or detected)."""
+        return self.pool is not None and self.pool.pooled
+
+    def open(self) -> QueuePool:
         """Find the leader and open the pool on it."""
         self.dsn = connection.find_leader(self.dsns, connect_timeout=self.connect_timeout)
         self.pool = self._open_pool(self.dsn)

@@ -261,7 +261,7 @@ def test_a_page_of_a_stream_and_state_reads_its_index_not_the_whole_table(
     primary keys) is never reused for others."""
     for _ in range(20):
         q.enqueue_many([pgqueue.NewJob(b"x", kind="bulk") for _ in range(1000)])
-    with connection.connect(dsn) as conn:
+    with connection.connect(dsn, prepare_threshold=5) as conn:  # psycopg's default
         conn.execute("ANALYZE pgqueue.job")
         conn.execute("ANALYZE pgqueue.dead_letter")
         conn.execute("ANALYZE pgqueue.ready")
