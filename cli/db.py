@@ -6,6 +6,7 @@ what `db upgrade` installs into an empty database.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +15,7 @@ import click
 
 from pgqueue.db import access, connection, queries, schema
 
+from . import common
 from .common import EXIT_USAGE, dsn, fail, print_json, say, say_lines
 
 
@@ -165,3 +167,32 @@ def grant(role: str, login: str, print_only: bool) -> None:
     access.grant(target, role, login)
     say(f"{statement.rstrip(';')} in {connection.describe(target)}: done (roles are the "
         f"server's: it holds in every database of it with the pgqueue schema)")
+
+
+@db.command()
+@click.option("--expect-connections", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="N", help="Connections your pools will open besides those open now "
+                                "(checked against max_connections).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def check(expect_connections: int, as_json: bool) -> None:
+    """What of the server matters to the queue, one line each with a verdict (ok, warn,
+    fail): version, JIT and its thresholds, statement_timeout, lock_timeout, the idle
+    timeouts, default_transaction_isolation, search_path, wal_level where logical replicas
+    are attached, a pooler in between, max_connections against the connections open and
+    expected. Read as the connecting role sees them: run it with the workers' DSN. Exits 1
+    when one fails."""
+    from pgqueue.db import check as server_check
+
+    with common.translated_errors():
+        found = server_check.check(common.dsn(), expected_connections=expect_connections,
+                                   pooled=common.settings().pooled,
+                                   connect_timeout=common.settings().connect_timeout)
+    if as_json:
+        common.print_json([dataclasses.asdict(f) for f in found])
+    else:
+        width = max(len(f.name) for f in found)
+        for f in found:
+            common.say(f"{f.verdict:<4}  {f.name:<{width}}  {f.value}: {f.why}")
+    if any(f.verdict == "fail" for f in found):
+        raise SystemExit(common.EXIT_FAILED)
+

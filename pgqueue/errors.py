@@ -35,7 +35,8 @@ class ConnectionFailed(PgQueueError):
 
 class Contention(PgQueueError):
     """Postgres rolled the statement back to break a deadlock or a serialization conflict
-    (SQLSTATE 40P01 / 40001): nothing was written, and running it again is safe."""
+    (SQLSTATE 40P01 / 40001), or because a limit the user set ran out (statement_timeout,
+    lock_timeout: the message names it): nothing was written, and running it again is safe."""
 
 
 class SchemaError(PgQueueError):

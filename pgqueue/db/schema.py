@@ -75,6 +75,7 @@ def _alembic_session(dsn: str, location: Path | None) -> Iterator[tuple[Config, 
             cfg.attributes["connection"] = conn
             driver = conn.connection.driver_connection
             assert driver is not None
+            _unbounded(driver)
             try:
                 yield cfg, driver
             except DBAPIError as exc:  # a statement of a revision, run through SQLAlchemy
@@ -84,6 +85,14 @@ def _alembic_session(dsn: str, location: Path | None) -> Iterator[tuple[Config, 
             conn.commit()
     finally:
         engine.dispose()
+
+
+def _unbounded(conn: Any) -> None:
+    """No statement_timeout on a migration's own session: a limit set for the role or the
+    database (to stop runaway queries of an application, say 50 ms) would cancel the DDL
+    of an install or upgrade, which takes as long as it takes (its lock waits are still
+    bounded by lock_timeout, if one is set)."""
+    queries.fetch(conn, "setting_set", {"name": "statement_timeout", "value": "0"})
 
 
 def head(location: Path | None = None) -> str:
@@ -220,6 +229,7 @@ def _before_steps(dsn: str, found: str | None, revision: str, location: Path | N
     if not steps:
         return
     with connection.connect(dsn, autocommit=True) as conn:
+        _unbounded(conn)
         for spec in steps:
             spec.before(conn)
 

@@ -24,6 +24,15 @@ from pgqueue.errors import (
 _HOLDER = re.compile(r"holder=(\d+)")
 #: SQLSTATEs meaning the server went away (shutdown, crash, terminated backend).
 _CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})
+#: A limit the user set ran out: (SQLSTATE: (what its message says, which setting to look at)).
+_TIMED_OUT = {
+    "57014": ("statement timeout",
+              "the statement ran longer than statement_timeout allows (SHOW statement_timeout; "
+              "set for the role, the database or the server); nothing was written"),
+    "55P03": ("lock timeout",
+              "a lock was held longer than lock_timeout allows (SHOW lock_timeout; set for "
+              "the role, the database or the server); nothing was written"),
+}
 
 
 #: The pgqueue roles, each including the ones before it (pgqueue/sql/access.sql).
@@ -118,13 +127,22 @@ def translate(exc: psycopg.Error, user: str | None = None, query: Query | None =
         # CIINF: Citus lost an intermediate result of the statement's distributed transaction
         # (seen while a shard it read was split or moved): rolled back, to be run again
         return Contention(message)
+    if state in _TIMED_OUT and _TIMED_OUT[state][0] in message:
+        # the user's limit, not ours: rolled back like a conflict, named for what to look at
+        return Contention(f"{message}: {_TIMED_OUT[state][1]}")
     if isinstance(exc, pg_errors.InvalidSchemaName | pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
         return SchemaMissing(
             f"the pgqueue schema is missing or out of date ({message}); run `pgqueue db upgrade`"
         )
-    lost = (state.startswith("08") or state in _CONNECTION_LOST) if state else isinstance(
-        exc, psycopg.OperationalError | psycopg.InterfaceError)
+    if state:
+        lost = state.startswith("08") or state in _CONNECTION_LOST or state == "25P03"
+    else:
+        lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
     if lost:
+        if state == "25P03":
+            message += (": the transaction stayed idle past idle_in_transaction_session_timeout "
+                        "(SHOW idle_in_transaction_session_timeout; set for the role, the "
+                        "database or the server)")
         return ConnectionFailed(f"lost the database connection: {message}",
                                 retryable=state in _CONNECTION_LOST)
     return PgQueueError(message)

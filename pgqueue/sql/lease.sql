@@ -320,10 +320,11 @@ BEGIN
         -- statement a snapshot taken after that lock (a transaction snapshot from before it
         -- would miss leases committed meanwhile, and exceed the limit).
         IF current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION 'lease: stream % has kinds with limits, which a lease enforces only at READ COMMITTED, not %',
-                quote_literal(p_stream), upper(current_setting('transaction_isolation'))
+            RAISE EXCEPTION 'lease: stream % has kinds with limits, which a lease enforces only at READ COMMITTED, not % (the transaction''s level: default_transaction_isolation is %)',
+                quote_literal(p_stream), upper(current_setting('transaction_isolation')),
+                quote_literal(current_setting('default_transaction_isolation'))
                 USING ERRCODE = '0A000',
-                      HINT = 'lease outside the transaction, or SET TRANSACTION ISOLATION LEVEL READ COMMITTED';
+                      HINT = 'lease outside the transaction, or SET TRANSACTION ISOLATION LEVEL READ COMMITTED; behind a pooler, set default_transaction_isolation to ''read committed'' for the role (ALTER ROLE ... SET)';
         END IF;
         -- this lease's UPDATE removes the entries of the jobs it takes (its trigger does)
         PERFORM set_config('pgqueue.ready_taken', 'off', true);

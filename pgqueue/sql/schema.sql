@@ -45,6 +45,42 @@ SELECT set_config('default_transaction_isolation', 'read committed', false)
 -- stands between (pool.behind_pooler).
 SELECT pg_backend_pid() AS pid
 
+-- name: server_check
+-- What `pgqueue db check` judges, in one row: the server, its JIT, the settings this session
+-- runs with (the connecting role's and database's included), the connections.
+SELECT current_setting('server_version_num')::int AS version_num,
+       current_setting('server_version') AS version,
+       current_setting('jit') AS jit, pg_jit_available() AS jit_available,
+       current_setting('jit_above_cost')::float8 AS jit_above_cost,
+       current_setting('jit_inline_above_cost')::float8 AS jit_inline_above_cost,
+       current_setting('jit_optimize_above_cost')::float8 AS jit_optimize_above_cost,
+       current_setting('statement_timeout') AS statement_timeout,
+       current_setting('lock_timeout') AS lock_timeout,
+       current_setting('idle_in_transaction_session_timeout') AS idle_in_transaction_session_timeout,
+       current_setting('idle_session_timeout', true) AS idle_session_timeout,
+       -- the same in milliseconds (pg_settings holds each in its base unit)
+       (SELECT jsonb_object_agg(name, setting::bigint) FROM pg_settings
+        WHERE name IN ('statement_timeout', 'lock_timeout', 'idle_in_transaction_session_timeout',
+                       'idle_session_timeout')) AS timeouts_ms,
+       current_setting('default_transaction_isolation') AS default_transaction_isolation,
+       current_setting('search_path') AS search_path,
+       current_setting('wal_level') AS wal_level,
+       current_setting('max_connections')::int AS max_connections,
+       current_setting('superuser_reserved_connections')::int AS reserved_connections,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int
+           AS connections,
+       current_user AS role, current_database() AS database
+
+-- name: server_check_schema
+-- The schema's side of `pgqueue db check`: its revision, the logical replicas attached, and
+-- the handler slots of the workers that heartbeat in the last minute.
+SELECT (SELECT version_num FROM pgqueue.alembic_version LIMIT 1) AS revision,
+       (SELECT count(*) FROM pgqueue.replica WHERE method = 'logical')::int AS logical_replicas,
+       (SELECT count(*) FROM pgqueue.worker
+        WHERE heartbeat_at > now() - interval '1 minute')::int AS live_workers,
+       (SELECT coalesce(sum(concurrency), 0) FROM pgqueue.worker
+        WHERE heartbeat_at > now() - interval '1 minute')::int AS live_slots
+
 -- name: server_version
 SELECT current_setting('server_version') AS version
 
