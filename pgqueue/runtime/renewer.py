@@ -118,16 +118,20 @@ class Renewer:
         if not held:
             return
         cancelled: list[Held] = []
-        for h in held:
+        locked = held
+        for h in locked:
             h.write_lock.acquire()
         try:
+            # a nack (or another write ending the lease) may have committed while this waited
+            # for its lock: that lease is not renewed, nor said to be lost
+            held = [h for h in locked if not h.ended.is_set()]
             snapshots = [h.snapshot() for h in held]
             items = [(h.lease, h.visibility_timeout, cp if h.dirty else None)
                      for h, (cp, _v) in zip(held, snapshots, strict=True)]
             # jobs leased ahead whose handlers have started since: said in the same UPDATE
             started = [h.start_unsaid() for h in held]
             renewed = self._db(lambda c: lease.renew_leases(
-                c, items, started if any(started) else None))
+                c, items, started if any(started) else None)) if items else {}
             for h, (_cp, version), said in zip(held, snapshots, started, strict=True):
                 got = renewed.get(h.lease.lease_id)
                 if got is not None:
@@ -143,7 +147,7 @@ class Renewer:
                                 self._worker_id(), label(h), h.lease.lease_id,
                                 extra=lease_fields(h, "lost"))
         finally:
-            for h in held:
+            for h in locked:
                 h.write_lock.release()
         for h in cancelled:  # outside the write locks: an async job's hook reaches its loop
             h.request_cancel()

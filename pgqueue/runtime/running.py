@@ -61,8 +61,9 @@ class Held:
     writes about this job, so a renewal carrying an older checkpoint can never land after a
     step-boundary write. The order they are taken in, and who takes them: pgqueue/runtime/held.py."""
 
-    __slots__ = ("_claim", "acking", "cancelled", "checkpoint", "finishing", "flushed_version",
-                 "lease", "limit", "lost", "on_cancel", "outcome", "payload", "start_said",
+    __slots__ = ("_claim", "acking", "cancelled", "checkpoint", "ended", "finishing",
+                 "flushed_version", "lease", "limit", "lost", "on_cancel", "outcome", "payload",
+                 "start_said",
                  "started", "state_lock", "version", "visibility_timeout", "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
@@ -82,6 +83,11 @@ class Held:
         #: now comes too late, and an async job's task is no longer cancelled for one
         self.finishing = Flag()
         self.acking = Flag()      # handed to the worker's acker, which alone releases it
+        #: a write that ended its lease committed (a nack, parked undecodable, ended
+        #: cancelled, given back by a rate limit): set under write_lock, so a renewal that
+        #: took its snapshot before knows, once it has the lock, not to renew it (nor to call
+        #: the lease lost when the row says it is gone)
+        self.ended = Flag()
         self._claim = [True]      # popped by whoever owns the start: see claim()
         self.started = Flag()     # its handler thread has started it
         # whether the database counts it as started (the lease said so, or a renewal since):

@@ -69,13 +69,19 @@ class JobSettler:
         self._retry_db = retry_db
         self._worker_id = worker_id
 
-    def write(self, held: Held, what: str, fn: Callable[[queries.Conn], T]) -> T | None:
+    def write(self, held: Held, what: str, fn: Callable[[queries.Conn], T],
+              ends: Callable[[T], bool] | None = None) -> T | None:
         """A write about a held job: serialised with its renewals, retried until its lease
-        would have expired. Raises LeaseLost when the lease is already known to be gone."""
+        would have expired. Raises LeaseLost when the lease is already known to be gone.
+        `ends`: whether what it returned says the write ended the lease (held.ended, set
+        before the lock is let go)."""
         deadline = time.monotonic() + held.visibility_timeout
         with held.write_lock:
             held.check()
-            return self._retry_db(fn, f"{what} of job {held.lease.job_id}", deadline=deadline)
+            done = self._retry_db(fn, f"{what} of job {held.lease.job_id}", deadline=deadline)
+            if done is not None and ends is not None and ends(done):
+                held.ended.set()
+            return done
 
     # -- steps.Settler -----------------------------------------------------------------------
 
@@ -108,7 +114,8 @@ class JobSettler:
         marked = self.write(held, "mark undecodable", lambda c: queries.scalar(
             c, "mark_undecodable", {"stream": held.lease.stream, "job_id": held.lease.job_id,
                                     "lease_id": held.lease.lease_id,
-                                    "reason": reason, "detail": Jsonb(detail)}))
+                                    "reason": reason, "detail": Jsonb(detail)}),
+            ends=lambda got: got in ("undecodable", "cancelled"))
         if marked == "undecodable":
             held.outcome = "undecodable"
             log.warning("worker %s: %s is undecodable (%s), parked without using an attempt: %s",
@@ -150,7 +157,8 @@ class JobSettler:
         """Record one failure of the job (retry with backoff, or dead): an exception as its
         summary and the handler's traceback."""
         state = self.write(held, "nack", lambda c: settle.nack(c, held.lease, error, None,
-                                                               max_attempts))
+                                                               max_attempts),
+                           ends=lambda got: got is not None)
         row = (self._read_back(held) if state in ("pending", "scheduled", "dead")
                and log.isEnabledFor(logging.WARNING) else None)
         if row is None:  # what the lease said before the nack
@@ -166,7 +174,8 @@ class JobSettler:
         lost (or the database stayed unreachable)."""
         got = self.write(held, "rate-limited start", lambda c: queries.scalar(
             c, "start_rated", {"stream": held.lease.stream, "job_id": held.lease.job_id,
-                               "lease_id": held.lease.lease_id}))
+                               "lease_id": held.lease.lease_id}),
+            ends=lambda state: state in ("deferred", "cancelled"))
         if got == "started":
             held.start_said = True
             held.started.set()
@@ -183,7 +192,7 @@ class JobSettler:
                 "stream": held.lease.stream, "job_id": held.lease.job_id,
                 "lease_id": held.lease.lease_id}))
 
-        return bool(self.write(held, "end as cancelled", end))
+        return bool(self.write(held, "end as cancelled", end, ends=bool))
 
     def _read_back(self, held: Held) -> dict[str, Any] | None:
         """The job's row (any set, payload left out); None when it cannot be read at once."""

@@ -122,6 +122,54 @@ def test_an_undecodable_job_is_logged_with_kind_attempt_and_reason(
                  "unknown_kind")
 
 
+def test_a_nack_that_commits_while_a_renewal_waits_for_it_is_no_lost_lease(
+        dsn: str, q: pgqueue.Queue, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race behind false "lease was lost" lines: the renewer's round takes its snapshot of
+    the held jobs, a failing job's nack then commits (under the job's write lock, which the
+    round waits for), and the round renews a lease the nack has ended. Forced here: the
+    round's snapshot waits for the nack. The failure is logged as retried, never as lost."""
+    from pgqueue.runtime.settler import JobSettler
+
+    caplog.set_level(logging.WARNING, logger=WORKER_LOG)
+    q.configure_stream(retry_base=60.0)
+    snapped, nacked = threading.Event(), threading.Event()
+    watched: list[int] = []
+    real_snapshot, real_nack = HeldLeases.snapshot, JobSettler.nack
+
+    def snapshot(self: HeldLeases) -> list[Held]:
+        got = real_snapshot(self)
+        if (threading.current_thread().name == "pgqueue-renewer" and not snapped.is_set()
+                and any(h.lease.job_id in watched for h in got)):
+            snapped.set()
+            nacked.wait(10)  # the nack commits between the snapshot and the round's locks
+        return got
+
+    def nack(self: JobSettler, held: Held, error: Any, max_attempts: int | None) -> Any:
+        snapped.wait(10)
+        try:
+            return real_nack(self, held, error, max_attempts)
+        finally:
+            nacked.set()
+
+    monkeypatch.setattr(HeldLeases, "snapshot", snapshot)
+    monkeypatch.setattr(JobSettler, "nack", nack)
+    app = pgqueue.App()
+
+    @app.job("fails")
+    def fails(job: pgqueue.JobContext) -> None:
+        raise RuntimeError("failing on purpose")
+
+    watched.append(q.enqueue("x", kind="fails"))
+    with running(app, dsn, renew_interval=0.2):
+        wait_for(lambda: lines(caplog, f"job {watched[0]} ", "failed"), 15, "the failure's line")
+        wait_for(lambda: snapped.is_set() and nacked.is_set(), 15, "the race to be played")
+        assert state(q, watched[0]) == "scheduled"  # retried, in a minute
+    assert snapped.is_set() and nacked.is_set()
+    assert not lines(caplog, "lost"), [r.getMessage() for r in lines(caplog, "lost")]
+    assert op_names(q, watched[0]) == ["Enqueue", "Lease", "Nack"]
+
+
 # -- 2. background threads survive an unexpected error ------------------------------------------
 
 
