@@ -134,6 +134,11 @@ def translate(exc: psycopg.Error, user: str | None = None, query: Query | None =
         return SchemaMissing(
             f"the pgqueue schema is missing or out of date ({message}); run `pgqueue db upgrade`"
         )
+    if "statement pooling mode" in message:  # PgBouncer's refusal of a transaction block
+        return PgQueueError(
+            f"{message}: the DSN goes through a pooler in statement mode, which runs single "
+            "statements only; this call needs a transaction (a caller's conn=, a maintenance "
+            "pass, a migration): use transaction pooling or a direct DSN for it")
     if state:
         lost = state.startswith("08") or state in _CONNECTION_LOST or state == "25P03"
     else:

@@ -26,6 +26,8 @@ from pgqueue.maintenance import maintain
 from pgqueue.telemetry.metrics import database_registry
 from tests.dbhelp import wait_for
 from tests.integration.dashboard.dashboard_help import BEARER, dashboard
+from tests.pgbed import Bed
+from tests.poolerbed import Pooler
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "tests.acceptance.logs_app:app"
@@ -195,3 +197,24 @@ def test_the_dashboard_through_the_pooler(pooled_dsn: str) -> None:
         assert client.post(f"/api/jobs/{ids[1]}/cancel", headers=BEARER).status_code == 200
     with pgqueue.Queue(pooled_dsn) as q:
         assert q.job(ids[1]) is None
+
+
+def test_in_statement_mode_single_calls_work_and_a_transaction_is_refused_by_name(
+        dsn: str, bed: Bed) -> None:
+    """Statement pooling runs single statements only: enqueue, lease and settle work; a
+    maintenance pass (a transaction) is refused with an error that says why, not taken for an
+    outage."""
+    pooler = Pooler(bed.server_dsn, mode="statement")
+    try:
+        through = pooler.dsn(dsn)
+        with pgqueue.Queue(through) as q:
+            for _ in range(RUNS):
+                q.enqueue(b"x")
+                for held in q.lease(1):
+                    q.ack(held)
+        with connection.connect(through) as conn, \
+                pytest.raises(pgqueue.PgQueueError, match="statement mode") as refused:
+            maintain.run_pass(conn)
+        assert not isinstance(refused.value, pgqueue.ConnectionFailed)
+    finally:
+        pooler.close()
