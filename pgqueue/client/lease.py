@@ -30,6 +30,9 @@ def lease(
     resent: bool = False,
     start: int | None = None,
     position: LeasePosition | None = None,
+    *,
+    kinds: Sequence[str] | None = None,
+    not_kinds: Sequence[str] | None = None,
 ) -> list[Lease]:
     """Lease up to `limit` jobs of `stream` for `visibility_timeout` seconds. A call `resent`
     with the same `request` token returns the leases its first attempt granted that are still
@@ -37,7 +40,9 @@ def lease(
     caller starts at once; the others are leased ahead (Lease.started False) until a renewal
     says they started (None: all count as started). `position`: the caller's last lease of
     the stream, where this one starts (a lease loop keeps one per stream: see
-    pgqueue.client.position); it moves to this lease's last job."""
+    pgqueue.client.position); it moves to this lease's last job. `kinds`: lease only jobs of
+    these kinds; `not_kinds`: only jobs of other kinds (or none): a worker's lane of slots
+    leases the kinds it runs (pgqueue/runtime/capacity.py)."""
     validate.stream(stream)
     validate.integer(limit, "limit", low=1, high=100_000)
     vt_ms = validate.to_ms(visibility_timeout, "visibility_timeout", positive=True)
@@ -48,6 +53,11 @@ def lease(
     if position is not None and not isinstance(position, LeasePosition):
         raise TypeError(f"position must be a pgqueue.client.position.LeasePosition, got "
                         f"{type(position).__name__}")
+    for name, given in (("kinds", kinds), ("not_kinds", not_kinds)):
+        if isinstance(given, str):
+            raise TypeError(f"{name} must be a list of kinds, not a str")
+    only = None if kinds is None else [validate.kind(k, "kinds") for k in kinds]
+    other = None if not_kinds is None else [validate.kind(k, "not_kinds") for k in not_kinds]
     after = None if position is None else position.after()
     rows = run.fetch_tuples(conn, "lease_jobs", {
         "stream": stream, "limit": limit, "visibility_ms": vt_ms,
@@ -55,6 +65,7 @@ def lease(
         "resent": resent, "start": start,
         "after_priority": None if after is None else after[0],
         "after_id": None if after is None else after[1],
+        "kinds": only, "not_kinds": other,
     })
     vt = vt_ms / 1000.0
     leased = [Lease.from_lease_row(r, vt) for r in rows]

@@ -27,9 +27,9 @@ The worker's locks, in the one order a thread may take them (never the reverse):
 
 And leaves, never held while taking another lock, a database round trip, or a log call:
 
-- ``HeldLeases._lock``, one per worker: guards ``_held`` (the table), ``_reserved``
-  (capacity promised to lease calls in flight) and ``_processed``. Held for dict and
-  counter operations only (not even a queue put).
+- ``HeldLeases._lock``, one per worker: guards ``_held`` (the table), the lanes' counts
+  (capacity.py: jobs held and capacity promised to lease calls in flight) and
+  ``_processed``. Held for dict and counter operations only (not even a queue put).
 - the ``Wakeup`` condition (wakeup.py): guards its generation counter.
 
 Who touches the table: the lease loops (``reserve`` before a lease call, ``admit`` after
@@ -77,12 +77,16 @@ import logging
 import queue as queue_mod
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pgqueue.client import lease, settle
 from pgqueue.db import queries
 from pgqueue.models import by_stream
+from pgqueue.runtime.capacity import AUTO_PREFETCH_MAX as AUTO_PREFETCH_MAX
+from pgqueue.runtime.capacity import AUTO_PREFETCH_SECONDS as AUTO_PREFETCH_SECONDS
+from pgqueue.runtime.capacity import Capacity, Lane
+from pgqueue.runtime.capacity import Reservation as Reservation
 from pgqueue.runtime.running import Held
 
 if TYPE_CHECKING:
@@ -98,27 +102,6 @@ T = TypeVar("T")
 _NEVER = threading.Event()
 ACK_BATCH = 1000
 HEARTBEAT_SECONDS = 5.0
-#: Automatic prefetch (the default): as many jobs ahead of the handlers as they finish in
-#: AUTO_PREFETCH_SECONDS, from the mean time a handler took (concurrency x seconds / mean), at
-#: most AUTO_PREFETCH_MAX. Known after the first jobs, so a deep queue of short jobs is leased
-#: in batches of thousands from the second lease on (few round trips and commits per job),
-#: while a worker whose jobs take seconds holds a few ahead, and one with jobs of minutes none.
-AUTO_PREFETCH_SECONDS = 0.25
-AUTO_PREFETCH_MAX = 4000
-#: The weight of each new handler time in the mean (an exponential moving average).
-DURATION_WEIGHT = 0.1
-
-
-class Reservation(NamedTuple):
-    """Capacity promised to one lease call: `want` jobs, of which the first `start` go to
-    handler threads that are free now (the lease says they started; the others are leased
-    ahead until a renewal says their handler started)."""
-
-    want: int
-    start: int
-    #: refused because another loop's lease, whose jobs start at once, is in flight: wait
-    #: for it (HeldLeases.wait_started), not for the wake-up, which it does not bump
-    blocked: bool = False
 
 
 def attempt_of(attempt: int, max_attempts: int) -> str:
@@ -161,42 +144,29 @@ class RetryDb(Protocol):
 class HeldLeases:
     """The leases one worker holds, by lease id, and the batched writes about them."""
 
-    def __init__(self, *, concurrency: int, prefetch: int | None, lease_loops: int, db: Db,
-                 retry_db: RetryDb, freed: Callable[[], None],
-                 worker_id: Callable[[], int], start_slots: int | None = None,
-                 metrics: WorkerMetrics | None = None) -> None:
+    def __init__(self, *, lanes: Sequence[Lane], prefetch: int | None, lease_loops: int,
+                 db: Db, retry_db: RetryDb, freed: Callable[[], None],
+                 worker_id: Callable[[], int], metrics: WorkerMetrics | None = None) -> None:
         """
-        :param concurrency: handler slots (threads, or coroutines on the event loop); at most
-            this many held jobs run at once.
-        :param start_slots: the slots a lease may say its jobs start in at once: all of
-            `concurrency` (None) when the slots are of one kind. With slots of two kinds
-            (threads and coroutines), which of a lease's jobs find a free slot depends on
-            their kinds, unknown before it returns; but while fewer than the smaller kind's
-            slot count are busy, that many more jobs of any kinds find a free slot each: the
-            smaller kind's count is given.
-        :param prefetch: jobs held beyond those, leased ahead; None: automatic (see
-            AUTO_PREFETCH_SECONDS).
+        :param lanes: the worker's handler slots by lane, and the kinds each lane's leases
+            take (capacity.py): at most its slots' worth of held jobs run at once.
+        :param prefetch: jobs each lane holds beyond its slots, leased ahead; None:
+            automatic (see AUTO_PREFETCH_SECONDS).
         :param lease_loops: how many lease loops share the capacity.
         :param freed: called after leases were let go of (wakes the lease loops).
         :param worker_id: the worker's registry id, for log lines (it changes on failover).
         """
-        self._concurrency = concurrency
-        self._start_slots = concurrency if start_slots is None else start_slots
+        self._capacity = Capacity(lanes, prefetch=prefetch, lease_loops=lease_loops)
+        self.lanes = [count.lane for count in self._capacity.lanes]
         self._metrics = metrics
-        self._prefetch = prefetch
-        self._loops = lease_loops
-        #: the mean handler time in seconds (None: no job ran yet); written by handler
-        #: threads without a lock (a lost update among racing threads only skips a sample)
-        self._mean_run: float | None = None
-        self._starting = False              # a lease with start > 0 is in flight
         self._db = db
         self._retry_db = retry_db
         self._freed = freed
         self._worker_id = worker_id
         self._lock = threading.Lock()
-        self._started = threading.Condition(self._lock)  # `_starting` went back to False
+        # a lane's `starting` went back to False
+        self._started = threading.Condition(self._lock)
         self._held: dict[int, Held] = {}
-        self._reserved = 0
         self._processed = 0
         # SimpleQueue (C) rather than Queue: two hand-offs per job, no task_done/join needed
         self._acks: queue_mod.SimpleQueue[Held | None] = queue_mod.SimpleQueue()
@@ -215,19 +185,9 @@ class HeldLeases:
 
     @property
     def prefetch(self) -> int:
-        """How many jobs may be held ahead of the handlers now."""
+        """How many jobs may be held ahead of the handlers now (of the first lane)."""
         with self._lock:
-            return self._prefetch_now()
-
-    def _prefetch_now(self) -> int:
-        """Under the lock: the fixed prefetch, or the automatic one."""
-        if self._prefetch is not None:
-            return self._prefetch
-        mean = self._mean_run
-        if mean is None:
-            return 0
-        return int(min(AUTO_PREFETCH_MAX, self._concurrency * AUTO_PREFETCH_SECONDS
-                       / max(mean, 1e-6)))
+            return self._capacity.prefetch(0)
 
     def begin(self, held: Held) -> bool:
         """A handler (thread or coroutine) is about to run `held`: True when it won the job's
@@ -246,47 +206,40 @@ class HeldLeases:
             self.release(held)
 
     def ran(self, held: Held, seconds: float) -> None:
-        """A handler ran a job for `seconds` (the automatic prefetch follows the mean; the
-        metrics, when on, record it and the job's wait from its due time to its start)."""
-        mean = self._mean_run
-        self._mean_run = seconds if mean is None else (
-            mean + DURATION_WEIGHT * (seconds - mean))
+        """A handler ran a job for `seconds` (the automatic prefetch of its lane follows the
+        mean; the metrics, when on, record it and the job's wait from its due time to its
+        start)."""
+        self._capacity.ran(held.lease.kind, seconds)
         if self._metrics is not None:
             self._metrics.ran(held.lease, seconds)
 
-    def reserve(self) -> Reservation:
-        """Capacity for one lease call: what is free, at most one lease loop's share, and how
-        many of those jobs free handler threads start at once. The caller must `admit` it,
+    def reserve(self, lane: int = 0) -> Reservation:
+        """Capacity for one lease call of `lane`: what is free, at most one lease loop's share,
+        and how many of those jobs free handlers start at once. The caller must `admit` it,
         whatever the lease call does.
 
-        `start` is what the handlers leave free once they have taken the jobs queued for them
-        (a job waiting for its ack holds no thread). It is given only to a lease with no
-        other in flight, and no other lease is made until its jobs are queued, so no job
-        leased ahead can be queued before them."""
+        `start` is what the lane's handlers leave free once they have taken the jobs queued
+        for them (a job waiting for its ack holds no slot). It is given only to a lease with
+        no other of the lane in flight, and no other lease of the lane is made until its jobs
+        are queued, so no job leased ahead can be queued before them."""
         with self._lock:
-            if self._starting:
-                return Reservation(0, 0, blocked=True)
-            busy = len(self._held) - self._acks.qsize()
-            capacity = self._concurrency + self._prefetch_now()
-            share = -(-capacity // self._loops)
-            want = min(share, capacity - len(self._held) - self._reserved)
-            if want <= 0:
-                return Reservation(0, 0)
-            start = 0
-            if self._reserved == 0:
-                start = max(0, min(want, self._start_slots - busy))
-            self._reserved += want
-            self._starting = start > 0
-            return Reservation(want, start)
+            if len(self._capacity.lanes) == 1:
+                busy = len(self._held) - self._acks.qsize()
+            else:
+                busy = sum(1 for h in self._held.values() if not h.acking.is_set()
+                           and self._capacity.index_of(h.lease.kind) == lane)
+            return self._capacity.reserve(lane, busy)
 
     def admit(self, reservation: Reservation, fresh: list[Held],
               hand_out: Callable[[Held], None]) -> None:
         """Give back a reservation, hold the leases its lease call returned and queue them
-        for the handler threads, in the order returned (the first `start` were said started)."""
+        for the handlers, in the order returned (the first `start` were said started)."""
+        counts = self._capacity.lanes
         with self._lock:
-            self._reserved -= reservation.want
+            counts[reservation.lane].reserved -= reservation.want
             for held in fresh:
                 self._held[held.lease.lease_id] = held
+                counts[self._capacity.index_of(held.lease.kind)].held += 1
         try:
             for held in fresh:
                 hand_out(held)
@@ -296,21 +249,26 @@ class HeldLeases:
                 # of its generation would also end this loop's own wait at once, and an idle
                 # worker would call the lease without pause.
                 with self._lock:
-                    self._starting = False
+                    counts[reservation.lane].starting = False
                     self._started.notify_all()
 
-    def wait_started(self, timeout: float) -> None:
-        """Wait until no lease whose jobs start at once is in flight (at most `timeout`)."""
+    def wait_started(self, timeout: float, lane: int = 0) -> None:
+        """Wait until no lease of `lane` whose jobs start at once is in flight (at most
+        `timeout`)."""
+        count = self._capacity.lanes[lane]
         with self._lock:
-            self._started.wait_for(lambda: not self._starting, timeout)
+            self._started.wait_for(lambda: not count.starting, timeout)
 
     # -- letting go --------------------------------------------------------------------------
 
     def release(self, *done: Held) -> None:
         """Stop holding these jobs: their capacity is free again (each counted under the
         outcome that was decided for it)."""
+        counts = self._capacity.lanes
         with self._lock:  # a job given up on (deadlines.py) is released again when it ends
             gone = [h for h in done if self._held.pop(h.lease.lease_id, None) is not None]
+            for h in gone:
+                counts[self._capacity.index_of(h.lease.kind)].held -= 1
             self._processed += len(gone)
         if self._metrics is not None:
             for held in gone:

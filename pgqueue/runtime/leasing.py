@@ -59,37 +59,43 @@ class LeaseLoops:
         self._worker_id = worker_id
 
     def loop(self, turn: int = 0) -> None:
-        """Lease while there is capacity, one stream after the other, until stop. Each
-        stream's next lease starts where this loop's last one ended (LeasePosition)."""
+        """Lease while there is capacity, for each stream and lane in turn (a lane: the
+        slots of one sort and the kinds they run, capacity.py), until stop. Each stream's
+        next lease of a lane starts where this loop's last one ended (LeasePosition). A
+        round over every stream and lane that leased nothing it had room for waits for a
+        NOTIFY, a freed slot, or the poll interval."""
         delay = FIRST_DELAY_SECONDS
-        positions = {stream: LeasePosition() for stream in self._streams}
+        lanes = range(len(self._leases.lanes))
+        pairs = [(stream, lane) for lane in lanes for stream in self._streams]
+        positions = {pair: LeasePosition() for pair in pairs}
+        seen, progress = self._wake.generation, False
         while not self._stopping.is_set():
-            seen = self._wake.generation
-            reservation = self._leases.reserve()
-            if reservation.blocked:
-                self._leases.wait_started(self._poll_interval)
-                continue
-            if reservation.want == 0:
-                self._wake.wait(seen, self._poll_interval)
-                continue
-            stream = self._streams[turn % len(self._streams)]
+            stream, lane = pairs[turn % len(pairs)]
             turn += 1
-            try:
-                got = self.take(stream, reservation, positions[stream])
-                delay = FIRST_DELAY_SECONDS
-                self._outage.ok("lease")
-            except PgQueueError as exc:
-                if isinstance(exc, ConnectionFailed):
-                    self._outage.failed("lease", exc)
-                else:
-                    log.warning("worker %s: lease failed (%s); retrying in %.1fs",
-                                self._worker_id(), exc, delay)
-                self._stopping.wait(jittered(delay))
-                delay = next_delay(delay)
+            reservation = self._leases.reserve(lane)
+            if reservation.blocked:
+                self._leases.wait_started(self._poll_interval, lane)
+                turn -= 1  # the same stream and lane again
                 continue
-            if got < reservation.want and turn % len(self._streams) == 0:
-                # Every stream came back short: wait for a NOTIFY, a free slot, or the poll.
-                self._wake.wait(seen, self._poll_interval)
+            if reservation.want:
+                try:
+                    got = self.take(stream, reservation, positions[stream, lane])
+                    delay = FIRST_DELAY_SECONDS
+                    self._outage.ok("lease")
+                except PgQueueError as exc:
+                    if isinstance(exc, ConnectionFailed):
+                        self._outage.failed("lease", exc)
+                    else:
+                        log.warning("worker %s: lease failed (%s); retrying in %.1fs",
+                                    self._worker_id(), exc, delay)
+                    self._stopping.wait(jittered(delay))
+                    delay = next_delay(delay)
+                    continue
+                progress = progress or got >= reservation.want
+            if turn % len(pairs) == 0:
+                if not progress:  # nothing more to lease, or no room: wait for news
+                    self._wake.wait(seen, self._poll_interval)
+                seen, progress = self._wake.generation, False
 
     def take(self, stream: str, reservation: Reservation,
              position: LeasePosition | None = None) -> int:
@@ -102,12 +108,14 @@ class LeaseLoops:
         request = uuid.uuid4()
         sent: list[bool] = []  # the first call is not a re-send; every later one is
 
+        lane = self._leases.lanes[reservation.lane]
+
         def take(conn: queries.Conn) -> list[Lease]:
             resent = bool(sent)
             sent.append(True)
             return lease.lease(conn, stream, reservation.want, self._visibility_timeout,
                                self._node, self._worker_id(), request, resent, reservation.start,
-                               position)
+                               position, kinds=lane.kinds, not_kinds=lane.not_kinds)
 
         try:
             got = self._retry_db(take, "lease", until=self._stopping) or []

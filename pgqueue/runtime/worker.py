@@ -61,6 +61,7 @@ from pgqueue.failures import MAX_TRACEBACK_CHARS as MAX_ERROR_CHARS
 from pgqueue.maintenance.maintain import Maintainer
 from pgqueue.runtime import registry, signals
 from pgqueue.runtime.app import App
+from pgqueue.runtime.capacity import lanes_for
 from pgqueue.runtime.coroutines import DEFAULT_ASYNC_CONCURRENCY, WRITERS, AsyncHandlers
 from pgqueue.runtime.deadlines import Deadlines
 from pgqueue.runtime.handlers import HandlerThreads, failed
@@ -213,10 +214,12 @@ class Worker:
             # missing series is not an alert on 0
             self.metrics = WorkerMetrics(
                 lambda: {**dict.fromkeys(self.streams, 0), **self._leases.held_by_stream()})
-        self._leases = HeldLeases(concurrency=slots, prefetch=self.prefetch,
-                                  start_slots=min(self._thread_slots, self._loop_slots)
-                                  if self._thread_slots and self._loop_slots else None,
-                                  metrics=self.metrics,
+        # a lane per sort of slot: the threads' leases take their plain def kinds, the
+        # loop's the rest (capacity.py)
+        self._sync_kinds = frozenset(k for k, h in app.handlers.items() if not h.is_async)
+        self._leases = HeldLeases(lanes=lanes_for(self._thread_slots, self._loop_slots,
+                                                  self._sync_kinds),
+                                  prefetch=self.prefetch, metrics=self.metrics,
                                   lease_loops=self.lease_loops, db=self._db,
                                   retry_db=self._retry_db, freed=self._wake.set,
                                   worker_id=self._id)
@@ -414,11 +417,11 @@ class Worker:
         """Queue a leased job for the slots of its kind: an async def handler's for the event
         loop, the rest for the handler threads (or the loop, when there are no threads)."""
         kind = held.lease.kind
-        if kind in self._async_kinds or (not self._thread_slots and kind not in self.app.handlers):
+        if self._thread_slots and (kind in self._sync_kinds or self._coroutines is None):
+            self._handlers.work.put(held)
+        else:  # an async kind, or one without a handler (parked at once) when there is a loop
             assert self._coroutines is not None
             self._coroutines.put(held)
-        else:
-            self._handlers.work.put(held)
 
     # -- time limits (deadlines.py) ------------------------------------------------------------
 

@@ -84,6 +84,17 @@ BEGIN
 END
 $$;
 
+-- Whether a job of p_kind is one a lease asked for: of p_kinds when given, and not of
+-- p_not_kinds when given (a job without a kind is of none). A worker leases for each lane of
+-- its slots the kinds that lane runs (pgqueue/runtime/capacity.py).
+CREATE OR REPLACE FUNCTION pgqueue.in_lane(p_kind text, p_kinds text[], p_not_kinds text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT (p_kinds IS NULL OR p_kind = ANY(p_kinds))
+       AND (p_not_kinds IS NULL OR p_kind IS NULL OR p_kind <> ALL(p_not_kinds))
+$$;
+
 -- Take out the first p_limit ready entries of a stream in lease order with a priority from
 -- p_low to p_high and, within it, a job id above p_after_id, that no other lease holds (SKIP
 -- LOCKED); their job ids (once each) in lease order. One range of ready_order_idx: with
@@ -98,7 +109,9 @@ $$;
 -- look every second, or any lease without a position) takes it, as any entry behind the
 -- position.
 CREATE OR REPLACE FUNCTION pgqueue.take_ready_range(p_stream text, p_limit int, p_low smallint,
-                                                    p_high smallint, p_after_id bigint)
+                                                    p_high smallint, p_after_id bigint,
+                                                    p_kinds text[] DEFAULT NULL,
+                                                    p_not_kinds text[] DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE sql VOLATILE
 AS $$
@@ -106,6 +119,7 @@ AS $$
         SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
         WHERE r.stream = p_stream AND r.priority >= p_low AND r.priority <= p_high
           AND r.job_id > p_after_id AND r.xmax = '0'::xid
+          AND pgqueue.in_lane(r.kind, p_kinds, p_not_kinds)
         ORDER BY r.priority DESC, r.job_id
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
@@ -134,7 +148,9 @@ $$;
 -- became pending again, or committed after later ones) waits for that.
 CREATE OR REPLACE FUNCTION pgqueue.take_ready_after(p_stream text, p_limit int,
                                                     p_after_priority smallint,
-                                                    p_after_id bigint)
+                                                    p_after_id bigint,
+                                                    p_kinds text[] DEFAULT NULL,
+                                                    p_not_kinds text[] DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -144,18 +160,19 @@ BEGIN
     v_ids := '{}';
     IF p_after_priority < 32767 THEN
         v_ids := pgqueue.take_ready_range(p_stream, p_limit, (p_after_priority + 1)::smallint,
-                                          32767::smallint, -9223372036854775808);
+                                          32767::smallint, -9223372036854775808,
+                                          p_kinds, p_not_kinds);
     END IF;
     IF cardinality(v_ids) < p_limit THEN
         v_ids := v_ids || pgqueue.take_ready_range(p_stream, p_limit - cardinality(v_ids),
                                                    p_after_priority, p_after_priority,
-                                                   p_after_id);
+                                                   p_after_id, p_kinds, p_not_kinds);
     END IF;
     IF cardinality(v_ids) < p_limit AND p_after_priority > -32768 THEN
         v_ids := v_ids || pgqueue.take_ready_range(p_stream, p_limit - cardinality(v_ids),
                                                    (-32768)::smallint,
                                                    (p_after_priority - 1)::smallint,
-                                                   -9223372036854775808);
+                                                   -9223372036854775808, p_kinds, p_not_kinds);
     END IF;
     RETURN v_ids;
 END
@@ -198,7 +215,8 @@ AS $$ SELECT p_lease_ids[array_position(p_ids, p_id)] $$;
 CREATE OR REPLACE FUNCTION pgqueue.lease(
     p_stream text, p_limit int, p_visibility_ms bigint, p_worker_node int, p_worker_instance int,
     p_request uuid DEFAULT NULL, p_resent boolean DEFAULT false, p_start int DEFAULT NULL,
-    p_after_priority smallint DEFAULT NULL, p_after_id bigint DEFAULT NULL
+    p_after_priority smallint DEFAULT NULL, p_after_id bigint DEFAULT NULL,
+    p_kinds text[] DEFAULT NULL, p_not_kinds text[] DEFAULT NULL
 ) RETURNS TABLE (
     id bigint, lease_id bigint, stream text, kind text, payload bytea, priority smallint,
     attempts int, max_attempts int, enqueued_at timestamptz, lease_expires_at timestamptz,
@@ -293,7 +311,8 @@ BEGIN
     WHERE k.stream = p_stream AND (k.max_concurrency IS NOT NULL OR k.rate_count IS NOT NULL
                                    OR k.max_per_key IS NOT NULL);
     IF v_kinds IS NULL AND p_after_id IS NOT NULL AND p_after_priority IS NOT NULL THEN
-        v_ids := pgqueue.take_ready_after(p_stream, p_limit, p_after_priority, p_after_id);
+        v_ids := pgqueue.take_ready_after(p_stream, p_limit, p_after_priority, p_after_id,
+                                          p_kinds, p_not_kinds);
         PERFORM set_config('pgqueue.ready_taken', 'on', true);
     ELSIF v_kinds IS NULL THEN
         -- the first ready entries in lease order that no other lease holds (SKIP LOCKED),
@@ -302,7 +321,7 @@ BEGIN
         -- (an entry whose job is not is just gone)
         WITH taken AS (
             SELECT r.slot, r.ctid AS at FROM pgqueue.ready r
-            WHERE r.stream = p_stream
+            WHERE r.stream = p_stream AND pgqueue.in_lane(r.kind, p_kinds, p_not_kinds)
             ORDER BY r.priority DESC, r.job_id
             LIMIT p_limit
             FOR UPDATE SKIP LOCKED
@@ -330,7 +349,7 @@ BEGIN
         PERFORM set_config('pgqueue.ready_taken', 'off', true);
         SELECT p.ids, p.rated INTO v_ids, v_rated
         FROM pgqueue.pick_within_limits(p_stream, p_limit, v_kinds, v_max, v_rate, v_rate_ms,
-                                        v_per_key, p_start) p;
+                                        v_per_key, p_start, p_kinds, p_not_kinds) p;
     END IF;
     -- The lease ids are drawn before the UPDATE, one per candidate in lease order (Citus
     -- refuses a volatile function in an UPDATE of a distributed table; a candidate no longer
@@ -522,7 +541,8 @@ $$;
 -- ids in lease order, and which of them are of rate-limited kinds.
 CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
     p_stream text, p_limit int, p_kinds text[], p_max int[], p_rate int[], p_rate_ms bigint[],
-    p_per_key int[], p_start int, OUT ids bigint[], OUT rated bigint[]
+    p_per_key int[], p_start int, p_lane text[], p_not_lane text[],
+    OUT ids bigint[], OUT rated bigint[]
 )
 LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off  -- plans that do not depend on statistics (see pgqueue.lease)
@@ -579,6 +599,7 @@ BEGIN
                            row_number() OVER (ORDER BY r.priority DESC, r.job_id) AS n
                     FROM pgqueue.ready r
                     WHERE r.stream = p_stream AND r.job_id <> ALL(v_tried)
+                      AND pgqueue.in_lane(r.kind, p_lane, p_not_lane)
                     ORDER BY r.priority DESC, r.job_id
                     LIMIT v_cap) c
               WHERE c.kind IS NULL OR c.kind <> ALL(p_kinds) OR c.n = v_cap
@@ -590,6 +611,7 @@ BEGIN
             INTO v_free_ids, v_free_pris
             FROM (SELECT r.job_id AS id, r.priority FROM pgqueue.ready r
                   WHERE r.stream = p_stream AND r.kind IS NULL AND r.job_id <> ALL(v_tried)
+                    AND pgqueue.in_lane(NULL, p_lane, p_not_lane)
                   ORDER BY r.kind, r.priority DESC, r.job_id  -- kind first: the kind index's order
                   LIMIT p_limit) c;
             FOR v_kind IN
@@ -603,6 +625,7 @@ BEGIN
                             ORDER BY e.kind LIMIT 1)
                     FROM ready r WHERE r.kind IS NOT NULL)
                 SELECT r.kind FROM ready r WHERE r.kind IS NOT NULL AND r.kind <> ALL(p_kinds)
+                  AND pgqueue.in_lane(r.kind, p_lane, p_not_lane)
             LOOP
                 SELECT v_free_ids || coalesce(array_agg(c.id), '{}'),
                        v_free_pris || coalesce(array_agg(c.priority), '{}')
@@ -621,6 +644,7 @@ BEGIN
         -- kind whose first job would not make the cut is not locked, nor counted): its
         -- candidates, as many as its room
         FOR i IN 1 .. cardinality(p_kinds) LOOP
+            CONTINUE WHEN NOT pgqueue.in_lane(p_kinds[i], p_lane, p_not_lane);  -- not asked for
             CONTINUE WHEN NOT EXISTS (  -- no ready job of the kind: nothing to count for
                 SELECT 1 FROM pgqueue.ready_ahead(p_stream, p_kinds[i], v_bpri, v_bid, 1));
             CONTINUE WHEN NOT pgqueue.lock_kind(p_stream, p_kinds[i], false);
@@ -881,7 +905,8 @@ SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, en
        timeout_ms  -- the job's own time limit, set at enqueue (the worker enforces it)
 FROM pgqueue.lease(%(stream)s, %(limit)s::int, %(visibility_ms)s::bigint, %(worker_node)s::int,
                    %(worker_instance)s::int, %(request)s::uuid, %(resent)s::boolean,
-                   %(start)s::int, %(after_priority)s::smallint, %(after_id)s::bigint)
+                   %(start)s::int, %(after_priority)s::smallint, %(after_id)s::bigint,
+                   %(kinds)s::text[], %(not_kinds)s::text[])
 
 -- name: renew_leases
 -- Extend many leases and write their checkpoints in one UPDATE, saying which handlers have

@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 import pgqueue
 from pgqueue.client import lease, settle
 from pgqueue.db import connection, queries
+from pgqueue.runtime.capacity import Lane
 from pgqueue.runtime.held import HeldLeases
 from pgqueue.runtime.renewer import Renewer
 from pgqueue.runtime.running import Held
@@ -248,7 +249,7 @@ def test_a_replay_reproduces_a_requested_cancel_and_its_end(q: pgqueue.Queue, ds
 def test_the_renewer_marks_a_held_job_cancelled(q: pgqueue.Queue, dsn: str) -> None:
     """The fallback when a NOTIFY is missed: the renewal round that already runs says so."""
     held = Held(leased(q), 30.0)
-    table = HeldLeases(concurrency=1, prefetch=0, lease_loops=1,
+    table = HeldLeases(lanes=[Lane("all", 1)], prefetch=0, lease_loops=1,
                        db=lambda fn: q_call(q, fn), retry_db=lambda fn, what, **kw: q_call(q, fn),
                        freed=lambda: None, worker_id=lambda: 1)
     table.admit(table.reserve(), [held], lambda h: None)

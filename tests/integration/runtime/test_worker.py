@@ -761,11 +761,11 @@ def test_a_handler_thread_survives_an_error_outside_the_handler(
     write = settler.write
     broken = threading.Event()
 
-    def write_but_break_the_first_nack(held: Any, what: str, fn: Any) -> Any:
+    def write_but_break_the_first_nack(held: Any, what: str, fn: Any, ends: Any = None) -> Any:
         if what == "nack" and not broken.is_set():
             broken.set()
             raise RuntimeError("the nack could not be written")
-        return write(held, what, fn)
+        return write(held, what, fn, ends)
 
     monkeypatch.setattr(settler, "write", write_but_break_the_first_nack)
     thread = threading.Thread(target=worker.run, daemon=True)
