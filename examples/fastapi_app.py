@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
-from fastapi import FastAPI, HTTPException
-from psycopg_pool import AsyncConnectionPool
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 
 import pgqueue
 from pgqueue.dashboard import create_app
@@ -25,11 +25,10 @@ from pgqueue.dashboard import create_app
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     dsn = os.environ["PGQUEUE_DSN"]
-    async with pgqueue.AsyncQueue(dsn, stream="orders") as queue, \
-            AsyncConnectionPool(dsn, open=False) as pool:
-        async with pool.connection() as conn:
+    async with pgqueue.AsyncQueue(dsn, stream="orders") as queue:
+        async with queue.connection() as conn:
             await conn.execute("CREATE TABLE IF NOT EXISTS orders (number int PRIMARY KEY)")
-        app.state.queue, app.state.pool = queue, pool
+        app.state.queue = queue
         yield
 
 
@@ -39,13 +38,22 @@ app = FastAPI(lifespan=lifespan)
 app.mount("/queue", create_app(os.environ.get("PGQUEUE_DSN", "dbname=shop")))
 
 
+@app.exception_handler(pgqueue.ConnectionFailed)
+async def database_away(request: Request, exc: pgqueue.ConnectionFailed) -> JSONResponse:
+    """While the database is unreachable (a restart, an outage) every request that needs it
+    answers 503 within the queue's connect timeout, and works again once it is back."""
+    return JSONResponse({"detail": "the database is unreachable: try again shortly"},
+                        status_code=503, headers={"Retry-After": "5"})
+
+
 @app.post("/orders/{number}")
 async def place_order(number: int) -> dict[str, Any]:
-    """The order and its invoice job commit together (the pool's connection block commits at
-    its end, or rolls back when it raises)."""
+    """The order and its invoice job commit together, on one of the queue's own connections
+    (which come back as soon as the server does): the transaction block commits at its end,
+    or rolls back when it raises."""
     queue: pgqueue.AsyncQueue = app.state.queue
     try:
-        async with app.state.pool.connection() as conn:
+        async with queue.connection() as conn, conn.transaction():
             await conn.execute("INSERT INTO orders (number) VALUES (%s)", [number])
             job_id = await queue.enqueue({"order": number}, kind="invoice", conn=conn)
     except psycopg.errors.UniqueViolation:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import logging
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
 
+import psycopg
 from psycopg_pool import PoolTimeout
 
 from pgqueue import validate
@@ -30,11 +32,14 @@ from pgqueue.db import callers, connection, run
 from pgqueue.db.failover import follow_leader
 from pgqueue.db.pool import QueuePool
 from pgqueue.db.run import Conn
+from pgqueue.db.translate import translate
 from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
 from pgqueue.models import Checkpoint, Lease, NewJob
 from pgqueue.telemetry import tracing
+from pgqueue.telemetry.outage import Outage
 
 R = TypeVar("R")
+log = logging.getLogger("pgqueue.queue")
 
 
 class Queue(QueueOperations):
@@ -66,6 +71,9 @@ class Queue(QueueOperations):
         self._lock = threading.Lock()
         self.dsn = self.dsns[0]
         self._pool: QueuePool | None = None
+        #: the database unreachable, as a producer's log tells it: a line when it starts, one
+        #: a minute, one when it ends (not the pool's line per stale connection)
+        self._outage = Outage(log, lambda: f"queue {self.stream}")
         self._parent: Queue | None = None  # for_stream: whose pool this queue uses
         self._open()  # Queue connects now: a bad DSN or schema fails here
 
@@ -137,15 +145,31 @@ class Queue(QueueOperations):
 
     @contextmanager
     def connection(self) -> Iterator[Conn]:
-        """Borrow a pooled autocommit connection (for stage functions and tools)."""
+        """Borrow a pooled autocommit connection (for stage functions, tools, and a caller's
+        own transaction with conn=: `async with q.connection() as c, c.transaction()`). While
+        the server is unreachable it raises ConnectionFailed within the connect timeout; a
+        connection lost inside the block raises ConnectionFailed too, and the pool's other
+        idle connections are checked at once, so that the next call gets a live one."""
         pool = self._open()
+        outage = (self._parent or self)._outage
         try:
             with pool.connection() as conn:
                 yield conn
         except PoolTimeout as exc:
-            raise ConnectionFailed(
+            failed = ConnectionFailed(
                 f"no connection to Postgres at {connection.describe((self._parent or self).dsn)}: {exc}",
-                waited=True) from None
+                waited=True)
+            outage.failed("call", failed)
+            raise failed from None
+        except (psycopg.OperationalError, ConnectionFailed) as exc:
+            pool.check()  # the others from before a restart are as stale
+            lost = exc if isinstance(exc, ConnectionFailed) else translate(exc)
+            if isinstance(lost, ConnectionFailed):
+                outage.failed("call", lost)
+                if lost is not exc:
+                    raise lost from exc
+            raise
+        outage.ok()
 
     # -- enqueue -----------------------------------------------------------------------------
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
+import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, TypeVar
 
+import psycopg
 from psycopg_pool import PoolTimeout
 
 from pgqueue import validate
@@ -35,11 +37,14 @@ from pgqueue.db import run_async as run
 from pgqueue.db.failover_async import follow_leader
 from pgqueue.db.pool_async import AsyncQueuePool
 from pgqueue.db.run_async import AsyncConn
+from pgqueue.db.translate import translate
 from pgqueue.errors import ConnectionFailed, LeaseLost, PgQueueError
 from pgqueue.models import Checkpoint, Lease, NewJob
 from pgqueue.telemetry import tracing
+from pgqueue.telemetry.outage import Outage
 
 R = TypeVar("R")
+log = logging.getLogger("pgqueue.queue")
 
 
 class AsyncQueue(AsyncQueueOperations):
@@ -71,6 +76,9 @@ class AsyncQueue(AsyncQueueOperations):
         self._lock = asyncio.Lock()
         self.dsn = self.dsns[0]
         self._pool: AsyncQueuePool | None = None
+        #: the database unreachable, as a producer's log tells it: a line when it starts, one
+        #: a minute, one when it ends (not the pool's line per stale connection)
+        self._outage = Outage(log, lambda: f"queue {self.stream}")
         self._parent: AsyncQueue | None = None  # for_stream: whose pool this queue uses
         self._batcher = coalesce.EnqueueBatcher(  # async-only
             alone=self._enqueue_job, together=self._enqueue_jobs,  # async-only
@@ -148,15 +156,31 @@ class AsyncQueue(AsyncQueueOperations):
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConn]:
-        """Borrow a pooled autocommit connection (for stage functions and tools)."""
+        """Borrow a pooled autocommit connection (for stage functions, tools, and a caller's
+        own transaction with conn=: `async with q.connection() as c, c.transaction()`). While
+        the server is unreachable it raises ConnectionFailed within the connect timeout; a
+        connection lost inside the block raises ConnectionFailed too, and the pool's other
+        idle connections are checked at once, so that the next call gets a live one."""
         pool = await self._open()
+        outage = (self._parent or self)._outage
         try:
             async with pool.connection() as conn:
                 yield conn
         except PoolTimeout as exc:
-            raise ConnectionFailed(
+            failed = ConnectionFailed(
                 f"no connection to Postgres at {connection.describe((self._parent or self).dsn)}: {exc}",
-                waited=True) from None
+                waited=True)
+            outage.failed("call", failed)
+            raise failed from None
+        except (psycopg.OperationalError, ConnectionFailed) as exc:
+            await pool.check()  # the others from before a restart are as stale
+            lost = exc if isinstance(exc, ConnectionFailed) else translate(exc)
+            if isinstance(lost, ConnectionFailed):
+                outage.failed("call", lost)
+                if lost is not exc:
+                    raise lost from exc
+            raise
+        outage.ok()
 
     # -- enqueue -----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ backend process id of its own (for cancel requests), which is not the server's.
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -34,6 +35,19 @@ from pgqueue.db import run
 Conn = psycopg.Connection[Any]
 #: Whether a failed connection attempt was refused for good (connection.refused_for_good).
 Refused = Callable[[psycopg.OperationalError], bool]
+
+class _OwnLines(logging.Filter):
+    """Drops psycopg_pool's warnings about pgqueue's own pools (a line per stale connection
+    discarded, per failed attempt): whoever uses the pool says the outage once instead
+    (telemetry/outage.py). Other pools' lines pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.WARNING or "pgqueue" not in record.getMessage()
+
+
+_POOL_LOG = logging.getLogger("psycopg.pool")
+if not any(type(f).__name__ == "_OwnLines" for f in _POOL_LOG.filters):  # once (and pool.py)
+    _POOL_LOG.addFilter(_OwnLines())
 
 #: How often a pooled connection tries again while the server cannot be reached (seconds;
 #: each wait is jittered down to half of it, so processes that lost the same server do not

@@ -17,6 +17,7 @@ from pgqueue.runtime.jobdefs import F, JobHandler, Step, StepJob, handler_functi
 
 if TYPE_CHECKING:
     from pgqueue.client.queue import Queue
+    from pgqueue.client.queue_async import AsyncQueue
 
 __all__ = ["App", "JobHandler", "Step", "StepJob"]
 
@@ -113,6 +114,22 @@ class App:
 
     def enqueue(self, queue: Queue, kind: str, payload: Any, *, conn: object | None = None,
                 **options: Any) -> int:
-        """Enqueue a job of `kind` with the handler's defaults (in the caller's transaction
-        with `conn`, as Queue.enqueue)."""
+        """Enqueue a job of `kind` with the handler's defaults (its max_attempts and
+        schema_version), in the caller's transaction with `conn`, as Queue.enqueue. With an
+        AsyncQueue: `await app.aenqueue(...)`."""
+        from pgqueue.client.queue_async import AsyncQueue
+
+        if isinstance(queue, AsyncQueue):
+            raise TypeError("app.enqueue takes a Queue; with an AsyncQueue, "
+                            "await app.aenqueue(queue, kind, payload, ...)")
         return queue.enqueue_many([self.new_job(kind, payload, **options)], conn=conn)[0]
+
+    async def aenqueue(self, queue: AsyncQueue, kind: str, payload: Any, *,
+                       conn: object | None = None, **options: Any) -> int:
+        """`enqueue` for an AsyncQueue: a job of `kind` with the handler's defaults."""
+        from pgqueue.client.queue_async import AsyncQueue
+
+        if not isinstance(queue, AsyncQueue):
+            raise TypeError("app.aenqueue takes an AsyncQueue; with a Queue, call "
+                            "app.enqueue(queue, kind, payload, ...)")
+        return (await queue.enqueue_many([self.new_job(kind, payload, **options)], conn=conn))[0]

@@ -262,3 +262,32 @@ def test_a_stale_connection_just_after_an_outage_is_no_new_outage(
         outage.ok()
     events = [r.pgqueue["event"] for r in caplog.records]  # type: ignore[attr-defined]
     assert events == ["outage_started", "outage_ended", "outage_started", "outage_ended"]
+
+
+def test_the_fastapi_example_answers_503_while_the_database_is_away_and_200_after(
+        up: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docs' FastAPI service: an order placed while the server is down answers 503 (not a
+    stale connection's 500), and the next orders succeed within seconds of its return."""
+    import importlib
+
+    import examples.fastapi_app
+
+    monkeypatch.setenv("PGQUEUE_DSN", up.dsn)
+    example = importlib.reload(examples.fastapi_app)
+    numbers = iter(range(1000, 2000))
+    with TestClient(example.app) as client:
+        assert client.post(f"/orders/{next(numbers)}").status_code == 200
+        up.down()
+        during = client.post(f"/orders/{next(numbers)}")
+        assert during.status_code == 503, during.text
+        assert during.headers["retry-after"] == "5"
+        up.up()
+        back = time.monotonic()
+        codes: list[int] = []
+
+        def placed() -> bool:
+            codes.append(client.post(f"/orders/{next(numbers)}").status_code)
+            return codes[-1] == 200
+
+        wait_for(placed, timeout=30, what="an order placed after the outage")
+        assert time.monotonic() - back < 3 + SLACK and set(codes) <= {503, 200}, codes

@@ -212,6 +212,7 @@ def test_every_part_is_back_within_seconds_of_any_outage(bed: Bed) -> None:
     assert not any(late.values()), f"back later than {RECOVERY_SECONDS}s: {late} (all: {figures})"
     _nothing_lost_nothing_twice(bed)
     _the_worker_said_each_long_outage_once(bed, spans)
+    _each_producer_said_each_long_outage_once(bed)
 
 
 def _applied_now(bed: Bed) -> int:
@@ -280,3 +281,17 @@ def _the_worker_said_each_long_outage_once(bed: Bed, spans: dict[str, tuple[floa
         assert len(started) == 1 and len(ended) == 1, (name, stopped, back, said)
     assert sum(1 for event, _ in said if event == "outage_ended") == sum(
         1 for event, _ in said if event == "outage_started"), said
+
+
+def _each_producer_said_each_long_outage_once(bed: Bed) -> None:
+    """A producer (no logging set up: Python's last-resort handler prints its warnings) says
+    an outage when it starts and when it ends, not a line per stale connection or failed
+    attempt of its pool."""
+    for name in ("sync_producer", "async_producer"):
+        lines = bed.log(name).splitlines()
+        assert not [x for x in lines if "discarding closed connection" in x
+                    or "error connecting" in x], (name, lines[:20])
+        started = [x for x in lines if "the database is unreachable" in x]
+        ended = [x for x in lines if "the database is back after" in x]
+        long_ones = sum(1 for _, _, down in DISRUPTIONS if down is not None)
+        assert long_ones <= len(started) == len(ended) <= len(DISRUPTIONS), (name, lines[:20])

@@ -333,3 +333,29 @@ def test_a_call_cancelled_before_its_batch_was_sent_is_left_out(dsn: str) -> Non
     with pgqueue.Queue(dsn) as q:
         assert sorted(j.payload for j in q.jobs()) == [b"first", b"kept"]
     assert count == 2
+
+
+@pytest.mark.layouts("single")
+def test_an_app_enqueues_with_its_handlers_settings_through_either_queue(dsn: str) -> None:
+    """app.enqueue takes a Queue, app.aenqueue an AsyncQueue; each job gets its handler's
+    max_attempts; the wrong queue is refused naming the call to make instead."""
+    app = pgqueue.App()
+
+    @app.job("greet", max_attempts=5)
+    def greet(job: pgqueue.JobContext) -> None:
+        pass
+
+    async def scenario() -> int:
+        async with pgqueue.AsyncQueue(dsn) as aq:
+            with pytest.raises(TypeError, match=r"await app\.aenqueue"):
+                app.enqueue(aq, "greet", {"name": "Ada"})  # type: ignore[arg-type]
+            return await app.aenqueue(aq, "greet", {"name": "Ada"})
+
+    async_id = asyncio.run(scenario())
+    with pgqueue.Queue(dsn) as q:
+        sync_id = app.enqueue(q, "greet", {"name": "Grace"})
+        with pytest.raises(TypeError, match=r"app\.enqueue\(queue"):
+            asyncio.run(app.aenqueue(q, "greet", {}))  # type: ignore[arg-type]
+        for job_id in (async_id, sync_id):
+            info = q.job(job_id)
+            assert info is not None and info.max_attempts == 5, info
