@@ -275,6 +275,7 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
                      no_wrap=name in nowrap, overflow="ellipsis")
     for row in rows:
         t.add_row(*(cell(value) for value in row))
+    t.whole = True  # type: ignore[attr-defined]  # into a pipe: at its natural width (literal.py)
     return t
 
 
@@ -300,5 +301,8 @@ def jobs_table(title: str | None, jobs: Sequence[AnyJob]) -> Table:
 
 
 def kv_table(title: str | None, pairs: Mapping[str, Any]) -> Table:
-    """A two-column field/value table (for one record)."""
-    return table(title, ["field", "value"], [(k, v) for k, v in pairs.items()])
+    """A two-column field/value table (for one record): its values wrap, even into a pipe
+    (a payload preview is a thousand characters)."""
+    t = table(title, ["field", "value"], [(k, v) for k, v in pairs.items()])
+    t.whole = False  # type: ignore[attr-defined]
+    return t

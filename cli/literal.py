@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import click
 from rich.console import Console
+from rich.measure import Measurement
 from rich.text import Text
 
 
@@ -61,17 +62,53 @@ class LiteralConsole(Console):
     """A rich console that shows every string literally: never as markup or emoji codes, its
     control characters escaped. rich turns each str it meets (print arguments, table cells
     and titles) into Text through `render_str`, so one override covers them all; Text built
-    by the CLI itself (styled headings) is its own."""
+    by the CLI itself (styled headings) is its own.
+
+    Into a pipe or a file (`piped`), a table of many records (one marked `whole`, see
+    common.table) is laid out at its natural width, never cut to 80 columns (nor to
+    $COLUMNS, which a shell exports for its terminal): a 120-character kind is printed
+    whole, on its row. One record's fields wrap at 80 columns as on a terminal."""
+
+    def __init__(self, *args: Any, piped: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._piped = piped
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         kwargs.update(markup=False, emoji=False)
         return super().render_str(literal(text), **kwargs)
 
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        whole = [o for o in objects if getattr(o, "whole", False)]
+        if not (self._piped and whole):
+            super().print(*objects, **kwargs)
+            return
+        wide = self.options.update(width=WIDE, max_width=WIDE)
+        natural = max([self.width, *(Measurement.get(self, wide, o).maximum for o in whole)])
+        before = self.width
+        self.width = natural  # for this print only (rich caps a print's width at the console's)
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self.width = before
+
+
+#: What rich may lay a piped table out in while measuring it.
+WIDE = 100_000
+
+
+def _piped(stream: Any) -> bool:
+    try:
+        return not stream.isatty()
+    except (AttributeError, ValueError):
+        return True
+
 
 def console() -> Console:
     """A literal console on the current stdout (looked up per call, so test runners capture
     it). It writes to the real stream: its own styles are escape sequences."""
-    return LiteralConsole(file=_raw(sys.stdout), highlight=False, markup=False, emoji=False)
+    out = _raw(sys.stdout)
+    return LiteralConsole(file=out, highlight=False, markup=False, emoji=False,
+                          piped=_piped(out))
 
 
 def err_console() -> Console:

@@ -82,7 +82,9 @@ def schedules() -> None:
 @click.argument("name")
 @click.argument("cron")
 @STREAM
-@click.option("--payload", default="", help="The payload of each tick's job.")
+@click.option("--payload", default=None,
+              help="The payload of each tick's job [default: {}, an empty JSON object, so a "
+                   "handler may call job.json()].")
 @click.option("--json-payload", is_flag=True, help="Parse --payload as JSON.")
 @click.option("--kind", default=None, help="The kind of each tick's job.")
 @click.option("--timezone", default="UTC", show_default=True, help="IANA zone the cron runs in.")
@@ -93,34 +95,46 @@ def schedules() -> None:
 @click.option("--misfire-grace", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="A tick reached later than this is missed.")
 @click.option("--paused", is_flag=True, help="Create it paused.")
+@click.option("--replace", is_flag=True,
+              help="Replace schedule NAME if it exists (with every option as given here: what "
+                   "is not given takes its default); without it an existing NAME is refused.")
 @JSON
-def add(name: str, cron: str, stream: str, payload: str, json_payload: bool, kind: str | None,
-        timezone: str, priority: int, max_attempts: int, catch_up: str, misfire_grace: float,
-        paused: bool, as_json: bool) -> None:
-    """Create or change schedule NAME firing on CRON (5 fields, or 6 with seconds last)."""
+def add(name: str, cron: str, stream: str, payload: str | None, json_payload: bool,
+        kind: str | None, timezone: str, priority: int, max_attempts: int, catch_up: str,
+        misfire_grace: float, paused: bool, replace: bool, as_json: bool) -> None:
+    """Create schedule NAME firing on CRON (5 fields, or 6 with seconds last); --replace to
+    change one that exists."""
+    value = b"{}" if payload is None else read_payload(payload, json_payload)
     with open_queue(stream) as q:
-        s = q.upsert_schedule(name, cron, read_payload(payload, json_payload), kind=kind,
+        old = None if replace else q.schedule(name)
+        if old is not None:
+            fail(f"schedule {name!r} exists in stream {stream!r} (cron {old.cron!r}, kind "
+                 f"{old.kind!r}, timezone {old.timezone}); nothing was changed: add --replace "
+                 f"to replace it", EXIT_FAILED)
+        s = q.upsert_schedule(name, cron, value, kind=kind,
                               timezone=timezone, priority=priority, max_attempts=max_attempts,
                               catch_up=catch_up, misfire_grace=misfire_grace, paused=paused)
     _show(s, as_json)
 
 
 @schedules.command("list")
-@STREAM
+@click.option("--stream", default=None, help="Only this stream's schedules [default: every "
+                                             "stream's].")
 @JSON
-def list_(stream: str, as_json: bool) -> None:
-    """The stream's schedules."""
-    with open_queue(stream) as q:
-        found = q.schedules()
+def list_(stream: str | None, as_json: bool) -> None:
+    """The schedules of every stream (or of --stream), with their streams."""
+    with open_queue(stream or "default") as q:
+        found = q.schedules(all_streams=stream is None)
     if as_json:
         print_json([schedule_json(s) for s in found])
         return
     if not found:
-        say("no schedules")
+        say("no schedules" + ("" if stream is None else f" in stream {stream!r}"))
         return
-    console().print(table(f"schedules of {stream}", [
-        "name", "cron", "timezone", "kind", "catch_up", "paused", "next run", "last fired"], [
-        [s.name, s.cron, s.timezone, s.kind, s.catch_up, "yes" if s.paused else "",
+    console().print(table("schedules" if stream is None else f"schedules of {stream}", [
+        "stream", "name", "cron", "timezone", "kind", "catch_up", "paused", "next run",
+        "last fired"], [
+        [s.stream, s.name, s.cron, s.timezone, s.kind, s.catch_up, "yes" if s.paused else "",
          _local(s, s.next_run_at), _local(s, s.last_fired_at)] for s in found]))
 
 

@@ -308,11 +308,12 @@ class AsyncQueueOperations:
     # -- schedules ---------------------------------------------------------------------------
 
     @follow_leader(idempotent=True)
-    async def upsert_schedule(self, name: str, cron: str, payload: Any = b"", *, kind: str | None = None,
+    async def upsert_schedule(self, name: str, cron: str, payload: Any = b"{}", *, kind: str | None = None,
                               timezone: str = "UTC", priority: int = 0, max_attempts: int = 25,
                               catch_up: str = "one", misfire_grace: float = 60.0,
                               paused: bool = False) -> Schedule:
-        """Create or change a cron schedule of this stream (names are unique per stream).
+        """Create or change a cron schedule of this stream (names are unique per stream). Each
+        tick's job has `payload` (by default `{}`, an empty JSON object: `job.json()` works).
         catch_up after downtime: "none" skips missed ticks, "one" fires one job for them
         (the latest), "all" fires each, oldest first, up to 100 per pass."""
         async with self.connection() as conn:

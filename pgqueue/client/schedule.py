@@ -72,7 +72,7 @@ def _now(conn: run.Conn, now: dt.datetime | None) -> dt.datetime:
     return at.astimezone(UTC)
 
 
-def upsert(conn: run.Conn, stream: str, name: str, cron: str, payload: Any = b"", *,
+def upsert(conn: run.Conn, stream: str, name: str, cron: str, payload: Any = b"{}", *,
            kind: str | None = None, timezone: str = "UTC", priority: int = 0,
            max_attempts: int = 25, catch_up: str = "one", misfire_grace: float = 60.0,
            paused: bool = False, now: dt.datetime | None = None) -> Schedule:

@@ -71,7 +71,7 @@ async def _now(conn: run.AsyncConn, now: dt.datetime | None) -> dt.datetime:
     return at.astimezone(UTC)
 
 
-async def upsert(conn: run.AsyncConn, stream: str, name: str, cron: str, payload: Any = b"", *,
+async def upsert(conn: run.AsyncConn, stream: str, name: str, cron: str, payload: Any = b"{}", *,
                  kind: str | None = None, timezone: str = "UTC", priority: int = 0,
                  max_attempts: int = 25, catch_up: str = "one", misfire_grace: float = 60.0,
                  paused: bool = False, now: dt.datetime | None = None) -> Schedule:

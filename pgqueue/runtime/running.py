@@ -283,8 +283,18 @@ class JobContext:
         return self._held.timed_out
 
     def json(self) -> Any:
-        """The payload parsed as JSON."""
-        return json.loads(self._held.payload)
+        """The payload parsed as JSON; an empty payload (a job enqueued with none) raises a
+        ValueError that says so, as does one that is not JSON."""
+        payload = self._held.payload
+        if not payload:
+            raise ValueError(f"job {self.job_id} (kind {self.kind}) has an empty payload, which "
+                             f"is not JSON: enqueue it with one (a schedule's payload is {{}} "
+                             f"unless given), or read job.payload")
+        try:
+            return json.loads(payload)
+        except ValueError as exc:
+            raise ValueError(f"job {self.job_id} (kind {self.kind}): its payload is not JSON "
+                             f"({exc}); read job.payload") from None
 
 
 def refuse_awaitable(result: object, what: str) -> None:

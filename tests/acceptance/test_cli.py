@@ -583,3 +583,13 @@ def test_dsn_masks_the_password_unless_asked_and_psql_gets_it_from_the_environme
                           env={k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1" and job_id > 0
+
+
+def test_a_table_printed_into_a_pipe_is_never_cut(dsn: str) -> None:
+    """Into a pipe (not a terminal) a listing is laid out at its natural width: a kind of 120
+    characters is printed whole, on its row, whatever $COLUMNS says."""
+    kind = "k" * 110 + "-the-end"
+    with pgqueue.Queue(dsn) as q:
+        q.enqueue(b"x", kind=kind)
+    out = run(dsn, "jobs", "list", env={"COLUMNS": "80"}).stdout
+    assert kind in out and "…" not in out, out

@@ -87,17 +87,21 @@ def test_add_defaults_and_the_human_output(dsn: str) -> None:
     s = stored(dsn, "every-5")
     assert s is not None
     assert (s.timezone, s.kind, s.catch_up, s.priority, s.max_attempts, s.misfire_grace,
-            s.payload) == ("UTC", None, "one", 0, 25, 60.0, b"")
+            s.payload) == ("UTC", None, "one", 0, 25, 60.0, b"{}")  # job.json() reads {}
 
 
-def test_add_again_changes_the_schedule(dsn: str) -> None:
-    ok(dsn, "schedules", "add", "r", "*/5 * * * *", "--kind", "a")
+def test_add_of_a_name_that_exists_is_refused_unless_replace(dsn: str) -> None:
+    ok(dsn, "schedules", "add", "r", "*/5 * * * *", "--kind", "a", "--timezone", "Asia/Tokyo")
     first = stored(dsn, "r")
-    ok(dsn, "schedules", "add", "r", "*/5 * * * *", "--kind", "b", "--priority", "9")
+    refused = run(dsn, "schedules", "add", "r", "*/5 * * * *", "--priority", "9")
+    assert_error(refused, 1, "schedule 'r' exists in stream 'default'", "--replace",
+                 "kind 'a'", "Asia/Tokyo")
+    assert stored(dsn, "r") == first  # kept as it was: its kind, its zone
+    ok(dsn, "schedules", "add", "r", "*/5 * * * *", "--kind", "b", "--priority", "9",
+       "--replace")
     again = stored(dsn, "r")
     assert first is not None and again is not None
-    assert (again.kind, again.priority) == ("b", 9)
-    assert again.next_run_at == first.next_run_at  # same cron: kept
+    assert (again.kind, again.priority, again.timezone) == ("b", 9, "UTC")  # as given
     assert [s["name"] for s in as_json(dsn, "schedules", "list")] == ["r"]
 
 
@@ -117,6 +121,20 @@ def test_add_six_fields_with_seconds_last(dsn: str) -> None:
     times = [dt.datetime.fromisoformat(t) for t in as_json(dsn, "schedules", "next", "fast", "-n", "3")]
     assert [(b - a).total_seconds() for a, b in itertools.pairwise(times)] == [5.0, 5.0]
     assert all(t.second % 5 == 0 for t in times)
+
+
+def test_list_without_a_stream_lists_every_stream_s_schedules(dsn: str) -> None:
+    ok(dsn, "schedules", "add", "nightly", "0 3 * * *", "--stream", "reports")
+    ok(dsn, "schedules", "add", "hourly", "0 * * * *")
+    listed = as_json(dsn, "schedules", "list")
+    assert [(s["stream"], s["name"]) for s in listed] == [("default", "hourly"),
+                                                          ("reports", "nightly")]
+    human = ok(dsn, "schedules", "list").stdout
+    assert "reports" in human and "nightly" in human and "hourly" in human
+    only = as_json(dsn, "schedules", "list", "--stream", "reports")
+    assert [s["name"] for s in only] == ["nightly"]
+    assert "no schedules in stream 'mail'" in ok(dsn, "schedules", "list", "--stream",
+                                                   "mail").stdout
 
 
 def test_list_is_sorted_by_name_and_empty_lists_say_so(dsn: str) -> None:

@@ -362,3 +362,21 @@ def test_a_job_is_started_by_its_handler_or_returned_by_the_drain_never_both(
         assert (job(q, job_id).state, job(q, job_id).attempts) == ("pending", 0)
     else:
         assert ran == [job_id] and names == ["Enqueue", "Lease", "Ack"], (ran, names)
+
+
+def test_a_handler_reading_an_empty_payload_as_json_is_told_so(
+        dsn: str, q: pgqueue.Queue, caplog: pytest.LogCaptureFixture) -> None:
+    """job.json() on a job enqueued with no payload fails with an error that says the payload
+    is empty (not json's "Expecting value: line 1 column 1")."""
+    caplog.set_level(logging.WARNING, logger=WORKER_LOG)
+    app = pgqueue.App()
+
+    @app.job("report", max_attempts=1)
+    def report(job: pgqueue.JobContext) -> None:
+        job.json()
+
+    job_id = q.enqueue(b"", kind="report")
+    with running(app, dsn):
+        wait_for(lambda: state(q, job_id) == "dead", 10, "the job to fail")
+    dead = {j.job_id: j for j in q.dead_letters()}[job_id]
+    assert "has an empty payload, which is not JSON" in (dead.error_summary or ""), dead
