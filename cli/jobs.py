@@ -65,6 +65,9 @@ def list_(stream: str | None, state: str | None, kind: str | None, limit: int, f
             q.jobs(state=state, all_streams=stream is None, limit=limit, kind=kind) if full else
             q.jobs_preview(state=state, all_streams=stream is None, limit=limit,
                            preview_bytes=PREVIEW_BYTES, kind=kind))
+        unknown = q.unknown_stream() if stream is not None and not found else None
+    if unknown is not None:  # a typo is not "no jobs"
+        fail(unknown, EXIT_FAILED)
     if as_json:
         print_json([job_json(j) for j in found])
         return

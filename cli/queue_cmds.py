@@ -15,7 +15,17 @@ from rich.table import Table
 
 import pgqueue
 
-from .common import EXIT_USAGE, age, console, fail, open_queue, print_json, say, table
+from .common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    age,
+    console,
+    fail,
+    open_queue,
+    print_json,
+    say,
+    table,
+)
 
 
 def read_payload(payload: str, json_payload: bool) -> Any:
@@ -65,15 +75,20 @@ def enqueue(stream: str, payload: str, kind: str | None, priority: int, delay: f
 
 
 @click.command()
+@click.option("--stream", default=None, help="Only this stream (default: every stream); one "
+                                             "the database does not know is said so.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def stats(as_json: bool) -> None:
+def stats(stream: str | None, as_json: bool) -> None:
     """Jobs by stream and state, with the age of the oldest pending job.
 
     The age counts from when the job became leasable (its not_before), so a job delayed on
     purpose does not look late.
     """
-    with open_queue() as q:
-        rows = q.stats()
+    with open_queue(stream or "default") as q:
+        rows = [r for r in q.stats() if stream is None or r.stream == stream]
+        unknown = q.unknown_stream() if stream is not None and not rows else None
+    if unknown is not None:
+        fail(unknown, EXIT_FAILED)
     if as_json:
         print_json(stats_json(rows))
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from pgqueue.models import UNSET
@@ -209,3 +210,20 @@ def kind_settings(*, quarantine_after: Any = UNSET, max_concurrency: Any = UNSET
         out["rate_count"] = integer(count, "rate_limit count", low=1, high=MAX_INT)
         out["rate_ms"] = to_ms(window, "rate_limit seconds", positive=True)
     return out
+
+
+def no_such_stream(name: str, known: Sequence[str]) -> str:
+    """What to say of a stream `name` that is not among `known`: that it does not exist, and
+    the closest known names (a typo: `paymnets` for `payments`), or the known ones."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if close:
+        hint = "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    elif known:
+        shown = list(known[:10])
+        hint = "the streams are " + ", ".join(repr(s) for s in shown) + (
+            f" and {len(known) - 10} more" if len(known) > 10 else "")
+    else:
+        hint = "the database has no stream yet (enqueueing to one creates it)"
+    return f"no stream {name!r}: {hint}"

@@ -67,6 +67,11 @@ def jobs(conn: run.Conn, *, stream: str | None = None, state: str | None = None,
     return [JobInfo.from_row(r) for r in rows]
 
 
+def known_streams(conn: run.Conn) -> list[str]:
+    """Every stream the database knows (has or had jobs, settings, schedules or a worker)."""
+    return [str(r["stream"]) for r in run.fetch(conn, "known_streams")]
+
+
 def stats(conn: run.Conn) -> list[StreamStats]:
     """Job counts by stream and state."""
     return [

@@ -66,6 +66,11 @@ async def jobs(conn: run.AsyncConn, *, stream: str | None = None, state: str | N
     return [JobInfo.from_row(r) for r in rows]
 
 
+async def known_streams(conn: run.AsyncConn) -> list[str]:
+    """Every stream the database knows (has or had jobs, settings, schedules or a worker)."""
+    return [str(r["stream"]) for r in await run.fetch(conn, "known_streams")]
+
+
 async def stats(conn: run.AsyncConn) -> list[StreamStats]:
     """Job counts by stream and state."""
     return [

@@ -36,6 +36,7 @@ from pgqueue.models import (
     ThroughputMinutes,
     Unset,
 )
+from pgqueue.validate import no_such_stream
 
 
 class QueueOperations:
@@ -137,6 +138,21 @@ class QueueOperations:
         one before it: an op is stamped when its transaction began)."""
         with self.connection() as conn:
             return observe.throughput(conn, since)
+
+    @follow_leader(idempotent=True)
+    def streams(self) -> list[str]:
+        """Every stream the database knows: those that have or had jobs, settings,
+        schedules or a live worker (enqueue creates a stream by using it)."""
+        with self.connection() as conn:
+            return observe.known_streams(conn)
+
+    def unknown_stream(self, stream: str | None = None) -> str | None:
+        """None when `stream` (this queue's by default) is one the database knows; else what
+        to tell a user who named it: that it does not exist, and the closest known streams
+        (a typo is otherwise a silent empty list, or a worker idle on the wrong stream)."""
+        name = self.stream if stream is None else validate.stream(stream)
+        known = self.streams()
+        return None if name in known else no_such_stream(name, known)
 
     @follow_leader(idempotent=True)
     def stats(self) -> list[StreamStats]:

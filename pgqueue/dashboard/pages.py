@@ -165,8 +165,12 @@ async def jobs(request: Request) -> Response:
     at = params.Page.parse(request.query_params)
     found = await data.jobs(ctx.queue, where, at)
     streams = sorted((await ctx.queue.gauges()).streams)
+    # a stream nobody knows is a typo (in a bookmarked URL, say), not "no jobs match"
+    unknown = (await ctx.queue.unknown_stream(where.stream)
+               if where.stream and not found["jobs"] else None)
     base = where.query() | ({"limit": str(at.limit)} if at.limit != params.PAGE else {})
     return render(request, "jobs.html", found=found, where=where, streams=streams,
+                  unknown_stream=unknown,
                   next_url=None if found["next"] is None
                   else f"{root(request)}/jobs?" + urlencode({**base, "after": found["next"]}),
                   first_url=None if at.after is None else f"{root(request)}/jobs?" + urlencode(base),

@@ -54,6 +54,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from pgqueue import failures, validate
+from pgqueue.client import observe
 from pgqueue.db import connection
 from pgqueue.db.pool import QueuePool
 from pgqueue.errors import PgQueueError
@@ -330,6 +331,20 @@ class Worker:
             c, self.app, self.streams, found)), "register handlers", until=self._stopping)
         return True
 
+    def _say_unknown_streams(self) -> None:
+        """Warn of each stream no job, setting, schedule or worker ever named: most often a
+        typo (the worker would idle on it while the jobs wait on the right one). It still
+        works on it: enqueueing to a new stream creates it."""
+        known = self._retry(lambda: self._db(observe.known_streams), "read the streams",
+                            until=self._stopping)
+        if known is None:
+            return
+        for stream in self.streams:
+            if stream not in known:
+                log.warning("worker: %s; working on it anyway (enqueueing creates a stream)",
+                            validate.no_such_stream(stream, known),
+                            extra={"pgqueue": {"event": "unknown_stream", "stream": stream}})
+
     def _reregister(self) -> None:
         try:
             self._register()
@@ -337,8 +352,10 @@ class Worker:
             log.exception("worker %s: registering with the new leader failed", self.worker_id)
 
     def _start(self) -> None:
-        if self._retry(self._dbs.open, "connect", until=self._stopping) is None \
-                or not self._register():
+        if self._retry(self._dbs.open, "connect", until=self._stopping) is None:
+            return
+        self._say_unknown_streams()  # before registering: then the worker's own make them known
+        if not self._register():
             return
         if self.metrics is not None:
             from pgqueue.telemetry.metrics import MetricsServer

@@ -219,6 +219,16 @@ WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s
 
+-- name: known_streams
+-- Every stream this database knows: one that has or had jobs (the kept counts), settings,
+-- schedules, or a live worker on it. Small tables only; what "no such stream" is said from.
+SELECT c.stream FROM pgqueue.job_count c
+UNION SELECT d.stream FROM pgqueue.job_count_delta d
+UNION SELECT s.stream FROM pgqueue.stream_config s
+UNION SELECT h.stream FROM pgqueue.schedule h
+UNION SELECT unnest(w.streams) FROM pgqueue.worker w
+ORDER BY 1
+
 -- name: stats
 -- Jobs by stream and state; for ready jobs, the age of the oldest (since it became leasable).
 SELECT stream, state, count(*) AS count,

@@ -361,3 +361,16 @@ def test_a_kind_page_looks_at_a_bounded_window_and_the_walk_still_finds_every_jo
     # more jobs of the kind in the window than a page holds: next is the last one shown
     many = q.jobs_page(kind="bulk", limit=2)
     assert len(many.jobs) == 2 and many.next == many.jobs[-1].job.job_id
+
+
+def test_the_streams_the_database_knows_and_a_typo_of_one(q: pgqueue.Queue) -> None:
+    """Streams with jobs (or that had some), settings or schedules; a name none of them has
+    is said so with the closest."""
+    q.enqueue(b"x")
+    with q.for_stream("payments") as pay:
+        pay.configure_stream(retry_base=2.0)
+    with q.for_stream("reports") as rep:
+        rep.upsert_schedule("nightly", "0 3 * * *")
+    assert q.streams() == ["default", "payments", "reports"]
+    assert q.unknown_stream("payments") is None
+    assert q.unknown_stream("paymnets") == "no stream 'paymnets': did you mean 'payments'?"
