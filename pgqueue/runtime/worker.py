@@ -214,7 +214,8 @@ class Worker:
             # every stream the worker serves, 0 when it holds nothing there: an alert on a
             # missing series is not an alert on 0
             self.metrics = WorkerMetrics(
-                lambda: {**dict.fromkeys(self.streams, 0), **self._leases.held_by_stream()})
+                lambda: {**dict.fromkeys(self.streams, 0), **self._leases.held_by_stream()},
+                kinds=app.handlers, streams=self.streams)
         # a lane per sort of slot: the threads' leases take their plain def kinds, the
         # loop's the rest (capacity.py)
         self._sync_kinds = frozenset(k for k, h in app.handlers.items() if not h.is_async)

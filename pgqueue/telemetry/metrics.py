@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Protocol
 from wsgiref.simple_server import WSGIServer
 
@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from pgqueue.db import connection
 from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.models import JOB_STATES, QueueGauges
-from pgqueue.telemetry import gauges
+from pgqueue.telemetry import gauges, labels
 from pgqueue.telemetry.outage import Outage
 
 if TYPE_CHECKING:
@@ -89,18 +89,28 @@ class DatabaseCollector(Collector):
         self._outage.ok()
         up.add_metric([], 1)
         yield up
+        # the streams with the most jobs by name, the rest summed (labels.py)
+        names = labels.stream_labels({s: sum(g.jobs.get((s, st), 0) for st in JOB_STATES)
+                                      for s in g.streams})
+        counts: dict[tuple[str, str], int] = {}
+        ages: dict[str, float] = {}
+        for stream in g.streams:
+            name = names[stream]
+            for state in JOB_STATES:
+                counts[name, state] = counts.get((name, state), 0) + g.jobs.get((stream, state), 0)
+            age = max(0.0, g.oldest_pending_age_seconds.get(stream) or 0.0)
+            ages[name] = max(ages.get(name, 0.0), age)
         jobs = GaugeMetricFamily("pgqueue_jobs", "Jobs by stream and state (dead letters: dead).",
                                  labels=["stream", "state"])
-        for stream in g.streams:
-            for state in JOB_STATES:
-                jobs.add_metric([stream, state], g.jobs.get((stream, state), 0))
+        for (name, state), n in counts.items():
+            jobs.add_metric([name, state], n)
         yield jobs
         oldest = GaugeMetricFamily(
             "pgqueue_oldest_pending_age_seconds",
             "Seconds since the stream's oldest ready job became leasable (0: none ready).",
             labels=["stream"])
-        for stream in g.streams:
-            oldest.add_metric([stream], max(0.0, g.oldest_pending_age_seconds.get(stream) or 0.0))
+        for name, age in ages.items():
+            oldest.add_metric([name], age)
         yield oldest
         yield GaugeMetricFamily("pgqueue_op_log_ops", "Ops the op log keeps.", value=g.op_log_ops)
         lag_ops = GaugeMetricFamily("pgqueue_replica_lag_ops",
@@ -115,10 +125,13 @@ class DatabaseCollector(Collector):
         yield lag_seconds
         schedules = GaugeMetricFamily("pgqueue_schedules", "Cron schedules by stream and paused.",
                                       labels=["stream", "paused"])
-        for stream in sorted({s for s, _ in g.schedules}):
+        by_label: dict[tuple[str, bool], int] = {}
+        for (stream, paused), n in g.schedules.items():
+            key = (names.get(stream, labels.OTHER_STREAMS), paused)
+            by_label[key] = by_label.get(key, 0) + n
+        for name in sorted({s for s, _ in by_label}):
             for paused in (False, True):
-                schedules.add_metric([stream, str(paused).lower()],
-                                     g.schedules.get((stream, paused), 0))
+                schedules.add_metric([name, str(paused).lower()], by_label.get((name, paused), 0))
         yield schedules
         workers = GaugeMetricFamily("pgqueue_workers",
                                     "Registered workers, live or stale (no recent heartbeat).",
@@ -131,10 +144,17 @@ class DatabaseCollector(Collector):
 class WorkerMetrics:
     """One worker's counters and histograms, in a registry of their own."""
 
-    def __init__(self, held_by_stream: Callable[[], dict[str, int]]) -> None:
+    def __init__(self, held_by_stream: Callable[[], dict[str, int]],
+                 kinds: Collection[str] = (), streams: Collection[str] | None = None) -> None:
         """
         :param held_by_stream: the leases the worker holds now, by stream (read at scrape).
+        :param kinds: the kinds the worker's App handles: labelled by name, any other kind
+            a lease brings as labels.UNKNOWN_KIND.
+        :param streams: the worker's streams: the reclaims its maintenance pass makes in any
+            other are labelled labels.OTHER_STREAMS (None: every stream by name).
         """
+        self._kinds = frozenset(kinds)
+        self._streams = None if streams is None else frozenset(streams)
         self.registry = CollectorRegistry(auto_describe=True)
         self.finished = Counter(
             "pgqueue_jobs_finished", "Jobs this worker let go of, by outcome: acked, retried "
@@ -153,12 +173,13 @@ class WorkerMetrics:
 
     def job_finished(self, lease: Lease, outcome: str) -> None:
         """The worker let go of a job (an outcome of OUTCOMES)."""
-        self.finished.labels(lease.stream, lease.kind or "", outcome).inc()
+        self.finished.labels(lease.stream, labels.kind_label(lease.kind, self._kinds),
+                             outcome).inc()
 
     def ran(self, lease: Lease, seconds: float) -> None:
         """A handler ran `seconds`; its wait is from the job's due time (the database's clock)
         to its start (this host's; a skew between the two shows here, never below 0)."""
-        kind = lease.kind or ""
+        kind = labels.kind_label(lease.kind, self._kinds)
         self.duration.labels(lease.stream, kind).observe(seconds)
         if lease.due_at is not None:
             wait = time.time() - seconds - lease.due_at.timestamp()
@@ -167,7 +188,9 @@ class WorkerMetrics:
     def reclaimed_by(self, result: Reclaims) -> None:
         """A maintenance pass this worker ran reclaimed these leases."""
         for job in result.reclaimed_jobs:
-            self.reclaimed.labels(job.stream).inc()
+            own = self._streams is None or job.stream in self._streams
+            self.reclaimed.labels(labels.printable(job.stream) if own
+                                  else labels.OTHER_STREAMS).inc()
 
 
 class _HeldCollector(Collector):

@@ -276,7 +276,7 @@ def test_a_workers_metrics_count_what_became_of_its_jobs(dsn: str, q: pgqueue.Qu
                 for (name, labels), v in samples.items()
                 if name == "pgqueue_jobs_finished_total"}
     assert finished == {("ok", "acked"): 3, ("flaky", "retried"): 1, ("flaky", "acked"): 1,
-                        ("doomed", "dead"): 1, ("unknown", "undecodable"): 1}
+                        ("doomed", "dead"): 1, ("<unknown>", "undecodable"): 1}  # no handler
     assert value(samples, "pgqueue_job_duration_seconds_count", stream="default", kind="ok") == 3
     assert value(samples, "pgqueue_job_wait_seconds_count", stream="default", kind="flaky") == 2
     assert value(samples, "pgqueue_leases_reclaimed_total", stream="default") == 1
@@ -320,3 +320,52 @@ def test_a_metrics_port_in_use_stops_the_worker_with_an_error_naming_it(dsn: str
             worker.run()
     with pgqueue.Queue(dsn) as q:
         assert q.workers() == []  # the drain ran: it deregistered
+
+
+@pytest.mark.layouts("single")
+def test_a_worker_labels_only_its_apps_kinds_and_shows_no_control_character(
+        dsn: str, q: pgqueue.Queue) -> None:
+    """A producer enqueuing hundreds of kinds (some with ESC and BEL in them) gives the
+    worker's metrics one series for all the kinds it has no handler for, not one each."""
+    app = pgqueue.App()
+
+    @app.job("ok")
+    def ok(job: pgqueue.JobContext) -> None:
+        pass
+
+    q.enqueue_many([pgqueue.NewJob(b"x", kind=f"random-{n}\x1b[31m\x07") for n in range(60)]
+                   + [pgqueue.NewJob(b"y", kind="ok") for _ in range(3)])
+    with running(app, dsn, metrics_port=0) as worker:
+        address = worker.metrics_address
+        assert address is not None
+        wait_for(lambda: not any(s.count for s in q.stats() if s.state in ("pending", "leased")),
+                 20, "every job to be settled")
+        with urllib.request.urlopen(f"http://{address[0]}:{address[1]}/metrics",
+                                    timeout=10) as response:
+            text = response.read().decode()
+    kinds = {dict(labels)["kind"] for (name, labels) in scrape_text(text)
+             if name == "pgqueue_jobs_finished_total"}
+    assert kinds == {"ok", "<unknown>"}, kinds
+    assert "\x1b" not in text and "\x07" not in text
+
+
+def scrape_text(text: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    return [(s.name, tuple(sorted(s.labels.items())))
+            for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+@pytest.mark.layouts("single")
+def test_the_database_metrics_label_at_most_max_streams_and_sum_the_rest(
+        dsn: str, q: pgqueue.Queue) -> None:
+    from pgqueue.telemetry import labels
+
+    for n in range(labels.MAX_STREAMS + 20):
+        with q.for_stream(f"s{n:03d}") as other:
+            other.enqueue_many([pgqueue.NewJob(b"x") for _ in range(1 + (n < 10))])
+    with serving(database_registry(dsn)) as url:
+        samples = scrape(url)
+    pending = {dict(labels_)["stream"]: v for (name, labels_), v in samples.items()
+               if name == "pgqueue_jobs" and dict(labels_)["state"] == "pending"}
+    assert len(pending) == labels.MAX_STREAMS + 1 and labels.OTHER_STREAMS in pending
+    assert all(pending[f"s{n:03d}"] == 2 for n in range(10))  # the biggest kept by name
+    assert sum(pending.values()) == 10 * 2 + labels.MAX_STREAMS + 10
