@@ -33,6 +33,7 @@ from rich.text import Text
 import pgqueue
 from pgqueue.client import observe
 from pgqueue.db import connection, embedded
+from pgqueue.db import dsn as dsn_text
 from pgqueue.jsonview import AnyJob as AnyJob
 from pgqueue.jsonview import checkpoint_json as checkpoint_json
 from pgqueue.jsonview import encode_bytes as encode_bytes
@@ -101,7 +102,9 @@ def exit_code_for(exc: BaseException) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    """An error as one line, with any password it quotes masked (a backstop: the library's
+    messages name servers, never passwords)."""
+    text = dsn_text.hide_secrets(" ".join(str(exc).split()))
     return text or type(exc).__name__
 
 

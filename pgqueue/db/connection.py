@@ -13,7 +13,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue.db import run
-from pgqueue.db.dsn import describe, dsn_list, redact
+from pgqueue.db.dsn import describe, dsn_list, hide_secrets, redact
 from pgqueue.db.pool import QueuePool, behind_pooler
 from pgqueue.errors import ConnectionFailed, NotLeader, SchemaMissing, SchemaTooNew
 
@@ -66,7 +66,8 @@ def connect(dsn: str, *, autocommit: bool = True, connect_timeout: float | None 
             kwargs["connect_timeout"] = timeout_seconds(CONNECT_TIMEOUT)
         return psycopg.Connection.connect(dsn, autocommit=autocommit, **kwargs)
     except psycopg.ProgrammingError as exc:
-        raise ValueError(f"dsn: cannot parse the connection string: {exc}") from None
+        raise ValueError(f"dsn: cannot parse the connection string: {hide_secrets(str(exc))}"
+                         ) from None
     except psycopg.OperationalError as exc:
         text = str(exc).strip()
         reason = text.splitlines()[-1] if text else type(exc).__name__

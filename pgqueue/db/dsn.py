@@ -3,6 +3,7 @@ DSNs as a list. Pure (no I/O); connection.py re-exports these.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import psycopg
@@ -40,6 +41,18 @@ def redact(dsn: str) -> str:
 
 #: What a masked password shows as.
 MASK = "***"
+
+#: A secret in text about a DSN that may not parse: a URI's password (scheme://user:PASS@)
+#: and a key=value pair's (password=..., quoted or not).
+_URI_PASSWORD = re.compile(r"(://[^:/@\s\"']*:)[^@\s\"']*(@)")
+_KV_SECRET = re.compile(r"\b(password|sslpassword)(\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s\"']+)",
+                        re.IGNORECASE)
+
+
+def hide_secrets(text: str) -> str:
+    """`text` (a driver's message quoting a DSN it could not parse, say) with every password
+    it may hold masked: what cannot be parsed cannot be redacted field by field."""
+    return _KV_SECRET.sub(lambda m: f"{m[1]}{m[2]}{MASK}", _URI_PASSWORD.sub(rf"\1{MASK}\2", text))
 
 
 def masked(dsn: str) -> str:

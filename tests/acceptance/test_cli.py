@@ -593,3 +593,9 @@ def test_a_table_printed_into_a_pipe_is_never_cut(dsn: str) -> None:
         q.enqueue(b"x", kind=kind)
     out = run(dsn, "jobs", "list", env={"COLUMNS": "80"}).stdout
     assert kind in out and "…" not in out, out
+
+
+def test_a_dsn_that_cannot_be_parsed_is_refused_without_its_password() -> None:
+    result = run("postgresql://u:sekret@[bad/q", "stats")
+    assert result.exit_code == 2 and "cannot parse the connection string" in result.stderr
+    assert "sekret" not in result.stderr + result.stdout and "u:***@" in result.stderr

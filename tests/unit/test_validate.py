@@ -306,3 +306,20 @@ def test_an_error_text_is_made_storable_never_refused() -> None:
     assert validate.error_text("ünï \ud800 x") == "ünï ? x"
     assert validate.error_text("\x00\udfff") == "\ufffd?"
     assert validate.error_text("é ✓") == "é ✓"
+
+
+def test_a_dsn_that_cannot_be_parsed_is_never_echoed_with_its_password() -> None:
+    """psycopg quotes the DSN it could not parse; pgqueue's error masks its password, in the
+    URI form and the key=value form."""
+    import pgqueue
+    from pgqueue.db import connection
+
+    for bad, secret in (("postgresql://u:sekret@[bad/q", "sekret"),
+                        ("host=x password='sek ret3' dbname", "sek ret3"),
+                        ("host=x password=hunter2 =", "hunter2")):
+        with pytest.raises(ValueError, match="dsn: cannot parse") as refused:
+            connection.connect(bad)
+        assert secret not in str(refused.value), refused.value
+        with pytest.raises(ValueError) as again:
+            pgqueue.Queue(bad)
+        assert secret not in str(again.value)
