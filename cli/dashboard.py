@@ -33,6 +33,22 @@ def _token(path: str | None) -> tuple[str | None, str]:
     return None, "read-only (no admin token)"
 
 
+#: The names of this machine that a request to a dashboard on loopback may carry.
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def hosts_for(bound: str, extra: str | None) -> list[str]:
+    """The Host names the dashboard answers: localhost, the address it listens on (on every
+    interface: this machine's names), and those given."""
+    names = [*LOCAL_NAMES]
+    if bound in ("0.0.0.0", "::", ""):  # noqa: S104 - what it was told to listen on
+        names += [socket.gethostname(), socket.getfqdn()]
+    else:
+        names.append(bound)
+    names += [h.strip() for h in (extra or "").split(",") if h.strip()]
+    return list(dict.fromkeys(names))
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address to listen on (0.0.0.0: every interface; put TLS in front).")
@@ -50,8 +66,13 @@ def _token(path: str | None) -> tuple[str | None, str]:
               help="A direct connection to the server for the pages' live refresh, when --dsn "
                    "goes through a pooler in transaction mode (which delivers no "
                    "notification; pages then refresh every 10 s).")
+@click.option("--allowed-hosts", default=None, metavar="HOSTS",
+              help="Host names (comma-separated; *.example.com for a domain's) requests may "
+                   "name besides localhost and the address it listens on: any other Host "
+                   "is refused (400), so a DNS-rebinding page cannot read the dashboard.")
 def dashboard(host: str, port: int, forwarded_allow_ips: str | None,
-              admin_token_file: str | None, listen_dsn: str | None) -> None:
+              admin_token_file: str | None, listen_dsn: str | None,
+              allowed_hosts: str | None) -> None:
     """Serve the web dashboard and its JSON API (/api/...) until SIGTERM or SIGINT."""
     try:
         import uvicorn
@@ -67,7 +88,8 @@ def dashboard(host: str, port: int, forwarded_allow_ips: str | None,
     try:
         app = create_app(database, admin_token=token,
                          connect_timeout=settings().connect_timeout,
-                         listen_dsn=listen_dsn or None, pooled=settings().pooled)
+                         listen_dsn=listen_dsn or None, pooled=settings().pooled,
+                         allowed_hosts=hosts_for(host, allowed_hosts))
     except ValueError as exc:  # the token is too short; the message never holds it
         fail(f"{'--admin-token-file' if admin_token_file else TOKEN_ENV}: {exc}", EXIT_USAGE)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

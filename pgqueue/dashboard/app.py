@@ -9,7 +9,7 @@ from importlib import resources
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -56,9 +56,36 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+class AllowedHosts:
+    """Refuses (400) a request whose Host header names none of `hosts` (`*.example.com`: that
+    domain's names): a page of another site that rebinds its name to 127.0.0.1 sends its own
+    name as the Host, and so cannot read the dashboard."""
+
+    def __init__(self, app: ASGIApp, hosts: Sequence[str]) -> None:
+        self.app = app
+        self.exact = {h.lower().strip("[]") for h in hosts if not h.startswith("*.")}
+        self.domains = tuple(h.lower()[1:] for h in hosts if h.startswith("*."))
+
+    def allows(self, header: str) -> bool:
+        host = header.strip().lower()
+        host = host[1:host.find("]")] if host.startswith("[") else host.split(":")[0]
+        return host in self.exact or (bool(host) and host.endswith(self.domains))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            header = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if not self.allows(header):
+                await PlainTextResponse("this dashboard does not answer that host name (give "
+                                        "it with --allowed-hosts)", status_code=400)(
+                    scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(dsn: str | Sequence[str], *, admin_token: str | None = None,
                connect_timeout: float = connection.CONNECT_TIMEOUT,
-               listen_dsn: str | None = None, pooled: bool | None = None) -> Starlette:
+               listen_dsn: str | None = None, pooled: bool | None = None,
+               allowed_hosts: Sequence[str] | None = None) -> Starlette:
     """The dashboard over the pgqueue database at `dsn` (or a leader and its replicas).
 
     Read-only unless `admin_token` is given (at least 16 characters): then actions need it,
@@ -67,7 +94,10 @@ def create_app(dsn: str | Sequence[str], *, admin_token: str | None = None,
     a page answers 503 within `connect_timeout` seconds (default 5). Behind a pooler in
     transaction mode (`pooled`, detected when None), a page's live refresh hears of new jobs
     only through `listen_dsn`, a direct connection; without it pages refresh every
-    REFRESH_SECONDS."""
+    REFRESH_SECONDS. `allowed_hosts`: the Host names a request may carry (`*.example.com`
+    for a domain's), any other refused with 400, so that a DNS-rebinding page cannot read a
+    dashboard on localhost (`pgqueue dashboard` gives localhost and the address it listens
+    on); None: any (mounted in an app of yours, whose host check applies)."""
     auth = Auth(admin_token)
     queue = AsyncQueue(dsn, pool_size=4, connect_timeout=connect_timeout, pooled=pooled)
 
@@ -90,7 +120,9 @@ def create_app(dsn: str | Sequence[str], *, admin_token: str | None = None,
 
     static = StaticFiles(directory=str(resources.files("pgqueue.dashboard") / "static"))
     app = Starlette(routes=[*api.ROUTES, *pages.ROUTES, Mount("/static", static, name="static")],
-                    middleware=[Middleware(SecurityHeaders)], lifespan=lifespan,
+                    middleware=[*([] if allowed_hosts is None else [
+                        Middleware(AllowedHosts, hosts=list(allowed_hosts))]),
+                                Middleware(SecurityHeaders)], lifespan=lifespan,
                     exception_handlers={404: _http_error, 405: _http_error})
     app.state.pgqueue = ctx
     return app

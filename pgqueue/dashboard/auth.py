@@ -5,13 +5,17 @@ TOKEN`; people log in once with a form that sets a signed session cookie (HttpOn
 SameSite=Strict), and every form they post carries a CSRF token derived from that cookie,
 which another site cannot read. Posts whose Origin is another site are refused outright.
 The token itself is never stored in a cookie, logged or echoed: sessions are HMACs keyed by
-a hash of it, so changing the token ends every session.
+a hash of it, so changing the token ends every session. Logging out revokes the session on the
+server too (a saved copy of the cookie no longer acts): the dashboard process keeps the
+sessions logged out until they would have expired. Behind several dashboard processes, each
+knows only its own logouts: change the token to end every session at once.
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 
@@ -59,6 +63,9 @@ class Auth:
         self.read_only = token is None
         self._digest = hashlib.sha256((token or "").encode()).digest()
         self._key = hashlib.sha256(b"pgqueue-dashboard-session:" + self._digest).digest()
+        #: sessions logged out, by nonce: when each would have expired anyway
+        self._revoked: dict[str, float] = {}
+        self._revoked_lock = threading.Lock()
 
     def token_matches(self, given: str) -> bool:
         """Whether `given` is the admin token (in constant time)."""
@@ -81,7 +88,20 @@ class Auth:
         issued, nonce, signature = value.split(".")
         if not _same(self._sign(f"{issued}.{nonce}"), signature):
             return False
+        if nonce in self._revoked:
+            return False
         return issued.isdigit() and time.time() - int(issued) < SESSION_SECONDS
+
+    def revoke(self, value: str | None) -> None:
+        """Log a session out for good: its cookie, kept by anyone, no longer acts."""
+        if not self.session_ok(value):
+            return
+        assert value is not None
+        issued, nonce, _ = value.split(".")
+        now = time.time()
+        with self._revoked_lock:
+            self._revoked = {n: t for n, t in self._revoked.items() if t > now}  # expired: gone
+            self._revoked[nonce] = int(issued) + SESSION_SECONDS
 
     def session(self, request: Request) -> str | None:
         """The request's live session cookie, if it has one."""

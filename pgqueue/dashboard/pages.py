@@ -300,6 +300,7 @@ async def logout(request: Request) -> Response:
     """End the session."""
     if not auth.same_origin(request):
         return problem(request, 403, "cross-site request refused (its Origin is another site)")
+    context(request).auth.revoke(request.cookies.get(auth.SESSION_COOKIE))
     response = redirect(request, "/")
     response.delete_cookie(auth.SESSION_COOKIE, path=root(request) or "/", httponly=True,
                            samesite="strict")

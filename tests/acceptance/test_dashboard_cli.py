@@ -115,3 +115,29 @@ def test_bad_starts_are_refused_with_clear_errors(dsn: str, empty_dsn: str, tmp_
         port = taken.getsockname()[1]
         code, text = _refused(dsn, "--port", str(port))
     assert code == 3 and f"cannot listen on 127.0.0.1:{port}" in text
+
+
+def _status(url: str, host: str) -> int:
+    request = urllib.request.Request(url, headers={"Host": host})  # noqa: S310 (127.0.0.1)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_dashboard_answers_only_its_own_host_names(dsn: str) -> None:
+    """`pgqueue dashboard` answers localhost and the address it listens on, and the names
+    --allowed-hosts adds; a page that rebinds its own name to 127.0.0.1 gets 400."""
+    proc = _dashboard(dsn, "--port", "0", "--allowed-hosts", "queue.internal")
+    try:
+        assert proc.stdout is not None
+        found = re.search(r"on (http://127\.0\.0\.1:(\d+))/", proc.stdout.readline())
+        assert found
+        url, port = found.group(1), found.group(2)
+        for host, status in ((f"127.0.0.1:{port}", 200), (f"localhost:{port}", 200),
+                             ("queue.internal", 200), ("rebound.attacker.example", 400)):
+            assert _status(f"{url}/api/stats", host) == status, host
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)

@@ -308,3 +308,41 @@ def test_a_cross_site_logout_is_refused(session: TestClient) -> None:
     assert r.status_code == 403
     assert "pgqueue_session" not in r.headers.get("set-cookie", "")
     assert session.post("/logout", follow_redirects=False).status_code == 303
+
+
+def test_logout_revokes_the_session_a_saved_cookie_held(dsn: str, q: pgqueue.Queue) -> None:
+    """A copy of the session cookie (a shared machine, a stolen jar) acts no more once its
+    owner logged out: the dashboard revokes the session, not only the browser's cookie."""
+    job_id = q.enqueue(b"keep me")
+    with dashboard(dsn) as c:
+        assert c.post("/login", data={"token": TOKEN}, follow_redirects=False).status_code == 303
+        saved = c.cookies.get("pgqueue_session")
+        csrf = csrf_of(c, job_id)
+        assert saved
+        assert c.post("/logout", headers={"X-CSRF-Token": csrf},
+                      follow_redirects=False).status_code == 303
+        c.cookies.set("pgqueue_session", saved)  # the saved copy, sent again
+        r = c.post(f"/api/jobs/{job_id}/cancel", headers={"X-CSRF-Token": csrf})
+        assert r.status_code == 401, r.text
+        assert state_of(q, job_id) == "pending"
+        assert c.post("/login", data={"token": TOKEN},
+                      follow_redirects=False).status_code == 303  # a new login works
+
+
+@pytest.mark.parametrize("host, allowed", [
+    ("127.0.0.1:8470", True), ("localhost", True), ("[::1]:8470", True),
+    ("dash.example.com", True), ("a.ops.example.org", True),
+    ("evil.example.net", False), ("127.0.0.1.evil.example.net", False), ("", False),
+])
+def test_only_the_allowed_host_names_are_answered(dsn: str, host: str, allowed: bool) -> None:
+    """A DNS-rebinding page reaches 127.0.0.1 under its own name, which it sends as Host: a
+    dashboard given its host names answers no other (pgqueue dashboard gives localhost and
+    the address it listens on, and --allowed-hosts)."""
+    app = create_app(dsn, allowed_hosts=["localhost", "127.0.0.1", "::1", "dash.example.com",
+                                         "*.ops.example.org"])
+    with TestClient(app) as c:
+        for path in ("/", "/api/stats"):
+            r = c.get(path, headers={"host": host})
+            assert (r.status_code != 400) is allowed, (host, path, r.status_code)
+            if not allowed:
+                assert "--allowed-hosts" in r.text
