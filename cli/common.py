@@ -57,6 +57,9 @@ from .literal import literal as literal
 from .literal import say as say
 from .literal import say_lines as say_lines
 
+#: A job id argument: 1 to 2^63-1, an id out of that range refused as such (it was "not found").
+JOB_ID = click.IntRange(1, 2**63 - 1)
+
 #: When set, errors propagate with their traceback (for debugging the CLI itself).
 DEBUG_ENV = "PGQUEUE_DEBUG"
 

@@ -13,6 +13,7 @@ import pgqueue
 
 from .common import (
     EXIT_FAILED,
+    JOB_ID,
     PREVIEW_BYTES,
     AnyJob,
     console,
@@ -60,7 +61,7 @@ def list_(stream: str | None, limit: int, full: bool, as_json: bool) -> None:
 
 
 @dead.command()
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @FULL
 @JSON
 def show(job_id: int, full: bool, as_json: bool) -> None:
@@ -69,7 +70,7 @@ def show(job_id: int, full: bool, as_json: bool) -> None:
 
 
 @dead.command()
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 def requeue(job_id: int) -> None:
     """Return dead letter ID to pending with its attempts reset.
 

@@ -19,6 +19,7 @@ from pgqueue.jsonview import history_json
 
 from .common import (
     EXIT_FAILED,
+    JOB_ID,
     PREVIEW_BYTES,
     AnyJob,
     ago,
@@ -176,7 +177,7 @@ def show_job(job_id: int, full: bool, as_json: bool, *, dead_only: bool = False)
 
 
 @jobs.command()
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @FULL
 @JSON
 def show(job_id: int, full: bool, as_json: bool) -> None:

@@ -17,6 +17,7 @@ from pgqueue.jsonview import history_json
 
 from .common import (
     EXIT_FAILED,
+    JOB_ID,
     PREVIEW_BYTES,
     AnyJob,
     console,
@@ -48,7 +49,7 @@ def _done(message: str, job: AnyJob | None, as_json: bool) -> None:
 
 
 @jobs.command()
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @FULL
 @JSON
 def inspect(job_id: int, full: bool, as_json: bool) -> None:
@@ -99,7 +100,7 @@ def _after(job_id: int, action: Any, message: str, as_json: bool) -> None:
 
 
 @jobs.command()
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @click.option("--reset-crashes", is_flag=True, help="Also forget its crashes by step.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
 def release(job_id: int, reset_crashes: bool, as_json: bool) -> None:
@@ -109,7 +110,7 @@ def release(job_id: int, reset_crashes: bool, as_json: bool) -> None:
 
 
 @jobs.command()
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @click.option("--to-step", required=True, metavar="NAME", help="The step the next run starts at.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
 def rewind(job_id: int, to_step: str, as_json: bool) -> None:
@@ -119,7 +120,7 @@ def rewind(job_id: int, to_step: str, as_json: bool) -> None:
 
 
 @jobs.command()
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
 def restart(job_id: int, as_json: bool) -> None:
     """Drop a job's checkpoint: it runs again from step one."""
@@ -127,7 +128,7 @@ def restart(job_id: int, as_json: bool) -> None:
 
 
 @jobs.command("skip-step")
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
 def skip_step(job_id: int, as_json: bool) -> None:
     """Count the job's step in progress as completed without running it."""
@@ -139,7 +140,7 @@ def skip_step(job_id: int, as_json: bool) -> None:
 
 
 @jobs.command("accept-step-set")
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON afterwards.")
 def accept_step_set(job_id: int, as_json: bool) -> None:
     """Accept the new step list of a job parked as step_set_changed; it resumes after its last
@@ -149,7 +150,7 @@ def accept_step_set(job_id: int, as_json: bool) -> None:
 
 
 @jobs.command()
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def cancel(job_id: int, as_json: bool) -> None:
     """Cancel a job. One that is not leased (pending, scheduled, parked or dead) is removed for

@@ -83,8 +83,10 @@ def integer(value: Any, arg: str, *, low: int | None = None, high: int | None = 
     return value
 
 
-def seconds(value: Any, arg: str, *, positive: bool = False) -> float:
-    """A duration in seconds (int, float or timedelta), not negative (or > 0 when positive)."""
+def seconds(value: Any, arg: str, *, positive: bool = False, most: float | None = None,
+            most_said: str = "100 years") -> float:
+    """A duration in seconds (int, float or timedelta), not negative (or > 0 when positive),
+    at most `most` seconds (MAX_SECONDS: `most_said` is how the message names it)."""
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -93,8 +95,10 @@ def seconds(value: Any, arg: str, *, positive: bool = False) -> float:
         raise ValueError(f"{arg} must be a finite number of seconds, got {value}")
     if value < 0 or (positive and value == 0):
         raise ValueError(f"{arg} must be {'> 0' if positive else '>= 0'} seconds, got {value}")
-    if value > MAX_SECONDS:
-        raise ValueError(f"{arg} must be at most {MAX_SECONDS:.0f} seconds (100 years), got {value}")
+    limit = MAX_SECONDS if most is None else most
+    if value > limit:
+        shown = f"{limit:.3f}".rstrip("0").rstrip(".")
+        raise ValueError(f"{arg} must be at most {shown} seconds ({most_said}), got {value}")
     return float(value)
 
 
@@ -109,11 +113,8 @@ MAX_TIMEOUT_MS = 2**31 - 1
 
 def timeout_ms(value: Any, arg: str = "timeout") -> int:
     """A time limit (seconds or a timedelta, > 0) as whole milliseconds, at most 24.8 days."""
-    ms = to_ms(value, arg, positive=True)
-    if ms > MAX_TIMEOUT_MS:
-        raise ValueError(f"{arg} must be at most {MAX_TIMEOUT_MS / 1000:.0f} seconds "
-                         f"(24.8 days), got {seconds(value, arg):g}")
-    return ms
+    secs = seconds(value, arg, positive=True, most=MAX_TIMEOUT_MS / 1000, most_said="24.8 days")
+    return min(math.ceil(secs * 1000), MAX_TIMEOUT_MS)
 
 
 def aware_datetime(value: Any, arg: str) -> dt.datetime:

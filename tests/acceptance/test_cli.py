@@ -599,3 +599,15 @@ def test_a_dsn_that_cannot_be_parsed_is_refused_without_its_password() -> None:
     result = run("postgresql://u:sekret@[bad/q", "stats")
     assert result.exit_code == 2 and "cannot parse the connection string" in result.stderr
     assert "sekret" not in result.stderr + result.stdout and "u:***@" in result.stderr
+
+
+def test_a_limit_or_an_id_out_of_range_is_refused_as_such(dsn: str) -> None:
+    """A time limit past what a job may have names that limit (24.8 days, not the 100 years
+    of other durations); a job id past bigint is out of range, not "not found"."""
+    too_long = run(dsn, "enqueue", "default", "x", "--timeout", "99999999999")
+    assert too_long.exit_code == 2 and "24.8 days" in too_long.stderr, too_long.stderr
+    assert "100 years" not in too_long.stderr
+    huge = run(dsn, "jobs", "show", "99999999999999999999")
+    assert huge.exit_code == 2 and "not in the range" in huge.stderr, huge.stderr
+    with pgqueue.Queue(dsn) as q, pytest.raises(ValueError, match="job_id must be 1 to"):
+        q.job(10**20)
