@@ -292,7 +292,8 @@ def jobs_table(title: str | None, jobs: Sequence[AnyJob]) -> Table:
     rows = []
     for j, _size, truncated in infos:
         runs = [ago(j.not_before) if j.state == "scheduled" else ""] if scheduled else []
-        rows.append((j.job_id, j.stream, j.kind or "", j.state, *runs, j.priority,
+        state = f"{j.state} ({j.state_reason})" if j.state_reason else j.state  # why parked
+        rows.append((j.job_id, j.stream, j.kind or "", state, *runs, j.priority,
                      f"{j.attempts}/{j.max_attempts or '∞'}",
                      preview(j.payload, prefix=truncated),
                      j.error_summary or ""))

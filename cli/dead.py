@@ -77,7 +77,13 @@ def requeue(job_id: int) -> None:
     Exits 1 when ID is not a dead letter, or when a live job now holds its dedup key (the
     message names that job).
     """
+    requeue_dead(job_id)
+
+
+def requeue_dead(job_id: int) -> None:
+    """Requeue a dead letter and say what became of it (`dead requeue`, `jobs requeue`)."""
     with open_queue() as q:
+        before = q.job_preview(job_id, preview_bytes=0)
         try:
             q.requeue_dead_letter(job_id)
         except pgqueue.JobNotFound as exc:
@@ -87,4 +93,11 @@ def requeue(job_id: int) -> None:
             if exc.holder is not None and str(exc.holder) not in message:
                 message += f" (held by job {exc.holder})"
             fail(message, EXIT_FAILED)
-    say(f"requeued job {job_id}")
+        after = q.job_preview(job_id, preview_bytes=0)
+    was = "" if before is None else (
+        f" (it was dead after {before.job.attempts} attempt(s)"
+        + (f": {before.job.error_summary}" if before.job.error_summary else "") + ")")
+    now = "gone already" if after is None else (
+        f"{after.job.state} in stream {after.job.stream!r}, its attempts reset to "
+        f"{after.job.attempts} of {after.job.max_attempts or 'no limit'}")
+    say(f"requeued job {job_id}: {now}{was}")

@@ -1,4 +1,4 @@
-"""`pgqueue embedded status|stop`: the per-user embedded Postgres the CLI uses without a DSN.
+"""`pgqueue embedded start|status|stop`: the per-user embedded Postgres the CLI uses without a DSN.
 
 That server outlives the commands that start it, so an operator needs to see what runs there
 (which binaries, whether they are this install's) and to stop it, e.g. before deleting the
@@ -71,3 +71,22 @@ def stop(mode: str) -> None:
         click.echo(f"stopped the embedded Postgres in {before.data_dir} (pid {before.pid})")
     else:
         click.echo(f"the embedded Postgres in {before.data_dir} is not running")
+
+
+@embedded_group.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=None, envvar=embedded.PORT_ENV,
+              show_envvar=True,
+              help="Listen on this port (kept from then on; a server on another port moves "
+                   "to it) [default: the port it has, or any free one at first start].")
+def start(port: int | None) -> None:
+    """Start it unless it runs, and print the DSN of its pgqueue database (for psql, a GUI
+    client, or PGQUEUE_DSN in another terminal)."""
+    import os
+
+    if port is not None:
+        os.environ[embedded.PORT_ENV] = str(port)  # what default_dsn reads
+    try:
+        found = embedded.default_dsn(announce=False)
+    except (OSError, RuntimeError, ValueError) as exc:
+        fail(str(exc), EXIT_FAILED)
+    click.echo(found)

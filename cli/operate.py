@@ -30,6 +30,7 @@ from .common import (
     table,
     unwrap,
 )
+from .dead import requeue_dead
 from .jobs import (
     FULL,
     JSON,
@@ -46,6 +47,14 @@ def _done(message: str, job: AnyJob | None, as_json: bool) -> None:
         print_json(None if job is None else job_json(job))
     else:
         say(message)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="ID", type=JOB_ID)
+def requeue(job_id: int) -> None:
+    """Return dead letter ID to pending with its attempts reset (as `pgqueue dead requeue`),
+    saying what became of it."""
+    requeue_dead(job_id)
 
 
 @jobs.command()

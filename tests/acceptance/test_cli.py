@@ -611,3 +611,20 @@ def test_a_limit_or_an_id_out_of_range_is_refused_as_such(dsn: str) -> None:
     assert huge.exit_code == 2 and "not in the range" in huge.stderr, huge.stderr
     with pgqueue.Queue(dsn) as q, pytest.raises(ValueError, match="job_id must be 1 to"):
         q.job(10**20)
+
+
+def test_requeue_of_a_dead_job_says_what_it_did_and_a_list_says_why_a_job_is_parked(
+        dsn: str) -> None:
+    from tests.integration.dashboard.dashboard_help import dead_job, undecodable_job
+
+    with pgqueue.Queue(dsn) as q:
+        dead = dead_job(q)
+        parked = undecodable_job(q, dsn, step_job=False)
+        reason = q.job(parked).state_reason  # type: ignore[union-attr]
+    said = ok(dsn, "jobs", "requeue", str(dead)).stdout
+    assert said.startswith(f"requeued job {dead}: pending in stream 'default', its attempts "
+                           f"reset to 0 of 1 (it was dead after 1 attempt(s): it failed)"), said
+    again = run(dsn, "jobs", "requeue", str(dead))
+    assert again.exit_code == 1 and "dead" in again.stderr
+    listed = ok(dsn, "jobs", "list").stdout
+    assert reason and f"undecodable ({reason})" in listed, listed

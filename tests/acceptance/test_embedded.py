@@ -211,3 +211,47 @@ def test_a_server_in_a_directory_too_deep_for_a_unix_socket_starts_on_tcp(tmp_pa
     finally:
         server.stop("immediate")
         shutil.rmtree(shallow, ignore_errors=True)
+
+
+def _free_low_port(start: int) -> int:
+    import socket
+
+    for port in range(start, 32000):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
+
+
+def test_the_embedded_server_can_be_pinned_to_a_port(tmp_path: Path) -> None:
+    """`pgqueue embedded start --port P` (or $PGQUEUE_EMBEDDED_PORT) puts the CLI's embedded
+    server on P and prints its DSN, for a second terminal or a GUI client; given another
+    port later, the same data moves there."""
+    data = tmp_path / "data"
+    env = {**os.environ, "PGQUEUE_DATA_DIR": str(data)}
+    env.pop("PGQUEUE_DSN", None)
+    first = _free_low_port(22000 + os.getpid() % 3000)
+    try:
+        out = subprocess.run([sys.executable, "-m", "pgqueue", "embedded", "start", "--port",
+                              str(first)], cwd=REPO, env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        dsn = out.stdout.strip()
+        assert f"port={first}" in dsn and "dbname=pgqueue" in dsn, dsn
+        pgqueue.migrate(dsn)  # what a second terminal would do with it
+        with pgqueue.Queue(dsn) as q:
+            job = q.enqueue(b"kept")
+        second = _free_low_port(first + 1)
+        moved = subprocess.run([sys.executable, "-m", "pgqueue", "embedded", "start"], cwd=REPO,
+                               env={**env, "PGQUEUE_EMBEDDED_PORT": str(second)},
+                               capture_output=True, text=True, timeout=120)
+        assert moved.returncode == 0, moved.stderr
+        assert f"port={second}" in moved.stdout
+        with pgqueue.Queue(moved.stdout.strip()) as q:
+            assert q.job(job) is not None  # the same data, on the new port
+    finally:
+        subprocess.run([sys.executable, "-m", "pgqueue", "embedded", "stop"], cwd=REPO, env=env,
+                       capture_output=True, timeout=120)

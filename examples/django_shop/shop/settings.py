@@ -16,3 +16,7 @@ DATABASES = {"default": {
     "PORT": _db.get("port", ""),
 }}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+ROOT_URLCONF = "shop.urls"
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
+# Which Django database pgqueue uses (the default: "default"); $PGQUEUE_DSN wins when set.
+PGQUEUE_DATABASE = "default"

@@ -86,3 +86,16 @@ def test_the_database_is_taken_from_databases_and_a_bad_one_is_named(dsn: str) -
     assert lines[0] == psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
     assert lines[1] == ("PGQUEUE_DATABASE names 'other', which DATABASES does not have (it has "
                         "default)")
+
+
+def test_the_view_places_an_order_with_its_job_and_refuses_a_duplicate(
+        dsn: str, q: pgqueue.Queue) -> None:
+    """The guide's view, through Django's test client in the example project."""
+    manage(dsn, "migrate", "--verbosity", "0")
+    out = manage(dsn, "shell", "-c", (
+        "from django.test import Client\n"
+        "c = Client()\n"
+        "print(c.post('/orders/5').status_code, c.post('/orders/5').status_code)\n"))
+    assert out.stdout.split()[-2:] == ["200", "409"], out.stdout + out.stderr
+    assert orders(dsn) == [(5, False)]
+    assert [json.loads(j.payload) for j in q.jobs()] == [{"order": 5}]
