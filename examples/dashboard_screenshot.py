@@ -1,7 +1,7 @@
 """Take the docs' screenshots of the dashboard: fill a database with a few streams of jobs
 (pending, scheduled, leased, acked, retried, dead) and a step job a registered worker holds
 with a checkpoint, serve the dashboard on it and photograph the overview (dashboard.png) and
-that job's page (job.png) with headless Chromium (Debian's package, driven by Playwright).
+that job's page (job.png) and the dead letters grouped (dead.png) with headless Chromium (Debian's package, driven by Playwright).
 
     .venv/bin/python examples/dashboard_screenshot.py DSN [OUT_DIR]   # default: docs/images
 
@@ -35,8 +35,9 @@ def fill(dsn: str) -> None:
                             for i in range(n // 10)])
             for lease in q.lease(limit=n // 2):
                 q.ack(lease)
-            for lease in q.lease(limit=failing):
-                q.nack(lease, error="ConnectionError: upstream refused")
+            for i, lease in enumerate(q.lease(limit=failing)):
+                q.nack(lease, error="ConnectionError: upstream refused" if i % 3
+                       else "ValueError: no such customer")
             q.lease(limit=n // 20, visibility_timeout=600)
     with pgqueue.Queue(dsn, stream="reports") as q:
         q.upsert_schedule("nightly", "0 3 * * *", {"report": "daily"}, kind="reports.build")
@@ -106,10 +107,13 @@ def main() -> None:
             page.goto(f"http://127.0.0.1:{port}/jobs/{job_id}")
             page.wait_for_selector("#history")
             page.screenshot(path=str(out / "job.png"), full_page=True)
+            page.goto(f"http://127.0.0.1:{port}/jobs?state=dead")
+            page.wait_for_selector("#dead-groups")
+            page.screenshot(path=str(out / "dead.png"), full_page=True)
             browser.close()
     finally:
         server.should_exit = True
-    print(f"wrote {out / 'dashboard.png'} and {out / 'job.png'}")
+    print(f"wrote {out / 'dashboard.png'}, {out / 'job.png'} and {out / 'dead.png'}")
 
 
 if __name__ == "__main__":

@@ -228,6 +228,15 @@ class Renewed(NamedTuple):
 
 
 @dataclass(frozen=True)
+class DeadLetterGroup:
+    """Dead letters of one kind dead of one error (its summary), and how many."""
+
+    kind: str | None
+    error_summary: str | None
+    count: int
+
+
+@dataclass(frozen=True)
 class StreamStats:
     """Jobs of one stream in one state, and the age of its oldest ready job."""
 

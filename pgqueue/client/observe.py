@@ -16,6 +16,7 @@ from pgqueue import validate
 from pgqueue.db import run
 from pgqueue.models import (
     JOB_STATES,
+    DeadLetterGroup,
     JobCount,
     JobHistory,
     JobInfo,
@@ -65,6 +66,24 @@ def jobs(conn: run.Conn, *, stream: str | None = None, state: str | None = None,
     """Jobs, newest first, optionally of one stream, state and kind."""
     rows = run.fetch(conn, "jobs_list", _list_filter(stream, state, kind, limit))
     return [JobInfo.from_row(r) for r in rows]
+
+
+#: How many of the newest dead letters the groups of the dashboard count, and how many groups.
+DEAD_GROUP_WINDOW = 10_000
+DEAD_GROUPS = 20
+
+
+def dead_letter_groups(conn: run.Conn, stream: str | None, *,
+                       window: int = DEAD_GROUP_WINDOW,
+                       groups: int = DEAD_GROUPS) -> list[DeadLetterGroup]:
+    """The newest `window` dead letters by kind and error summary, the biggest groups first."""
+    if stream is not None:
+        validate.stream(stream)
+    validate.integer(window, "window", low=1, high=1_000_000)
+    validate.integer(groups, "groups", low=1, high=1000)
+    rows = run.fetch(conn, "dead_letter_groups",
+                     {"stream": stream, "window": window, "groups": groups})
+    return [DeadLetterGroup(r["kind"], r["error_summary"], int(r["n"])) for r in rows]
 
 
 def known_streams(conn: run.Conn) -> list[str]:

@@ -22,6 +22,7 @@ from pgqueue.errors import LeaseLost
 from pgqueue.models import (
     UNSET,
     BulkResult,
+    DeadLetterGroup,
     JobCount,
     JobHistory,
     JobInfo,
@@ -140,6 +141,16 @@ class QueueOperations:
             return observe.throughput(conn, since)
 
     @follow_leader(idempotent=True)
+    def dead_letter_groups(self, *, all_streams: bool = False,
+                           window: int = observe.DEAD_GROUP_WINDOW
+                           ) -> list[DeadLetterGroup]:
+        """This stream's (or every stream's) newest `window` dead letters by kind and error
+        summary, the biggest groups first (at most observe.DEAD_GROUPS)."""
+        with self.connection() as conn:
+            return observe.dead_letter_groups(
+                conn, None if all_streams else self.stream, window=window)
+
+    @follow_leader(idempotent=True)
     def streams(self) -> list[str]:
         """Every stream the database knows: those that have or had jobs, settings,
         schedules or a live worker (enqueue creates a stream by using it)."""
@@ -253,6 +264,14 @@ class QueueOperations:
                                        through=through, to_step=to_step)
 
     @follow_leader(idempotent=True)
+    def state_verbs(self, state: str) -> list[str]:
+        """The operator verbs that jobs in `state` allow (pgqueue.verb_states): what a bulk
+        action over such jobs may offer (a job's own page asks allowed_verbs)."""
+        observe.job_filter(None, state, None)  # one of JOB_STATES, named when not
+        with self.connection() as conn:
+            row = run.fetch_one(conn, "state_verbs", {"state": state})
+        return [] if row is None else list(row["verbs"])
+
     def allowed_verbs(self, job: JobInfo) -> list[str]:
         """The operator verbs this job's state allows (requeue, release, rewind, restart,
         skip-step, accept-step-set, cancel): the rule the verbs themselves check

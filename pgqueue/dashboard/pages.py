@@ -19,6 +19,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from pgqueue.client import observe
 from pgqueue.client.observe_async import KIND_WINDOW
 from pgqueue.dashboard import auth, data, params
 from pgqueue.dashboard.context import context, status_for
@@ -169,8 +170,20 @@ async def jobs(request: Request) -> Response:
     unknown = (await ctx.queue.unknown_stream(where.stream)
                if where.stream and not found["jobs"] else None)
     base = where.query() | ({"limit": str(at.limit)} if at.limit != params.PAGE else {})
+    # dead letters: how many in all, and the biggest groups by kind and error
+    dead = None
+    if where.state == "dead":
+        gauges = await ctx.queue.gauges()
+        dead = {"total": sum(n for (s, st), n in gauges.jobs.items()
+                             if st == "dead" and where.stream in (None, s)),
+                "groups": await (ctx.queue.for_stream(where.stream) if where.stream
+                                 else ctx.queue).dead_letter_groups(
+                    all_streams=where.stream is None)}
+    # the bulk menu offers what the filtered jobs' state allows (every verb for any state)
+    bulk_verbs = await ctx.queue.state_verbs(where.state) if where.state else list(VERBS)
     return render(request, "jobs.html", found=found, where=where, streams=streams,
-                  unknown_stream=unknown,
+                  unknown_stream=unknown, bulk_verbs=bulk_verbs, dead=dead,
+                  dead_window=observe.DEAD_GROUP_WINDOW,
                   next_url=None if found["next"] is None
                   else f"{root(request)}/jobs?" + urlencode({**base, "after": found["next"]}),
                   first_url=None if at.after is None else f"{root(request)}/jobs?" + urlencode(base),

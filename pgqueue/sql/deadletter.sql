@@ -72,3 +72,15 @@ SELECT (SELECT stream FROM pgqueue.dead_letter WHERE id = %(job_id)s::bigint) AS
 -- name: requeue_dead_letter
 -- Back to pending with attempts reset; PQ404 when not a dead letter, PQ409 on a dedup holder.
 SELECT pgqueue.requeue_dead_letter(%(job_id)s::bigint, %(stream)s::text)
+
+-- name: dead_letter_groups
+-- The newest %(window)s dead letters (of a stream, or of all) by kind and error summary, the
+-- biggest groups first: what an operator triages first (one failure that killed a thousand
+-- jobs is one line). Read through dead_letter_stream_idx, newest first.
+SELECT d.kind, d.error_summary, count(*)::bigint AS n
+FROM (SELECT kind, error_summary FROM pgqueue.dead_letter
+      WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
+      ORDER BY id DESC LIMIT %(window)s) d
+GROUP BY d.kind, d.error_summary
+ORDER BY n DESC, d.kind NULLS FIRST, d.error_summary NULLS FIRST
+LIMIT %(groups)s

@@ -551,6 +551,15 @@ FROM pgqueue.apply_verb_to_jobs(p_verb => %(verb)s::text, p_job_ids => %(job_ids
                                 p_to_step => %(to_step)s::text, p_state => %(state)s::text,
                                 p_kind => %(kind)s::text)
 
+-- name: state_verbs
+-- The verbs that jobs in a state allow, in the CLI's order (pgqueue.verb_states): what a bulk
+-- action over jobs of that state may offer.
+SELECT ARRAY(SELECT t.verb
+             FROM unnest(ARRAY['requeue', 'release', 'rewind', 'restart', 'skip-step',
+                               'accept-step-set', 'cancel']) WITH ORDINALITY AS t(verb, n)
+             WHERE %(state)s::text = ANY (pgqueue.verb_states(t.verb))
+             ORDER BY t.n) AS verbs
+
 -- name: job_verbs
 -- The verbs a job allows (pgqueue.job_verbs): what its page offers and `jobs show` lists.
 SELECT pgqueue.job_verbs(%(state)s::text, %(reason)s::text, %(step_job)s::boolean) AS verbs

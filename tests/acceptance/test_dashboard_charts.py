@@ -93,3 +93,52 @@ def test_an_empty_database_shows_how_to_start_and_no_chart(admin: Dashboard, tab
     assert "No jobs yet" in page.inner_text("main")
     assert page.locator(".chart").count() == 0
     assert page.evaluate("Object.keys(window.pgqueueCharts || {}).length") == 0
+
+
+# The y axis' width against what its longest label needs, and the legend's height against one
+# line of its text: a clipped label ("12,000" shown as ",000") or a legend that wraps fails.
+FITS = """stream => {
+  const u = window.pgqueueCharts && window.pgqueueCharts[stream];
+  const card = document.querySelector(`.chart[data-stream="${stream}"]`);
+  if (!u || !card) return null;
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = u.axes[1].font[0];
+  const labels = u.axes[1]._values || [];
+  const widest = Math.max(0, ...labels.map(v => ctx.measureText(String(v)).width));
+  const legend = card.querySelector(".u-legend");
+  const line = parseFloat(getComputedStyle(legend).lineHeight) || 16;
+  return {axis: u.axes[1]._size, need: widest + u.axes[1].ticks.size + u.axes[1].gap,
+          legend: legend.getBoundingClientRect().height, line: line,
+          labels: labels.map(String)};
+}"""
+
+
+def test_a_busy_stream_s_axis_labels_fit_and_its_legend_is_one_line(
+        admin: Dashboard, tab: Tab, q: pgqueue.Queue) -> None:
+    for _ in range(13):
+        q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(1000)])  # 13,000 in one minute
+    page = tab.page
+    page.set_viewport_size({"width": 900, "height": 900})  # a narrow window: one column
+    page.goto(admin.url + "/")
+    wait_for(lambda: page.evaluate(FITS, "default"), 15, "the chart to draw")
+    fits = page.evaluate(FITS, "default")
+    assert any("," in label for label in fits["labels"]), fits  # thousands on the axis
+    assert fits["axis"] >= fits["need"], fits
+    assert fits["legend"] < 2 * fits["line"], fits
+
+
+def test_a_stale_worker_s_row_has_the_font_of_a_live_one(admin: Dashboard, tab: Tab,
+                                                         dsn: str) -> None:
+    from pgqueue.db import connection
+    from pgqueue.runtime import registry
+
+    with connection.connect(dsn) as conn:
+        live = registry.register(conn, node=0, streams=["default"], concurrency=1)
+        stale = registry.register(conn, node=0, streams=["default"], concurrency=1)
+        conn.execute("UPDATE pgqueue.worker SET heartbeat_at = now() - interval '1 hour' "
+                     "WHERE id = %s", (stale,))
+    page = tab.page
+    page.goto(admin.url + "/workers")
+    size = """id => getComputedStyle(document.querySelector(`#worker-${id} td`)).fontSize"""
+    assert page.evaluate(size, live) == page.evaluate(size, stale)
+    assert page.locator(f"#worker-{stale}").get_attribute("class") == "row-stale"

@@ -55,6 +55,14 @@
 
   var charts = {};
 
+  function axisWidth(u, values, axisIdx, cycleNum) {
+    var axis = u.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;  // uPlot's rule: settle after the first cycles
+    var longest = 0;
+    (values || []).forEach(function (v) { longest = Math.max(longest, String(v).length); });
+    return Math.ceil(axis.ticks.size + axis.gap + longest * 7.5 + 8);
+  }
+
   function drawCharts() {
     Object.keys(charts).forEach(function (stream) { charts[stream].destroy(); });
     charts = {};
@@ -68,11 +76,13 @@
         cursor: {drag: {x: false, y: false}},
         scales: {x: {time: true},
                  y: {range: function (u, min, max) { return [0, Math.max(4, max)]; }}},
+        legend: {live: false},
         series: [{label: "minute"},
                  {label: "enqueued", stroke: "#2f6feb", width: 1.5},
                  {label: "acked", stroke: "#22c55e", width: 1.5},
                  {label: "failed", stroke: "#c62828", width: 1.5}],
-        axes: [{}, {size: 44}]
+        // the y axis as wide as its longest label ("12,000" was clipped to ",000")
+        axes: [{}, {size: axisWidth}]
       };
       charts[node.getAttribute("data-stream")] =
         new uPlot(opts, [s.minutes, s.enqueued, s.acked, s.failed], node);

@@ -576,3 +576,39 @@ def test_the_throughput_cache_counts_each_op_once_across_refreshes(q: pgqueue.Qu
     first, second = asyncio.run(two_refreshes())
     assert first["default"] == {"enqueued": 1, "acked": 0, "failed": 0, "cancelled": 0}
     assert second["default"] == {"enqueued": 4, "acked": 2, "failed": 0, "cancelled": 0}
+
+
+def test_the_dead_letters_say_when_each_died_how_many_and_their_biggest_groups(
+        client: TestClient, q: pgqueue.Queue) -> None:
+    """The dead-letter list has a died column, the total, and the dead letters grouped by
+    kind and error with each group's count, biggest first (a kind links to its filter)."""
+    for _ in range(3):
+        job_id = q.enqueue(b"x", kind="mail", max_attempts=1, priority=255)
+        (held,) = q.lease(1)
+        q.nack(held, error="SMTPError: 550 mailbox unavailable")
+    dead_job(q, kind="report")
+    page = client.get("/jobs?state=dead")
+    assert page.status_code == 200
+    text = html.unescape(page.text)
+    assert re.search(r'id="dead-total">4</strong> dead letters', page.text), page.text[:2000]
+    rows = re.findall(r"<tr><td>.*?</td>\s*<td class=\"error-cell\">(.*?)</td><td class=\"num\">"
+                      r"(\d+)</td></tr>", text, re.S)
+    assert rows[0] == ("SMTPError: 550 mailbox unavailable", "3"), rows
+    assert ("it failed", "1") in rows
+    assert "state=dead&kind=mail" in text
+    assert "<th>died</th>" in page.text
+    assert q.dead_letter_groups(all_streams=True)[0] == pgqueue.DeadLetterGroup(
+        "mail", "SMTPError: 550 mailbox unavailable", 3)
+    del job_id
+
+
+def test_the_bulk_menu_offers_only_what_the_filtered_state_allows(
+        client: TestClient, q: pgqueue.Queue) -> None:
+    dead_job(q)
+    options = lambda path: re.findall(  # noqa: E731
+        r'<option value="([a-z-]+)">', client.get(path).text.split('id="bulk"', 1)[1])
+    assert options("/jobs?state=dead") == ["requeue", "cancel"]
+    assert options("/jobs?state=quarantined") == ["release", "rewind", "restart", "skip-step",
+                                                  "cancel"]
+    assert options("/jobs") == list(pgqueue.VERBS)
+    assert 'name="to_step"' not in client.get("/jobs?state=dead").text.split('id="bulk"', 1)[1]
