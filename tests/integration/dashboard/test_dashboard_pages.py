@@ -605,8 +605,10 @@ def test_the_dead_letters_say_when_each_died_how_many_and_their_biggest_groups(
 def test_the_bulk_menu_offers_only_what_the_filtered_state_allows(
         client: TestClient, q: pgqueue.Queue) -> None:
     dead_job(q)
-    options = lambda path: re.findall(  # noqa: E731
-        r'<option value="([a-z-]+)">', client.get(path).text.split('id="bulk"', 1)[1])
+    def options(path: str) -> list[str]:
+        return re.findall(r'<option value="([a-z-]+)">',
+                          client.get(path).text.split('id="bulk"', 1)[1])
+
     assert options("/jobs?state=dead") == ["requeue", "cancel"]
     assert options("/jobs?state=quarantined") == ["release", "rewind", "restart", "skip-step",
                                                   "cancel"]
