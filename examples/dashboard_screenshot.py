@@ -1,7 +1,8 @@
 """Take the docs' screenshots of the dashboard: fill a database with a few streams of jobs
 (pending, scheduled, leased, acked, retried, dead) and a step job a registered worker holds
-with a checkpoint, serve the dashboard on it and photograph the overview (dashboard.png) and
-that job's page (job.png) and the dead letters grouped (dead.png) with headless Chromium (Debian's package, driven by Playwright).
+with a checkpoint, serve the dashboard on it and photograph the overview (dashboard.png),
+that job's page (job.png) and the dead letters grouped (dead.png) with headless Chromium
+(Debian's package, driven by Playwright).
 
     .venv/bin/python examples/dashboard_screenshot.py DSN [OUT_DIR]   # default: docs/images
 

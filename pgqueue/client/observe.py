@@ -41,7 +41,7 @@ MAX_PREVIEW_BYTES = 1 << 30
 
 def job(conn: run.Conn, job_id: int) -> JobInfo | None:
     """A job in any set, or None when it is gone (acked) or never existed."""
-    validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
+    validate.integer(job_id, "job_id")
     if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
         return None  # no job id can be outside bigint: it never existed
     row = run.fetch_one(conn, "job_by_id", {"job_id": job_id})
@@ -116,7 +116,7 @@ def history(conn: run.Conn, job_id: int, *,
     :param preview_bytes: None: ops with whole bodies; a number: any payload in an op body cut
         to its first bytes by the database (as op_log_preview).
     """
-    validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
+    validate.integer(job_id, "job_id")
     preview = None if preview_bytes is None else _preview(preview_bytes)
     if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
         return None
@@ -166,7 +166,7 @@ def job_preview(conn: run.Conn, job_id: int,
 
     :param preview_bytes: how much of the payload to return (0 to 1 GiB).
     """
-    validate.integer(job_id, "job_id", low=1, high=validate.MAX_BIGINT)
+    validate.integer(job_id, "job_id")
     preview = _preview(preview_bytes)
     if not -validate.MAX_BIGINT <= job_id <= validate.MAX_BIGINT:
         return None

@@ -157,6 +157,7 @@ class QueueOperations:
         with self.connection() as conn:
             return observe.known_streams(conn)
 
+    @follow_leader(idempotent=True)
     def unknown_stream(self, stream: str | None = None) -> str | None:
         """None when `stream` (this queue's by default) is one the database knows; else what
         to tell a user who named it: that it does not exist, and the closest known streams
@@ -272,6 +273,7 @@ class QueueOperations:
             row = run.fetch_one(conn, "state_verbs", {"state": state})
         return [] if row is None else list(row["verbs"])
 
+    @follow_leader(idempotent=True)
     def allowed_verbs(self, job: JobInfo) -> list[str]:
         """The operator verbs this job's state allows (requeue, release, rewind, restart,
         skip-step, accept-step-set, cancel): the rule the verbs themselves check

@@ -356,9 +356,7 @@ class Worker:
         if self._retry(self._dbs.open, "connect", until=self._stopping) is None:
             return
         self._say_unknown_streams()  # before registering: then the worker's own make them known
-        if not self._register():
-            return
-        if self.metrics is not None:
+        if self.metrics is not None:  # served once the worker has an id (metrics_address)
             from pgqueue.telemetry.metrics import MetricsServer
 
             try:
@@ -368,6 +366,8 @@ class Worker:
             except OSError as exc:  # the drain still runs: nothing was leased yet
                 raise ValueError(f"metrics_port: cannot listen on {self.metrics_host}:"
                                  f"{self.metrics_port}: {exc.strerror or exc}") from None
+        if not self._register():
+            return
         log.info("worker %s started: streams=%s concurrency=%d async_concurrency=%d%s",
                  self.worker_id, ",".join(self.streams), self._thread_slots, self._loop_slots,
                  "" if self._metrics_server is None else

@@ -11,8 +11,13 @@ import pgqueue
 
 def test_the_fastapi_example_enqueues_in_the_orders_transaction(
         dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    import examples.fastapi_app
+
     monkeypatch.setenv("PGQUEUE_DSN", dsn)
-    from examples.fastapi_app import app
+    # again with this DSN: its dashboard is mounted at import (another test may have run it)
+    app = importlib.reload(examples.fastapi_app).app
 
     with TestClient(app) as client:
         placed = client.post("/orders/7")
