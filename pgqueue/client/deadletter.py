@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/deadletter_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/deadletter_async.py by tools/generate.py; edit that file.
 """Dead letters: jobs that used up their attempts, kept until an operator acts."""
 from __future__ import annotations
 

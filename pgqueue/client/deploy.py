@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/deploy_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/deploy_async.py by tools/generate.py; edit that file.
 """Before a deploy: which jobs already in the database the new code would park as undecodable.
 
 `check` reads every job new code may run (pending, scheduled, leased, quarantined; never a

@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/enqueue_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/enqueue_async.py by tools/generate.py; edit that file.
 """Enqueue: turn NewJobs into one call of pgqueue.enqueue (one round trip per batch), or of
 pgqueue.enqueue_one for a single job.
 

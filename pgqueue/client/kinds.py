@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/kinds_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/kinds_async.py by tools/generate.py; edit that file.
 """Kind settings: per stream and kind, the crash quarantine threshold and the limits the lease
 enforces across every worker (max_concurrency, rate_limit, max_per_key). Each change is a
 ConfigureKind op carrying the kind's whole settings, so replicas and replays rebuild them."""

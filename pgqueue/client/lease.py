@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/lease_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/lease_async.py by tools/generate.py; edit that file.
 """Lease and renew: hand jobs to a worker under a fencing lease id, and keep them.
 
 A renewal extends many leases in one statement and carries each job's checkpoint in the same

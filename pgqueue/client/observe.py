@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/observe_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/observe_async.py by tools/generate.py; edit that file.
 """Observe the queue: one job, lists of jobs, counts by stream and state (read-only).
 
 The `*_preview` readers return jobs and ops whose payloads the database has already cut to

@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/operate_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/operate_async.py by tools/generate.py; edit that file.
 """Operator transitions on one job: release, rewind, restart, skip a step, accept a new step
 set, cancel. Each is a SQL function that refuses a job in a state where it makes no sense
 (InvalidState, JobNotFound, DedupConflict) and logs its op. `act` runs one by its verb name

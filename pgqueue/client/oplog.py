@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/oplog_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/oplog_async.py by tools/generate.py; edit that file.
 """The op log: read it, and replay one database's log into another.
 
 Replay reads the source inside one REPEATABLE READ snapshot and takes every op that snapshot

@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/queue_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/queue_async.py by tools/generate.py; edit that file.
 """AsyncQueue, and Queue generated from it: the public API over one stream of one database.
 
 A thin facade: each method validates its arguments, borrows a pooled autocommit connection
@@ -196,7 +196,7 @@ class Queue(QueueOperations):
         caller commits: a psycopg Connection, a SQLAlchemy Connection or Session (psycopg
         dialect), or Django's connection inside transaction.atomic() (callers.py). Without
         it, AsyncQueue's concurrent calls share a transaction while every pooled connection
-        is busy (aio/coalesce.py); each returns once its job is committed."""
+        is busy (client/coalesce.py); each returns once its job is committed."""
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version, concurrency_key=concurrency_key,

@@ -207,7 +207,7 @@ class AsyncQueue(AsyncQueueOperations):
         caller commits: a psycopg Connection, a SQLAlchemy Connection or Session (psycopg
         dialect), or Django's connection inside transaction.atomic() (callers.py). Without
         it, AsyncQueue's concurrent calls share a transaction while every pooled connection
-        is busy (aio/coalesce.py); each returns once its job is committed."""
+        is busy (client/coalesce.py); each returns once its job is committed."""
         job = NewJob(payload, kind=kind, priority=priority, delay=delay, not_before=not_before,
                      dedup_key=dedup_key, max_attempts=max_attempts,
                      schema_version=schema_version, concurrency_key=concurrency_key,

@@ -1,8 +1,8 @@
-# Generated from pgqueue/client/queue_operate_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/queue_operate_async.py by tools/generate.py; edit that file.
 """The Queue's calls beyond producing and consuming: dead letters, reading jobs and the op log,
 operator verbs, stream and kind settings, schedules, and previews for people (the CLI).
 
-A mixin of AsyncQueue (aio/queue.py), which provides the stream, the pooled connections and
+A mixin of AsyncQueue (client/queue_async.py), which provides the stream, the pooled connections and
 failover; Queue's (queue_operate.py) is generated from this source.
 """
 from __future__ import annotations

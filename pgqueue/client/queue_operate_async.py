@@ -1,7 +1,7 @@
 """The Queue's calls beyond producing and consuming: dead letters, reading jobs and the op log,
 operator verbs, stream and kind settings, schedules, and previews for people (the CLI).
 
-A mixin of AsyncQueue (aio/queue.py), which provides the stream, the pooled connections and
+A mixin of AsyncQueue (client/queue_async.py), which provides the stream, the pooled connections and
 failover; Queue's (queue_operate.py) is generated from this source.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/reclaim_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/reclaim_async.py by tools/generate.py; edit that file.
 """Reclaim: return expired leases to pending (or dead, or quarantined), counting a crash
 against the step in progress. Idempotent and safe to run from many places at once."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/schedule_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/schedule_async.py by tools/generate.py; edit that file.
 """Schedules: cron that fires exactly once per tick.
 
 Cron expressions (five fields, or six with seconds last, croniter's convention, or @daily and

@@ -1,4 +1,4 @@
-# Generated from pgqueue/client/settle_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/client/settle_async.py by tools/generate.py; edit that file.
 """Settle a lease: ack (done, deleted), nack (one failure: retry with backoff, or dead), or
 end it as cancelled (its handler stopped on an operator's cancel).
 

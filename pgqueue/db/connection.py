@@ -1,4 +1,4 @@
-# Generated from pgqueue/db/connection_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/db/connection_async.py by tools/generate.py; edit that file.
 """Connections: open them with errors that name the server (never the password), and check
 that the database carries the schema this library was written for.
 """

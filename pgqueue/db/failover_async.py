@@ -1,7 +1,7 @@
 """Failover for the public API: which calls may run again after a replica refused them or a
 connection was lost, and moving to the leader among several DSNs.
 
-Shared by the methods of AsyncQueue (aio/queue.py) and Queue (queue.py, generated from it;
+Shared by the methods of AsyncQueue (client/queue_async.py) and Queue (client/queue.py, generated from it;
 queue_operate.py) so that every call follows one rule.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# Generated from pgqueue/db/pool_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/db/pool_async.py by tools/generate.py; edit that file.
 """The connection pool: psycopg_pool's, with connections that come back as soon as the server
 does, and which knows whether a pooler (PgBouncer) stands between it and the server.
 

@@ -1,4 +1,4 @@
-# Generated from pgqueue/db/run_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/db/run_async.py by tools/generate.py; edit that file.
 """Executing the named queries of pgqueue/sql (the loader is statements.py, the errors
 translate.py, the DDL helpers queries.py): every statement a stage module or the Queue runs
 goes through these five, and LISTEN; a transaction block through `transaction`.

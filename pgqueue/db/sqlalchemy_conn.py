@@ -1,4 +1,4 @@
-# Generated from pgqueue/db/sqlalchemy_conn_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/db/sqlalchemy_conn_async.py by tools/generate.py; edit that file.
 """The psycopg connection under a SQLAlchemy 2 connection or session a caller holds, for its
 `conn=` (pgqueue/db/callers.py). SQLAlchemy is imported only when the caller's object is one of
 its own (it is an optional extra)."""

@@ -1,4 +1,4 @@
-# Generated from pgqueue/runtime/steps_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/runtime/steps_async.py by tools/generate.py; edit that file.
 """Running one leased job: plain handlers, and step jobs with exact resume.
 
 Step replay: entering a step writes cursor_step at once; finishing it writes

@@ -1,4 +1,4 @@
-# Generated from pgqueue/telemetry/gauges_async.py (python -m pgqueue.generate): edit that file.
+# DO NOT EDIT: generated from pgqueue/telemetry/gauges_async.py by tools/generate.py; edit that file.
 """The database's gauges: what a metrics scrape and Queue.gauges report, by a bounded number of
 cheap queries (no scan of the job table, whose size grows with the queue).
 """

@@ -86,6 +86,8 @@ def test_the_wheel_and_the_sdist_carry_every_file_of_the_package_folders(
         in_wheel = {n for n in zf.namelist() if not n.split("/")[0].endswith(".dist-info")}
     assert sorted(expected - in_wheel) == []
     assert sorted(n for n in in_wheel - expected if not n.endswith(".pyc")) == []
+    # the development tools (the code generator) stay in the repository
+    assert not any(n.startswith("tools/") or n.endswith("/generate.py") for n in in_wheel)
     with tarfile.open(sdist) as tf:
         top = tf.getnames()[0].split("/")[0]
         in_sdist = {n.removeprefix(top + "/") for n in tf.getnames()}

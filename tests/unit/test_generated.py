@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pgqueue import generate
+from tools import generate
 
 
 def test_every_generated_sync_module_is_current(capsys: pytest.CaptureFixture[str]) -> None:
@@ -22,7 +22,7 @@ def test_each_async_source_sits_beside_its_generated_twin() -> None:
         twin = generate.PACKAGE / generate.target(source)
         assert twin.parent == (generate.PACKAGE / source).parent
         first = twin.read_text(encoding="utf-8").splitlines()[0]
-        assert first == f"# Generated from {source} (python -m pgqueue.generate): edit that file."
+        assert first == f"# DO NOT EDIT: generated from {source} by tools/generate.py; edit that file."
 
 
 def _copy(tmp_path: Path) -> None:

@@ -15,10 +15,9 @@ import pgqueue
 
 PKG = Path(pgqueue.__file__).resolve().parent
 #: Modules at the package's top level that are not the shared core: the public API (which
-#: gathers every subsystem's names), `python -m pgqueue`, the code generator (a development
-#: tool) and the compatibility path of a documented import.
-ENTRY = {"pgqueue": "api", "pgqueue.__main__": "api", "pgqueue.generate": "tool",
-         "pgqueue.logs": "api"}
+#: gathers every subsystem's names), `python -m pgqueue` and the compatibility path of a
+#: documented import.
+ENTRY = {"pgqueue": "api", "pgqueue.__main__": "api", "pgqueue.logs": "api"}
 _MAY = re.compile(r"^May import: (.*)\.$", re.MULTILINE)
 
 
@@ -121,16 +120,15 @@ def test_each_subsystem_imports_only_what_it_may() -> None:
     wrong = []
     for name, targets in graph().items():
         mine = subsystem(name)
-        if mine in ("api", "tool"):
+        if mine == "api":
             continue
         assert mine in rules, f"{name}: subsystem {mine} has no rule"
         wrong += [f"{name} -> {t}" for t in sorted(targets) if subsystem(t) not in rules[mine]]
     assert wrong == []
 
 
-def test_the_generator_and_the_core_stand_alone() -> None:
+def test_the_core_stands_alone() -> None:
     edges = graph()
-    assert edges["pgqueue.generate"] == set()
     assert {subsystem(t) for n, ts in edges.items() if subsystem(n) == "core" for t in ts} <= {"core"}
 
 
@@ -141,7 +139,7 @@ def test_no_circle_of_imports_between_modules() -> None:
 def test_no_circle_between_subsystems() -> None:
     edges: dict[str, set[str]] = {}
     for name, targets in graph().items():
-        if subsystem(name) in ("api", "tool"):
+        if subsystem(name) == "api":
             continue
         edges.setdefault(subsystem(name), set()).update(
             subsystem(t) for t in targets if subsystem(t) != subsystem(name))

@@ -264,7 +264,7 @@ def test_a_sqlalchemy_async_session_or_connection_commits_or_rolls_back_the_job(
     assert orders == [1, 3] and kept == [ids[0], ids[2]]
 
 
-# -- concurrent enqueue calls share transactions (aio/coalesce.py) ------------------------------
+# -- concurrent enqueue calls share transactions (client/coalesce.py) ------------------------------
 
 
 def op_xids(dsn: str, job_ids: list[int]) -> list[str]:

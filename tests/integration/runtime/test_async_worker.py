@@ -5,7 +5,7 @@ threads. Everything the sync path guarantees is checked here the same way as in
 tests/integration/runtime/test_worker.py: acks and nacks, renewals carrying checkpoints, exact step
 boundaries, `await ctx.checkpoint_now()`, resume from a crash's cursor, lost leases seen at the
 next advance or boundary, and the drain. The process-level versions (SIGKILL mid-step, SIGTERM)
-are in tests/acceptance/test_async_worker.py.
+are in tests/acceptance/test_worker.py (async_app.py).
 """
 from __future__ import annotations
 

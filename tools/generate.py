@@ -1,7 +1,7 @@
 """Generate pgqueue's sync I/O modules from their async sources, as psycopg does.
 
-    python -m pgqueue.generate          # rewrite each pgqueue/<subsystem>/X.py from X_async.py
-    python -m pgqueue.generate --check  # exit 1 naming each stale module (the test suite)
+    python tools/generate.py          # rewrite each pgqueue/<subsystem>/X.py from X_async.py
+    python tools/generate.py --check  # exit 1 naming each stale module (the test suite)
 
 Each pair sits in its subsystem's folder: `X_async.py` (async, edited by hand) beside `X.py`
 (sync, generated, never edited; its first line says so and names its source). Tokens are
@@ -23,7 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-#: The folder holding the pgqueue package (paths below are relative to it).
+#: The repository's root, the folder holding the pgqueue package (paths below are relative
+#: to it). This tool lives in tools/, outside the package: it is not shipped in the wheel.
 PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -59,7 +60,7 @@ RENAMES = {
     "asyncio": "threading",
 }
 
-HEADER = "# Generated from {source} (python -m pgqueue.generate): edit that file.\n"
+HEADER = "# DO NOT EDIT: generated from {source} by tools/generate.py; edit that file.\n"
 _SYNC_ONLY = re.compile(r"^(\s*)# sync-only: (.*)$")
 #: A module name with the async suffix, and the same imported under its sync name.
 _ASYNC_AS = re.compile(r"\b(\w+)_async as \1\b")
@@ -170,7 +171,7 @@ def generated(package: Path | None = None) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pgqueue.generate",
+    parser = argparse.ArgumentParser(prog="python tools/generate.py",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each sync module that is stale")
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text, encoding="utf-8")
             print(f"wrote {name}")
     if stale:
-        print(f"stale: {', '.join(stale)}; run `python -m pgqueue.generate`", file=sys.stderr)
+        print(f"stale: {', '.join(stale)}; run `python tools/generate.py`", file=sys.stderr)
         return 1
     return 0
 
