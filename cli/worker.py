@@ -145,15 +145,15 @@ def worker(app_spec: str, streams: tuple[str, ...], concurrency: int, visibility
     _logging(verbose, log_format)
     dsn = common.dsn()
     logging.getLogger("pgqueue.worker").info("connecting to %s", connection.redact(dsn))
-    pgqueue.Worker(
-        app, dsn, streams=list(streams), concurrency=concurrency,
-        visibility_timeout=visibility_timeout, renew_interval=renew_interval,
-        poll_interval=poll_interval, maintenance_interval=maintenance_interval,
-        maintenance=not no_maintenance, grace_period=grace_period, node=node, prefetch=prefetch,
-        async_concurrency=async_concurrency, metrics_port=metrics_port,
-        metrics_host=metrics_host, connect_timeout=common.settings().connect_timeout,
-        listen_dsn=listen_dsn or None, pooled=common.settings().pooled,
-    ).run()
+    settings = pgqueue.WorkerSettings(
+        streams=streams, concurrency=concurrency, async_concurrency=async_concurrency,
+        prefetch=prefetch, visibility_timeout=visibility_timeout, renew_interval=renew_interval,
+        poll_interval=poll_interval, maintenance=not no_maintenance,
+        maintenance_interval=maintenance_interval, grace_period=grace_period, node=node,
+        metrics_port=metrics_port, metrics_host=metrics_host,
+        connect_timeout=common.settings().connect_timeout, listen_dsn=listen_dsn or None,
+        pooled=common.settings().pooled)
+    pgqueue.Worker(app, dsn, settings).run()
 
 
 @click.command()

@@ -65,6 +65,8 @@ _LAZY = {
     "TickResult": "pgqueue.cron",
     "StepContext": "pgqueue.runtime.steps",
     "Worker": "pgqueue.runtime.worker",
+    "WorkerSettings": "pgqueue.runtime.settings",
+    "AsyncWorker": "pgqueue.runtime.async_worker",
 }
 
 if TYPE_CHECKING:
@@ -74,8 +76,10 @@ if TYPE_CHECKING:
     from pgqueue.client.queue_async import AsyncQueue
     from pgqueue.cron import Schedule, TickResult
     from pgqueue.runtime.app import App
+    from pgqueue.runtime.async_worker import AsyncWorker
     from pgqueue.runtime.jobdefs import JobHandler, Step, StepJob
     from pgqueue.runtime.running import JobContext
+    from pgqueue.runtime.settings import WorkerSettings
     from pgqueue.runtime.steps import StepContext
     from pgqueue.runtime.steps_async import AsyncStepContext
     from pgqueue.runtime.worker import Worker
@@ -114,6 +118,7 @@ __all__ = [
     "App",
     "AsyncQueue",
     "AsyncStepContext",
+    "AsyncWorker",
     "BulkResult",
     "Cancelled",
     "Checkpoint",
@@ -151,6 +156,7 @@ __all__ = [
     "StreamStats",
     "TickResult",
     "Worker",
+    "WorkerSettings",
     "__version__",
     "migrate",
     "replay",

@@ -50,8 +50,6 @@ log = logging.getLogger("pgqueue.worker")
 
 T = TypeVar("T")
 
-#: Coroutines in flight when the App has async handlers and the worker was given no number.
-DEFAULT_ASYNC_CONCURRENCY = 100
 #: Threads (and pool connections) for the blocking writes async jobs make about themselves.
 WRITERS = 4
 

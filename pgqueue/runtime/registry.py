@@ -3,15 +3,30 @@ know), heartbeats, and says goodbye. `pgqueue workers` and the metrics read it; 
 forgets a worker silent for ten minutes."""
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Sequence
 
 from psycopg.types.json import Jsonb
 
+from pgqueue import validate
 from pgqueue.db import queries
 from pgqueue.runtime.app import App
 from pgqueue.runtime.jobdefs import StepJob
+
+log = logging.getLogger("pgqueue.worker")
+
+
+def warn_unknown_streams(streams: Sequence[str], known: Sequence[str]) -> None:
+    """Warn of each of a worker's streams no job, setting, schedule or worker ever named:
+    most often a typo (the worker would idle on it while the jobs wait on the right one). It
+    still works on it: enqueueing to a new stream creates it."""
+    for stream in streams:
+        if stream not in known:
+            log.warning("worker: %s; working on it anyway (enqueueing creates a stream)",
+                        validate.no_such_stream(stream, known),
+                        extra={"pgqueue": {"event": "unknown_stream", "stream": stream}})
 
 
 def register(conn: queries.Conn, *, node: int, streams: Sequence[str],

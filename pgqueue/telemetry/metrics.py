@@ -224,8 +224,13 @@ class MetricsServer:
         self._server: WSGIServer | None = None
 
     def start(self) -> MetricsServer:
-        self._server, _thread = start_http_server(self.port, addr=self.host,
-                                                  registry=self._registry)
+        """Listen, or raise ValueError naming metrics_port when the address cannot be had."""
+        try:
+            self._server, _thread = start_http_server(self.port, addr=self.host,
+                                                      registry=self._registry)
+        except OSError as exc:
+            raise ValueError(f"metrics_port: cannot listen on {self.host}:{self.port}: "
+                             f"{exc.strerror or exc}") from None
         self.port = int(self._server.server_port)
         return self
 

@@ -227,7 +227,7 @@ def test_worker_settings_for_async_handlers_are_checked(dsn: str) -> None:
     with pytest.raises(ValueError, match="async_concurrency"):
         pgqueue.Worker(app, dsn, async_concurrency=-1)
     with pytest.raises(TypeError, match="async_concurrency"):
-        pgqueue.Worker(app, dsn, async_concurrency="8")  # type: ignore[arg-type]
+        pgqueue.Worker(app, dsn, async_concurrency="8")
     assert pgqueue.Worker(app, dsn).async_concurrency == 100
     assert pgqueue.Worker(pgqueue.App(), dsn).async_concurrency == 0
 
@@ -514,3 +514,46 @@ def test_which_leased_jobs_count_as_started_with_coroutine_slots(
         wait_for(lambda: gone(q, first, second), 10, "the jobs to be acked")
     renews = [o for o in ops(q, second) if o.op == "Renew" and o.body.get("started")]
     assert not renews  # only a job leased ahead needs a renewal to say so
+
+
+def test_an_async_worker_runs_inside_an_event_loop_and_drains_on_exit(
+        dsn: str, q: pgqueue.Queue) -> None:
+    """pgqueue.AsyncWorker from asyncio code: the caller's loop stays free (its own ticks go
+    on while jobs run), `async with` drains on exit, and a cancelled run() drains too."""
+    app = pgqueue.App()
+    done: list[int] = []
+
+    @app.job("slow")
+    def slow(job: pgqueue.JobContext) -> None:
+        time.sleep(0.05)  # a plain handler blocking its thread, never the caller's loop
+        done.append(int(job.json()["n"]))
+
+    ids = q.enqueue_many([pgqueue.NewJob({"n": i}, kind="slow") for i in range(6)])
+    settings = pgqueue.WorkerSettings(concurrency=2, poll_interval=0.1, grace_period=2.0,
+                                      maintenance=False)
+
+    async def main() -> int:
+        ticks = 0
+        async with pgqueue.AsyncWorker(app, dsn, settings) as worker:
+            assert worker.settings.concurrency == 2
+            deadline = time.monotonic() + 30
+            while len(done) < len(ids):
+                assert time.monotonic() < deadline, f"only {len(done)} of {len(ids)} ran"
+                ticks += 1
+                await asyncio.sleep(0.01)
+        assert worker.worker.processed == len(ids)
+        # cancelling the task that runs it drains as well, and the cancellation propagates
+        runner = pgqueue.AsyncWorker(app, dsn, settings)
+        task = asyncio.create_task(runner.run())
+        await asyncio.to_thread(wait_for, lambda: runner.worker.worker_id, 30, "registered")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return ticks
+
+    ticks = asyncio.run(main())
+    assert sorted(done) == list(range(6)) and ticks > 5
+    assert gone(q, *ids)
+    with q.connection() as conn:
+        left = conn.execute("SELECT count(*) FROM pgqueue.worker").fetchone()
+    assert left is not None and left[0] == 0  # both deregistered: drained, not abandoned

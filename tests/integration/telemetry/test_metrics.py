@@ -271,7 +271,17 @@ def test_a_workers_metrics_count_what_became_of_its_jobs(dsn: str, q: pgqueue.Qu
         url = f"http://{address[0]}:{address[1]}/metrics"
         wait_for(lambda: all((info := q.job(j)) is None or info.state in ("dead", "undecodable")
                              for j in ids), 20, "every job to be settled")
-        samples = scrape(url)
+
+        def counted() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+            # a counter moves just after its job's row does (the ack commits first, the
+            # maintenance pass reports its reclaim when it ends): wait for all seven, and
+            # the reclaim, to be counted
+            found = scrape(url)
+            total = sum(v for (name, _), v in found.items() if name == "pgqueue_jobs_finished_total")
+            reclaimed = value(found, "pgqueue_leases_reclaimed_total", stream="default")
+            return found if total >= 7 and (reclaimed or 0) >= 1 else None
+
+        samples = wait_for(counted, 20, "every job and the reclaim to be counted")
     finished = {(dict(labels)["kind"], dict(labels)["outcome"]): v
                 for (name, labels), v in samples.items()
                 if name == "pgqueue_jobs_finished_total"}
