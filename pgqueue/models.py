@@ -144,11 +144,11 @@ class Lease:
     timeout: float | None = None
 
     @classmethod
-    def from_lease_row(cls, row: tuple[Any, ...], visibility_timeout: float) -> Lease:
-        """A row of the lease_jobs query (its column order). Fills the frozen instance's
-        __dict__ directly: the dataclass __init__ sets each field through
-        object.__setattr__ (with tuple rows, the client side of a lease of 500 went from
-        ~2.5 to ~1.8 ms)."""
+    def from_lease_row(cls, row: Sequence[Any], visibility_timeout: float) -> Lease:
+        """A leased job from its values in the order of shapes.LEASE (run.fetch_shaped
+        picks them by name). Fills the frozen instance's __dict__ directly: the dataclass
+        __init__ sets each field through object.__setattr__, a cost per lease on the
+        worker's hot path (docs/benchmarks.md)."""
         (job_id, lease_id, stream, kind, payload, priority, attempts, max_attempts, enqueued_at,
          expires_at, started, *checkpoint_columns, due_at, trace_context, rate_at_start,
          timeout_ms) = row

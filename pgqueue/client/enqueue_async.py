@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pgqueue import validate
+from pgqueue import shapes, validate
 from pgqueue.client import newjobs
 from pgqueue.client.newjobs import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES
 from pgqueue.db import run_async as run
@@ -46,10 +46,12 @@ async def enqueue_many(conn: run.AsyncConn, stream: str, jobs: Sequence[NewJob],
     if await run.on_citus(conn):
         # the stream's node does not notify (pgqueue.notify_ready): the coordinator, where
         # workers listen, is told here, in the same round trip
-        ids = [row[0] for row in await run.fetch_tuples_then(
-            conn, "enqueue_jobs", params, "notify_jobs_here", {"stream": stream})]
+        ids = [row[0] for row in await run.fetch_shaped_then(
+            conn, "enqueue_jobs", params, shapes.ENQUEUED, "notify_jobs_here",
+            {"stream": stream})]
     else:
-        ids = [row[0] for row in await run.fetch_tuples(conn, "enqueue_jobs", params)]
+        ids = [row[0] for row in await run.fetch_shaped(conn, "enqueue_jobs", params,
+                                                        shapes.ENQUEUED)]
     if None in ids:
         raise newjobs.lost_holder(request)
     return ids
@@ -77,8 +79,8 @@ async def enqueue_one(conn: run.AsyncConn, stream: str, job: NewJob, *,
     """Insert one job (the same checks and semantics as enqueue_many, one scalar call)."""
     params = one_params(stream, job, request=request, resent=resent, trace=trace)
     if await run.on_citus(conn):  # (as enqueue_many)
-        rows = await run.fetch_tuples_then(conn, "enqueue_job", params, "notify_jobs_here",
-                                           {"stream": stream})
+        rows = await run.fetch_shaped_then(conn, "enqueue_job", params, shapes.ENQUEUED,
+                                           "notify_jobs_here", {"stream": stream})
         found = rows[0][0] if rows else None
     else:
         found = await run.scalar(conn, "enqueue_job", params)

@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pgqueue import validate
+from pgqueue import shapes, validate
 from pgqueue.client.position import LeasePosition
 from pgqueue.db import run
 from pgqueue.models import Checkpoint, Lease, Renewed, by_stream
@@ -59,14 +59,14 @@ def lease(
     only = None if kinds is None else [validate.kind(k, "kinds") for k in kinds]
     other = None if not_kinds is None else [validate.kind(k, "not_kinds") for k in not_kinds]
     after = None if position is None else position.after()
-    rows = run.fetch_tuples(conn, "lease_jobs", {
+    rows = run.fetch_shaped(conn, "lease_jobs", {
         "stream": stream, "limit": limit, "visibility_ms": vt_ms,
         "worker_node": worker_node, "worker_instance": worker_instance, "request": request,
         "resent": resent, "start": start,
         "after_priority": None if after is None else after[0],
         "after_id": None if after is None else after[1],
         "kinds": only, "not_kinds": other,
-    })
+    }, shapes.LEASE)
     vt = vt_ms / 1000.0
     leased = [Lease.from_lease_row(r, vt) for r in rows]
     if position is not None:

@@ -51,9 +51,10 @@ def fetch(conn: Conn, name: str, params: Params = None) -> list[dict[str, Any]]:
     return run.fetch(conn, name, params)
 
 
-def fetch_tuples(conn: Conn, name: str, params: Params = None) -> list[tuple[Any, ...]]:
-    """Run a named query and return its rows as tuples, in the query's column order."""
-    return run.fetch_tuples(conn, name, params)
+def fetch_shaped(conn: Conn, name: str, params: Params,
+                 columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Run a named query and return its rows as tuples of `columns`, picked by name."""
+    return run.fetch_shaped(conn, name, params, columns)
 
 
 def fetch_each(conn: Conn, name: str, params: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:

@@ -5,13 +5,14 @@ goes through these five, and LISTEN; a transaction block through `transaction`.
 from __future__ import annotations
 
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from operator import itemgetter
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql as pg_sql
-from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
+from psycopg.rows import AsyncRowFactory, RowMaker, dict_row
 from typing_extensions import LiteralString
 
 from pgqueue.db.statements import Params, Query, get
@@ -68,11 +69,32 @@ async def fetch(conn: AsyncConn, name: str, params: Params = None) -> list[dict[
     return await _run(conn, name, params, dict_row)
 
 
-async def fetch_tuples(conn: AsyncConn, name: str,
-                       params: Params = None) -> list[tuple[Any, ...]]:
-    """Run a named query and return its rows as tuples, in the query's column order: for the
-    hot paths (a lease of 500 rows: no dict per row)."""
-    return await _run(conn, name, params, tuple_row)
+async def fetch_shaped(conn: AsyncConn, name: str, params: Params,
+                       columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Run a named query and return its rows as tuples of `columns` (a shape of
+    pgqueue/shapes.py), each value picked by its column's name: for the hot paths (a lease
+    of 500 rows: no dict per row), in the shape's order whatever the query's."""
+    return await _run(conn, name, params, shaped(name, columns))
+
+
+def shaped(name: str, columns: Sequence[str]) -> Callable[[Any], RowMaker[tuple[Any, ...]]]:
+    """A row factory giving each row as a tuple of `columns`, found by name in the result's
+    description (once per result); a column the query does not return names the query."""
+    def factory(cursor: Any) -> RowMaker[tuple[Any, ...]]:
+        if cursor.description is None:  # no result yet (a pipeline), or none: no row to make
+            return tuple
+        names = [c.name for c in cursor.description]
+        missing = [c for c in columns if c not in names]
+        if missing:
+            raise RuntimeError(f"query {name!r} returns no column {', '.join(missing)} "
+                               f"(it returns {', '.join(names)})")
+        at = [names.index(c) for c in columns]
+        if len(at) == 1:
+            only = at[0]
+            return lambda values: (values[only],)
+        return itemgetter(*at)
+
+    return factory
 
 
 #: By server and database: whether it is a Citus cluster's (schema_on_citus), asked once.
@@ -88,15 +110,16 @@ async def on_citus(conn: AsyncConn) -> bool:
     return found
 
 
-async def fetch_tuples_then(conn: AsyncConn, name: str, params: Params, then: str,
-                            then_params: Params) -> list[tuple[Any, ...]]:
+async def fetch_shaped_then(conn: AsyncConn, name: str, params: Params, columns: Sequence[str],
+                            then: str, then_params: Params) -> list[tuple[Any, ...]]:
     """Run a named query, then another, in one round trip (a pipeline); the first one's rows
-    as tuples. Both are one transaction (a pipeline's statements up to its Sync are): the
-    second's effects (a NOTIFY) come when the first commits, and not if it fails."""
+    as tuples of `columns` (as fetch_shaped). Both are one transaction (a pipeline's
+    statements up to its Sync are): the second's effects (a NOTIFY) come when the first
+    commits, and not if it fails."""
     first, second = get(name), get(then)
     try:
         async with conn.pipeline():
-            cur = conn.cursor(row_factory=tuple_row)
+            cur = conn.cursor(row_factory=shaped(name, columns))
             await cur.execute(first.sql, params, prepare=_prepare(conn, first))
             await conn.execute(second.sql, then_params, prepare=False)
         return await cur.fetchall()

@@ -10,9 +10,12 @@ the runtime queries that call them:
     -- name: lease_jobs         the named runtime queries
     -- Lease up to %(limit)s jobs of a stream.
     SELECT ...
+    -- fragment: job_preview    a piece of SQL several queries share (a projection, a
+    id, stream, ...              subquery), written once; a query names it {{job_preview}}
 
-Query names are unique across files. Pure (no I/O but reading the package's files): run.py
-executes what this module reads, queries.py adds the few statements built with psycopg.sql.
+Query and fragment names are unique across files; a fragment may name another. Pure (no I/O
+but reading the package's files): run.py executes what this module reads, queries.py adds
+the few statements built with psycopg.sql.
 """
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ from importlib import resources
 from typing import Any
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+#: A named query or a fragment: what follows, up to the next one, is its text.
+_ENTRY = re.compile(r"^--\s*(name|fragment):\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_USE = re.compile(r"\{\{([a-z_][a-z0-9_]*)\}\}")
 _TABLES = re.compile(r"^-- schema: tables\b.*$", re.MULTILINE)
 _FUNCTIONS = re.compile(r"^-- schema: functions\b.*$", re.MULTILINE)
 _PER_CALL = re.compile(r"^--\s*planned per call\b", re.MULTILINE)
@@ -63,20 +69,39 @@ class Query:
 
 @cache
 def catalog() -> dict[str, Query]:
-    """Every named query of every pgqueue/sql/*.sql file, by name."""
-    found: dict[str, Query] = {}
+    """Every named query of every pgqueue/sql/*.sql file, by name, its fragments filled in."""
+    queries: dict[str, tuple[str, str]] = {}  # name -> (stage, text)
+    fragments: dict[str, tuple[str, str]] = {}
     for entry in sorted(resources.files("pgqueue.sql").iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
         stage = entry.name[: -len(".sql")]
-        text = entry.read_text(encoding="utf-8")
-        parts = _NAME.split(text)
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        parts = _ENTRY.split(entry.read_text(encoding="utf-8"))
+        for what, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+            found = queries if what == "name" else fragments
             if name in found:
-                raise RuntimeError(f"query {name!r} is defined twice ({found[name].stage}, {stage})")
-            found[name] = Query(name=name, stage=stage, sql=body.strip().rstrip(";"),
-                                prepare=_PER_CALL.search(body) is None)
-    return found
+                raise RuntimeError(f"{what} {name!r} is defined twice ({found[name][0]}, {stage})")
+            found[name] = (stage, body)
+    return {name: Query(name=name, stage=stage, sql=fill(body, fragments, name).strip().rstrip(";"),
+                        prepare=_PER_CALL.search(body) is None)
+            for name, (stage, body) in queries.items()}
+
+
+def fill(text: str, fragments: Mapping[str, tuple[str, str]], where: str,
+         seen: tuple[str, ...] = ()) -> str:
+    """`text` with each {{fragment}} replaced by that fragment's SQL (without its comment
+    lines), itself filled; an unknown or circular fragment names the query that used it."""
+    def one(found: re.Match[str]) -> str:
+        name = found.group(1)
+        if name not in fragments:
+            raise RuntimeError(f"query {where!r} uses {{{{{name}}}}}, which no file defines")
+        if name in seen:
+            raise RuntimeError(f"fragment {name!r} includes itself ({' -> '.join(seen)})")
+        body = "\n".join(line for line in fragments[name][1].strip().splitlines()
+                         if not line.lstrip().startswith("--"))
+        return fill(body, fragments, where, (*seen, name))
+
+    return _USE.sub(one, text)
 
 
 @dataclass(frozen=True)
@@ -98,7 +123,7 @@ def schema_parts() -> tuple[SchemaPart, ...]:
     parts = []
     for stage in SCHEMA_STAGES:
         text = stage_text(stage)
-        first_query = _NAME.search(text)
+        first_query = _ENTRY.search(text)
         ddl = text[: first_query.start()] if first_query else text
         tables_at, functions_at = _TABLES.search(ddl), _FUNCTIONS.search(ddl)
         tables = ddl[tables_at.end(): functions_at.start() if functions_at else len(ddl)] \

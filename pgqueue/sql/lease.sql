@@ -893,8 +893,8 @@ $$;
 -- name: lease_jobs
 -- Lease up to %(limit)s jobs of a stream by priority DESC then id (due scheduled jobs are
 -- promoted to pending first), after (%(after_priority)s, %(after_id)s) when given (where the
--- caller's last lease ended); one new lease id each. Read by position (Lease.from_lease_row):
--- keep the column order.
+-- caller's last lease ended); one new lease id each. Its columns are shapes.LEASE (read by
+-- name: run.fetch_shaped).
 SELECT id, lease_id, stream, kind, payload, priority, attempts, max_attempts, enqueued_at,
        lease_expires_at, lease_started, last_completed_step, cursor_step, cursor,
        checkpoint_updated_at, schema_version, step_set_hash,

@@ -206,6 +206,29 @@ BEGIN
 END
 $$;
 
+-- fragment: job_preview
+-- A job as pgqueue.jobs has it (JobInfo reads these columns by name, pgqueue/shapes.py), its
+-- payload cut to the first %(preview)s bytes in the database (substring reads only those
+-- bytes of a TOASTed value; octet_length reads none) and the whole payload's size, so a
+-- 200 MiB job is shown without sending 200 MiB.
+id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
+octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
+enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
+worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
+checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
+cancel_requested_at, error_summary, timeout_ms
+
+-- fragment: jobs_by_ready
+-- pgqueue.jobs twice, each row marked by_ready: every job (read by the primary keys, the
+-- view's two branches merged by id), and a stream's ready jobs through their entries in
+-- pgqueue.ready (for a stream whose ready jobs are few among many). A query keeps one branch
+-- with `by_ready = %(by_ready)s` and the planner prunes the other by its constant; the first
+-- branch has no WHERE of its own (one that had was planned apart, and every job sorted).
+(SELECT *, false AS by_ready FROM pgqueue.jobs
+ UNION ALL
+ SELECT *, true FROM pgqueue.jobs
+ WHERE id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text))
+
 -- name: job_by_id
 -- One job in any set, dead letters included.
 SELECT * FROM pgqueue.jobs WHERE id = %(job_id)s
@@ -239,25 +262,13 @@ GROUP BY stream, state
 ORDER BY stream, state
 
 -- name: job_preview_by_id
--- One job in any set like job_by_id, its payload cut to the first %(preview)s bytes in the
--- database (substring reads only those bytes of a TOASTed value; octet_length reads none),
--- so a 200 MiB job is shown without sending 200 MiB. The columns are pgqueue.jobs'.
-SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
-       octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
-       enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
-       worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at, error_summary, timeout_ms
+-- One job in any set like job_by_id, its payload cut to the first %(preview)s bytes.
+SELECT {{job_preview}}
 FROM pgqueue.jobs WHERE id = %(job_id)s
 
 -- name: jobs_preview_list
 -- jobs_list with each payload cut to its first %(preview)s bytes (as job_preview_by_id).
-SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
-       octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
-       enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
-       worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at, error_summary, timeout_ms
+SELECT {{job_preview}}
 FROM pgqueue.jobs
 WHERE (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -273,20 +284,10 @@ LIMIT %(limit)s
 -- job_listed_idx, job_leased_idx or dead_letter_stream_idx. A state rules out the other
 -- table's branch. A kind is a filter on the rows read: a rare one takes longer to find.
 -- A stream's ready jobs few among many (pending_is_rare, by_ready) are read through their
--- entries in pgqueue.ready instead. The branch not chosen is pruned by its constant; the
--- first branch has no WHERE of its own: one that had (a branch per case, each filtered) was
--- planned apart, and every job sorted for a page: 45 s at a million (bench/dashboard_pages.py).
+-- entries in pgqueue.ready instead (jobs_by_ready).
 -- planned per call: the filters given decide the index (a cached plan would not)
-SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
-       octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
-       enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
-       worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at, error_summary, timeout_ms
-FROM (SELECT *, false AS by_ready FROM pgqueue.jobs  -- (no WHERE: the keys merged)
-      UNION ALL  -- a stream's ready jobs, few among many: through their entries
-      SELECT *, true FROM pgqueue.jobs
-      WHERE id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
+SELECT {{job_preview}}
+FROM {{jobs_by_ready}} jobs
 WHERE by_ready = %(by_ready)s::boolean
   AND (%(stream)s::text IS NULL OR stream = %(stream)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -305,10 +306,7 @@ LIMIT %(limit)s
 -- planned per call: the filters given decide the index (a cached plan would not)
 WITH win AS MATERIALIZED (
     SELECT min(id) AS floor, count(*) AS size
-    FROM (SELECT id FROM (SELECT *, false AS by_ready FROM pgqueue.jobs  -- (no WHERE: the keys merged)
-            UNION ALL  -- a stream's ready jobs, few among many: through their entries
-            SELECT *, true FROM pgqueue.jobs
-            WHERE id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
+    FROM (SELECT id FROM {{jobs_by_ready}} jobs
           WHERE by_ready = %(by_ready)s::boolean
             AND (%(stream)s::text IS NULL OR stream = %(stream)s::text)
             AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -316,16 +314,8 @@ WITH win AS MATERIALIZED (
           ORDER BY id DESC
           LIMIT %(window)s) w),
 j AS MATERIALIZED (  -- not LATERAL: Citus joins no distributed subquery laterally
-    SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
-           octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
-           enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
-           worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-           checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-           cancel_requested_at, error_summary, timeout_ms
-    FROM (SELECT *, false AS by_ready FROM pgqueue.jobs  -- (no WHERE: the keys merged)
-          UNION ALL  -- a stream's ready jobs, few among many: through their entries
-          SELECT *, true FROM pgqueue.jobs
-          WHERE id IN (SELECT r.job_id FROM pgqueue.ready r WHERE r.stream = %(stream)s::text)) jobs
+    SELECT {{job_preview}}
+    FROM {{jobs_by_ready}} jobs
     WHERE by_ready = %(by_ready)s::boolean
       AND (%(stream)s::text IS NULL OR stream = %(stream)s::text)
       AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -398,12 +388,7 @@ ORDER BY t.stream, t.minute
 
 -- name: dead_letters_preview
 -- dead_letters (most recently died first) with each payload cut to its first %(preview)s bytes.
-SELECT id, stream, kind, state, substring(payload FROM 1 FOR %(preview)s) AS payload,
-       octet_length(payload) AS payload_size, priority, attempts, max_attempts, not_before,
-       enqueued_at, dedup_key, last_error, state_reason, state_detail, lease_id, worker_node,
-       worker_instance, lease_expires_at, died_at, last_completed_step, cursor_step, cursor,
-       checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step, concurrency_key,
-       cancel_requested_at, error_summary, timeout_ms
+SELECT {{job_preview}}
 FROM pgqueue.jobs WHERE state = 'dead' AND stream = %(stream)s
 ORDER BY died_at DESC, id DESC LIMIT %(limit)s
 

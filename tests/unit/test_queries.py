@@ -20,7 +20,7 @@ def test_every_query_named_in_code_exists() -> None:
     used: set[str] = set()
     for path in PKG.rglob("*.py"):
         used |= set(re.findall(
-            r'(?:queries|run)\.(?:fetch|fetch_tuples|fetch_one|fetch_each|scalar)\(\s*\w+,\s*"([a-z_]+)"',
+            r'(?:queries|run)\.(?:fetch|fetch_shaped|fetch_one|fetch_each|scalar)\(\s*\w+,\s*"([a-z_]+)"',
             path.read_text()))
     assert used, "found no query uses"
     missing = used - set(queries.catalog())
