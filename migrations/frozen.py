@@ -1,18 +1,24 @@
-"""Frozen code as deltas: each revision's file holds only the functions and views it changed.
+"""Frozen code as deltas keyed by object: each revision's file holds only the functions,
+views, triggers and grants it changed, each under the name of what it defines.
 
 The code of a revision (every function and view it defines, then its grants) is a script of
-*chunks*: one statement with the comment lines above it. `versions/code/NNNN.sql` holds what
-revision NNNN changed against the code of the frozen revision below it (empty below the
-first): hunks, each a header line naming the chunks it replaces, then the chunks that take
-their place, as plain SQL a DBA can read.
+*chunks*: one statement with the comment lines above it, each known by its object's key
+(`function pgqueue.lease`, `view pgqueue.jobs`, `trigger job_counts`, or the statement itself
+for a grant). `versions/code/NNNN.sql` holds what revision NNNN changed against the code of
+the frozen revision below it (empty below the first): an entry per object changed, added,
+moved or removed, as plain SQL a DBA can read, so `git diff` between two revisions' files,
+or a look at one, names the objects that changed.
 
-    -- @@ 12+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(
+    -- @@ function pgqueue.lease
+    -- @@ after function pgqueue.pick_within_limits
     CREATE OR REPLACE FUNCTION pgqueue.lease(...) ... $$;
 
-`12+1`: one chunk from index 12 (counted in the code below) is replaced by the text up to
-the next header. The code of a revision is rebuilt by applying every frozen file up to it in
-order, exactly, byte for byte: a downgrade loads the same script it loaded before the
-files were made deltas.
+    -- @@ function pgqueue.old_helper
+    -- @@ removed
+
+An entry's text replaces the object's chunk, placed after the chunk it names (`(start)`: the
+first). The code of a revision is rebuilt by applying every frozen file up to it in order,
+exactly, byte for byte: a downgrade loads the same script it loaded when it was current.
 """
 from __future__ import annotations
 
@@ -75,46 +81,88 @@ def chunks(code: str) -> list[str]:
     return out
 
 
-def _title(chunk: str) -> str:
-    """The first line of a chunk's statement (what a hunk header names)."""
-    for line in chunk.splitlines():
-        if line.strip() and not line.lstrip().startswith("--"):
-            return line.strip()[:80]
-    return chunk.strip().splitlines()[0][:80] if chunk.strip() else "(blank)"
+_OBJECT = re.compile(r"^CREATE\s+(?:OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE|VIEW|TRIGGER|AGGREGATE)"
+                     r"\s+([\w.\"]+)", re.IGNORECASE)
+_ENABLE = re.compile(r"^ALTER\s+TABLE\s+\S+\s+ENABLE\s+ALWAYS\s+TRIGGER\s+(\w+)", re.IGNORECASE)
+_ENTRY = re.compile(r"^-- @@ (.+)\n-- @@ (after .+|removed)\n", re.MULTILINE)
+_START = "(start)"
+
+
+def _statement(chunk: str) -> str:
+    """A chunk's statement without its comment lines, its white space collapsed."""
+    lines = [line for line in chunk.splitlines() if not line.lstrip().startswith("--")]
+    return " ".join(" ".join(lines).split())
+
+
+def key(chunk: str) -> str:
+    """What a chunk defines or acts on: `function NAME` (views, triggers, procedures,
+    aggregates alike), `enable trigger NAME`, else its statement (a grant, a comment), cut
+    to 100 characters; `(comments)` for a chunk that holds no statement."""
+    statement = _statement(chunk)
+    if found := _OBJECT.match(statement):
+        return f"{found.group(1).lower()} {found.group(2)}"
+    if found := _ENABLE.match(statement):
+        return f"enable trigger {found.group(1)}"
+    return statement[:100] or "(comments)"
+
+
+def keyed(code: str) -> list[tuple[str, str]]:
+    """`code`'s chunks with their keys, made unique in order (` #2` for the second chunk of a
+    key: overloads, a repeated grant)."""
+    seen: dict[str, int] = {}
+    out = []
+    for chunk in chunks(code):
+        base = key(chunk)
+        seen[base] = seen.get(base, 0) + 1
+        out.append((base if seen[base] == 1 else f"{base} #{seen[base]}", chunk))
+    return out
 
 
 def delta(old: str, new: str) -> str:
-    """The hunks turning the code `old` into `new` (empty when they are the same)."""
-    before, after = chunks(old), chunks(new)
-    out = []
-    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        gone = ", ".join(_title(c) for c in before[i1:i2]) or "nothing (adds)"
-        body = "".join(after[j1:j2])
-        if body and not body.endswith("\n"):
-            raise ValueError("code must end with a newline")
-        out.append(f"-- @@ {i1}+{i2 - i1} replaces: {gone}\n{body}")
+    """The entries turning the code `old` into `new` (empty when they are the same): every
+    object removed, then every object changed, added or moved, in `new`'s order."""
+    before, after = keyed(old), keyed(new)
+    if new and not new.endswith("\n"):
+        raise ValueError("code must end with a newline")
+    old_text = dict(before)
+    matcher = difflib.SequenceMatcher(a=[k for k, _ in before], b=[k for k, _ in after],
+                                      autojunk=False)
+    stable = {after[j + n][0] for _i, j, size in matcher.get_matching_blocks()
+              for n in range(size) if old_text[after[j + n][0]] == after[j + n][1]}
+    gone = {k for k, _ in before} - {k for k, _ in after}
+    out = [f"-- @@ {k}\n-- @@ removed\n" for k, _ in before if k in gone]
+    previous = _START
+    for name, chunk in after:
+        if name not in stable:
+            if re.search(r"^-- @@ ", chunk, re.MULTILINE):
+                raise ValueError(f"{name}: a line of its text starts with '-- @@ '")
+            out.append(f"-- @@ {name}\n-- @@ after {previous}\n{chunk}")
+        previous = name
     return "".join(out)
 
 
-def apply(old: str, hunks: str) -> str:
-    """The code `old` with the hunks of a frozen file applied."""
-    before = chunks(old)
-    found = list(_HUNK.finditer(hunks))
-    pieces: list[str] = []
-    at = 0
-    for n, header in enumerate(found):
-        start, count = int(header.group(1)), int(header.group(2))
-        end = found[n + 1].start() if n + 1 < len(found) else len(hunks)
-        if start < at or start + count > len(before):
-            raise ValueError(f"hunk {header.group(0).strip()!r} does not fit the code below it")
-        pieces += before[at:start]
-        pieces.append(hunks[header.end():end])
-        at = start + count
-    pieces += before[at:]
-    return "".join(pieces)
+def apply(old: str, entries: str) -> str:
+    """The code `old` with the entries of a frozen file applied."""
+    code = keyed(old)
+    order = [k for k, _ in code]
+    text = dict(code)
+    found = list(_ENTRY.finditer(entries))
+    for n, entry in enumerate(found):
+        name, action = entry.group(1), entry.group(2)
+        if name in text:
+            order.remove(name)
+            del text[name]
+        elif action == "removed":
+            raise ValueError(f"entry {name!r} removes what the code below does not hold")
+        if action == "removed":
+            continue
+        previous = action.removeprefix("after ")
+        if previous != _START and previous not in text:
+            raise ValueError(f"entry {name!r} comes after {previous!r}, which the code lacks")
+        end = found[n + 1].start() if n + 1 < len(found) else len(entries)
+        order.insert(0 if previous == _START else order.index(previous) + 1, name)
+        text[name] = entries[entry.end():end]
+    return "".join(text[k] for k in order)
 
 
 def frozen_files(versions: Path, upto: str) -> list[Path]:

@@ -3,7 +3,8 @@
     python -m pgqueue_migrations.new SLUG [--compatible] ["one-line description"]
 
 1. Writes versions/code/<head>.sql: what the functions and views of pgqueue/sql/<stage>.sql
-   as they are now change against the frozen code below (frozen.py's hunks, nothing else):
+   as they are now change against the frozen code below (frozen.py's entries, one per
+   object changed, nothing else):
    the head revision's code from then on (its upgrade and the next revision's downgrade
    rebuild and load it). It refuses when that file already exists.
 2. Writes versions/<next>_<slug>.py and empty <next>_<slug>.sql / .down.sql for the tables'
@@ -29,11 +30,12 @@ VERSIONS = Path(__file__).resolve().parent / "versions"
 
 FROZEN_HEADER = """\
 -- GENERATED FILE: do not edit. What pgqueue schema revision {rev} changed in the functions and
--- views, as hunks against the code of {below} (frozen by `python -m pgqueue_migrations.new`
--- when revision {next} was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- {rev} is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to {rev} or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of {below} (frozen by
+-- `python -m pgqueue_migrations.new` when revision {next} was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of {rev} is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to {rev} or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
 """
 
@@ -79,13 +81,13 @@ def freeze(revision: str, next_revision: str, versions: Path = VERSIONS) -> Path
     if target.exists():
         raise SystemExit(f"{target} exists: revision {revision} is already frozen")
     below = frozen.frozen_files(versions, f"{int(revision) - 1:04d}")
-    hunks = frozen.delta(frozen.rebuild(versions, below[-1].stem) if below else "",
+    entries = frozen.delta(frozen.rebuild(versions, below[-1].stem) if below else "",
                          queries.code_sql())
-    if below and not hunks:
+    if below and not entries:
         return None
     target.parent.mkdir(exist_ok=True)
     what = f"revision {below[-1].stem}" if below else "nothing (the first revision)"
-    target.write_text(FROZEN_HEADER.format(rev=revision, below=what, next=next_revision) + hunks,
+    target.write_text(FROZEN_HEADER.format(rev=revision, below=what, next=next_revision) + entries,
                       encoding="utf-8")
     return target
 

@@ -32,6 +32,14 @@ class Checkpoint:
     step_set_hash: str | None = None
     crashes_by_step: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def updated_at(self) -> dt.datetime | None:
+        """When the checkpoint was last written (the glossary's name; `updated_at_ms` is the
+        same moment in epoch milliseconds)."""
+        if self.updated_at_ms is None:
+            return None
+        return dt.datetime.fromtimestamp(self.updated_at_ms / 1000, tz=dt.timezone.utc)
+
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Checkpoint:
         """The checkpoint columns of a job row."""

@@ -44,7 +44,7 @@ async def lease(
     leases the kinds it runs (pgqueue/runtime/capacity.py)."""
     validate.stream(stream)
     validate.integer(limit, "limit", low=1, high=100_000)
-    vt_ms = validate.to_ms(visibility_timeout, "visibility_timeout", positive=True)
+    visibility_ms = validate.to_ms(visibility_timeout, "visibility_timeout", positive=True)
     validate.integer(worker_node, "worker_node", low=-(2**31), high=2**31 - 1)
     validate.integer(worker_instance, "worker_instance", low=-(2**31), high=2**31 - 1)
     if start is not None:
@@ -59,15 +59,15 @@ async def lease(
     other = None if not_kinds is None else [validate.kind(k, "not_kinds") for k in not_kinds]
     after = None if position is None else position.after()
     rows = await run.fetch_shaped(conn, "lease_jobs", {
-        "stream": stream, "limit": limit, "visibility_ms": vt_ms,
+        "stream": stream, "limit": limit, "visibility_ms": visibility_ms,
         "worker_node": worker_node, "worker_instance": worker_instance, "request": request,
         "resent": resent, "start": start,
         "after_priority": None if after is None else after[0],
         "after_id": None if after is None else after[1],
         "kinds": only, "not_kinds": other,
     }, shapes.LEASE)
-    vt = vt_ms / 1000.0
-    leased = [Lease.from_lease_row(r, vt) for r in rows]
+    visibility = visibility_ms / 1000.0
+    leased = [Lease.from_lease_row(r, visibility) for r in rows]
     if position is not None:
         position.moved(after, leased)
     return leased

@@ -273,8 +273,8 @@ class AsyncHandlers:
             else:
                 await self._run(held)
         finally:
-            if held.limit is not None:
-                held.limit.ended = True
+            if held.time_limit is not None:
+                held.time_limit.ended = True
             self._leases.end(held, time.monotonic() - began)
 
     async def _run(self, held: Held) -> None:

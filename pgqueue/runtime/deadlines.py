@@ -112,5 +112,5 @@ class Deadlines:
 def _due_to_act(at: float, _order: int, giving_up: bool, held: Held) -> bool:
     """Whether a heap entry still means something: its job's handler is still running and,
     for a limit (not the giving up a grace period later), that limit is still the one in force."""
-    limit = held.limit
+    limit = held.time_limit
     return limit is not None and not limit.ended and (giving_up or limit.deadline == at)

@@ -154,8 +154,8 @@ class HandlerThreads:
             else:
                 self._run(held)
         finally:
-            if held.limit is not None:
-                held.limit.ended = True
+            if held.time_limit is not None:
+                held.time_limit.ended = True
             self._leases.end(held, time.monotonic() - began)
 
     def _run(self, held: Held) -> None:

@@ -121,9 +121,9 @@ class LeaseLoops:
             got = self._retry_db(take, "lease", until=self._stopping) or []
             for leased in got:
                 handler = self._app.handlers.get(leased.kind or "")
-                vt = (handler.visibility_timeout if handler and handler.visibility_timeout
-                      else self._visibility_timeout)
-                fresh.append(Held(leased, vt))
+                visibility = (handler.visibility_timeout if handler and handler.visibility_timeout
+                              else self._visibility_timeout)
+                fresh.append(Held(leased, visibility))
         finally:
             self._leases.admit(reservation, fresh, self._hand_out)
         return len(fresh)

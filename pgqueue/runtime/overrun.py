@@ -25,7 +25,7 @@ log = logging.getLogger("pgqueue.worker")
 def give_up(held: Held, grace: float, *, app: App, settler: JobSettler, leases: HeldLeases,
             handlers: HandlerThreads, coroutines: AsyncHandlers | None, worker_id: int) -> None:
     """Give up on the handler of `held`, still running `grace` seconds past its limit."""
-    runner = None if held.limit is None else held.limit.runner
+    runner = None if held.time_limit is None else held.time_limit.runner
     stack = None
     if isinstance(runner, threading.Thread) and runner.ident is not None:
         frame = sys._current_frames().get(runner.ident)

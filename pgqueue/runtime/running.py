@@ -35,7 +35,7 @@ class Flag:
         return self._on
 
 
-class Limit:
+class TimeLimit:
     """A running job's time limits: made when it starts, only for a job that has one.
     `timed_out` and `ended` are one-way booleans another thread reads (as Flag's)."""
 
@@ -62,9 +62,9 @@ class Held:
     step-boundary write. The order they are taken in, and who takes them: pgqueue/runtime/held.py."""
 
     __slots__ = ("_claim", "acking", "cancelled", "checkpoint", "ended", "finishing",
-                 "flushed_version", "lease", "limit", "lost", "on_cancel", "outcome", "payload",
-                 "start_said",
-                 "started", "state_lock", "version", "visibility_timeout", "write_lock")
+                 "flushed_version", "lease", "lost", "on_cancel", "outcome", "payload",
+                 "start_said", "started", "state_lock", "time_limit", "version",
+                 "visibility_timeout", "write_lock")
 
     def __init__(self, lease: Lease, visibility_timeout: float) -> None:
         self.lease = lease
@@ -99,7 +99,7 @@ class Held:
         self.outcome = "lost"
         #: its time limits (deadlines.py), made only for a job that has one: the others
         #: carry nothing more per job
-        self.limit: Limit | None = None
+        self.time_limit: TimeLimit | None = None
 
     def claim(self) -> bool:
         """Take this job's one-way claim: True for the first caller only, never again. Who
@@ -148,29 +148,29 @@ class Held:
         time limit has passed."""
         if self.cancelled.is_set():
             raise Cancelled(f"job {self.lease.job_id} was cancelled by an operator")
-        if self.limit is not None and self.limit.timed_out:
+        if self.time_limit is not None and self.time_limit.timed_out:
             raise self.timeout_error()
 
-    # -- time limits (the state: Limit; the watchdog: deadlines.py) ----------------------------
+    # -- time limits (the state: TimeLimit; the watchdog: deadlines.py) ------------------------
 
     @property
     def timed_out(self) -> bool:
         """It ran past its time limit (the handler has been told)."""
-        return self.limit is not None and self.limit.timed_out
+        return self.time_limit is not None and self.time_limit.timed_out
 
     def start_limit(self, seconds: float | None, arm: Callable[[Held, float], None],
                     runner: Any) -> None:
         """The job starts on `runner` (a thread or task): its own limit (None: none; a step
         may have its own) runs from now, and `arm` tells the watchdog of each deadline."""
-        self.limit = Limit(arm, runner, seconds)
+        self.time_limit = TimeLimit(arm, runner, seconds)
         if seconds is not None:
-            self.limit.job_deadline = time.monotonic() + seconds
-            self._set_deadline(self.limit.job_deadline, f"its time limit of {seconds:g} s")
+            self.time_limit.job_deadline = time.monotonic() + seconds
+            self._set_deadline(self.time_limit.job_deadline, f"its time limit of {seconds:g} s")
 
     def step_limit(self, step: str | None, seconds: float | None) -> None:
         """A step with its own limit starts (None: the step in progress ended): the earlier of
         its limit and the job's is in force until it ends."""
-        limit = self.limit
+        limit = self.time_limit
         if limit is None or limit.timed_out:
             return
         if step is not None and seconds is not None:
@@ -183,15 +183,15 @@ class Held:
                                if limit.job_limit is not None else "")
 
     def _set_deadline(self, at: float | None, text: str) -> None:
-        assert self.limit is not None
-        self.limit.deadline, self.limit.text = at, text
+        assert self.time_limit is not None
+        self.time_limit.deadline, self.time_limit.text = at, text
         if at is not None:
-            self.limit.arm(self, at)
+            self.time_limit.arm(self, at)
 
     def time_out(self) -> bool:
         """The limit in force has passed (the watchdog, at its deadline): True when the handler
         is told now (False: it has already returned, or was told)."""
-        limit = self.limit
+        limit = self.time_limit
         if limit is None or limit.ended or limit.timed_out or self.finishing.is_set():
             return False
         limit.timed_out = True
@@ -203,7 +203,7 @@ class Held:
     def timeout_error(self, stack: str | None = None, grace: float | None = None) -> JobTimeout:
         """What the job failed with: JobTimeout naming the limit (and, when the worker stopped
         waiting, the grace period and where the handler was)."""
-        text = self.limit.text if self.limit is not None else ""
+        text = self.time_limit.text if self.time_limit is not None else ""
         message = f"job {self.lease.job_id} ran past {text or 'its time limit'}"
         if grace is not None:
             message += (f" and did not stop within the worker's grace period ({grace:g} s): the "

@@ -43,8 +43,8 @@ def test_a_step_that_ended_takes_its_limit_with_it_and_an_ended_job_is_left_alon
     stepped.step_limit("fetch", 0.05)  # ended at once: its deadline no longer holds
     stepped.step_limit(None, None)
     ended.start_limit(0.05, deadlines.arm, None)
-    assert ended.limit is not None
-    ended.limit.ended = True
+    assert ended.time_limit is not None
+    ended.time_limit.ended = True
     quick.start_limit(0.1, deadlines.arm, None)  # the one that runs out: a sign the others were seen
     wait_for(lambda: given_up, 5, "the watchdog to give up on the slow job")
     assert given_up == [quick]
@@ -70,8 +70,8 @@ def test_the_heap_stays_bounded_when_short_jobs_have_long_limits() -> None:
     for i in range(20 * PRUNE_AT):
         job = held(100 + i)
         job.start_limit(3600.0, deadlines.arm, None)
-        assert job.limit is not None
-        job.limit.ended = True
+        assert job.time_limit is not None
+        job.time_limit.ended = True
     assert len(deadlines) <= 2 * PRUNE_AT
     assert len(deadlines) >= len(live)  # the running jobs' entries are kept
     deadlines.stop()

@@ -1,6 +1,9 @@
-"""Frozen code as deltas (migrations/frozen.py): a revision's file holds only what it changed,
-and the code of every revision is rebuilt from them exactly."""
+"""Frozen code as deltas keyed by object (migrations/frozen.py): a revision's file holds only
+the objects it changed, each under its name, and the code of every revision is rebuilt from
+them exactly."""
 from __future__ import annotations
+
+import re
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -47,8 +50,8 @@ def test_the_current_source_cuts_into_statements() -> None:
 
 
 def test_each_frozen_file_holds_only_what_its_revision_changed() -> None:
-    """Every file is exactly the hunks `pgqueue_migrations.new` would write for its revision:
-    nothing the code below already had."""
+    """Every file is exactly the entries `pgqueue_migrations.new` would write for its
+    revision: nothing the code below already had."""
     files = frozen.frozen_files(VERSIONS, "9999")
     assert [f.stem for f in files][:1] == ["0001"]
     below = ""
@@ -66,8 +69,24 @@ def test_the_head_before_the_frozen_files_and_the_code_of_every_revision() -> No
     assert code_of(newest, VERSIONS) == frozen.rebuild(VERSIONS, newest) != queries.code_sql()
 
 
-def test_a_hunk_that_does_not_fit_is_refused() -> None:
+def test_an_entry_that_does_not_fit_is_refused() -> None:
     import pytest
 
-    with pytest.raises(ValueError, match="does not fit"):
-        frozen.apply("SELECT 1;\n", "-- @@ 3+1 replaces: x\nSELECT 2;\n")
+    with pytest.raises(ValueError, match="removes what the code below does not hold"):
+        frozen.apply("SELECT 1;\n", "-- @@ function pgqueue.x\n-- @@ removed\n")
+    with pytest.raises(ValueError, match=r"comes after 'view pgqueue\.v', which the code lacks"):
+        frozen.apply("SELECT 1;\n", "-- @@ function pgqueue.x\n-- @@ after view pgqueue.v\nSELECT 2;\n")
+
+
+def test_each_entry_is_named_by_its_object() -> None:
+    """A revision's file names the objects it changed: the head's changes against 0020 are
+    the functions revision 0021 touched (JIT off on the lease's functions), by name."""
+    below = frozen.rebuild(VERSIONS, "0020")
+    names = re.findall(r"^-- @@ (.+)$", frozen.delta(below, queries.code_sql()), re.MULTILINE)
+    objects = [n for n in names if not n.startswith(("after ", "removed"))]
+    assert {"function pgqueue.lease", "function pgqueue.pick_within_limits",
+            "function pgqueue.reclaim_due_jobs", "function pgqueue.expiry_unfinished"} <= set(objects)
+    assert all(not n[0].isdigit() for n in objects)
+    assert frozen.key("-- why\nCREATE OR REPLACE VIEW pgqueue.jobs AS SELECT 1;\n") == "view pgqueue.jobs"
+    assert frozen.key("ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_counts;\n") == \
+        "enable trigger job_counts"

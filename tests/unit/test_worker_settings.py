@@ -92,3 +92,18 @@ def test_a_worker_takes_settings_or_their_fields_by_name() -> None:
         pgqueue.Worker(app, "dbname=x", threads=2)
     with pytest.raises(TypeError, match=r"settings must be a pgqueue\.WorkerSettings, got dict"):
         pgqueue.Worker(app, "dbname=x", {"concurrency": 2})  # type: ignore[arg-type]
+
+
+def test_the_glossary_names_every_worker_setting_and_a_checkpoint_has_its_moment() -> None:
+    """docs/glossary.md lists each WorkerSettings field (a new setting gets its row), and
+    Checkpoint.updated_at is the glossary's name for updated_at_ms's moment."""
+    import datetime as dt
+    from pathlib import Path
+
+    glossary = (Path(__file__).resolve().parents[2] / "docs" / "glossary.md").read_text()
+    missing = [f.name for f in dataclasses.fields(pgqueue.WorkerSettings)
+               if f"`{f.name}`" not in glossary]
+    assert missing == []
+    at = dt.datetime(2026, 12, 7, 12, 0, 0, 250_000, tzinfo=dt.timezone.utc)
+    checkpoint = pgqueue.Checkpoint(updated_at_ms=round(at.timestamp() * 1000))
+    assert checkpoint.updated_at == at and pgqueue.Checkpoint().updated_at is None

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0001 changed in the functions and
--- views, as hunks against the code of nothing (the first revision) (frozen by `python -m pgqueue_migrations.new`
--- when revision 0002 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0001 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0001 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of nothing (the first revision) (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0002 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0001 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0001 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 0+0 replaces: nothing (adds)
+-- @@ function pgqueue.accept_step_set
+-- @@ after (start)
 CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint)
  RETURNS pgqueue.job
  LANGUAGE plpgsql
@@ -39,6 +41,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'AcceptStepSet', false);
 END
 $function$;
+-- @@ function pgqueue.ack
+-- @@ after function pgqueue.accept_step_set
 
 CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[])
  RETURNS SETOF bigint
@@ -60,6 +64,8 @@ BEGIN
     SELECT g.id FROM gone g;
 END
 $function$;
+-- @@ function pgqueue.advance_schedule
+-- @@ after function pgqueue.ack
 
 CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, p_next_run_at timestamp with time zone, p_last_fired_at timestamp with time zone, p_fired jsonb)
  RETURNS void
@@ -83,6 +89,8 @@ BEGIN
         'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at), 'fired', p_fired));
 END
 $function$;
+-- @@ function pgqueue.apply_job_state
+-- @@ after function pgqueue.advance_schedule
 
 CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb)
  RETURNS void
@@ -111,6 +119,8 @@ BEGIN
     WHERE id = p_job_id;
 END
 $function$;
+-- @@ function pgqueue.apply_op
+-- @@ after function pgqueue.apply_job_state
 
 CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
  RETURNS void
@@ -228,12 +238,16 @@ BEGIN
     END CASE;
 END
 $function$;
+-- @@ function pgqueue.b64
+-- @@ after function pgqueue.apply_op
 
 CREATE OR REPLACE FUNCTION pgqueue.b64(b bytea)
  RETURNS text
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT translate(encode(b, 'base64'), E'\n', '') $function$;
+-- @@ function pgqueue.backoff_ms
+-- @@ after function pgqueue.b64
 
 CREATE OR REPLACE FUNCTION pgqueue.backoff_ms(p_stream text, p_attempts integer)
  RETURNS bigint
@@ -244,6 +258,8 @@ AS $function$
           FROM (SELECT 1) one
           LEFT JOIN pgqueue.stream_config sc ON sc.stream = p_stream) c
 $function$;
+-- @@ function pgqueue.bury
+-- @@ after function pgqueue.backoff_ms
 
 CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts integer, p_error text, p_died_at timestamp with time zone, p_crashes jsonb)
  RETURNS void
@@ -258,6 +274,8 @@ AS $function$
         checkpoint_updated_at, schema_version, step_set_hash, p_crashes
     FROM gone
 $function$;
+-- @@ function pgqueue.cancel
+-- @@ after function pgqueue.bury
 
 CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint)
  RETURNS void
@@ -285,6 +303,8 @@ BEGIN
     VALUES (v_stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', v_state));
 END
 $function$;
+-- @@ function pgqueue.check_dedup_free
+-- @@ after function pgqueue.cancel
 
 CREATE OR REPLACE FUNCTION pgqueue.check_dedup_free(j pgqueue.job)
  RETURNS void
@@ -305,6 +325,8 @@ BEGIN
     END IF;
 END
 $function$;
+-- @@ function pgqueue.check_stream
+-- @@ after function pgqueue.check_dedup_free
 
 CREATE OR REPLACE FUNCTION pgqueue.check_stream(p_stream text)
  RETURNS void
@@ -318,6 +340,8 @@ BEGIN
     END IF;
 END
 $function$;
+-- @@ function pgqueue.checkpoint_json
+-- @@ after function pgqueue.check_stream
 
 CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job)
  RETURNS jsonb
@@ -333,6 +357,8 @@ AS $function$
         'step_set_hash', j.step_set_hash,
         'crashes_by_step', j.crashes_by_step)
 $function$;
+-- @@ function pgqueue.configure_kind
+-- @@ after function pgqueue.checkpoint_json
 
 CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after integer)
  RETURNS boolean
@@ -358,6 +384,8 @@ BEGIN
     RETURN true;
 END
 $function$;
+-- @@ function pgqueue.configure_stream
+-- @@ after function pgqueue.configure_kind
 
 CREATE OR REPLACE FUNCTION pgqueue.configure_stream(p_stream text, p_retry_base_ms bigint DEFAULT NULL::bigint, p_retry_cap_ms bigint DEFAULT NULL::bigint, p_quarantine_after integer DEFAULT NULL::integer)
  RETURNS pgqueue.stream_config
@@ -381,11 +409,15 @@ BEGIN
     RETURN c;
 END
 $function$;
+-- @@ function pgqueue.disable_apply_trigger
+-- @@ after function pgqueue.configure_stream
 
 CREATE OR REPLACE FUNCTION pgqueue.disable_apply_trigger()
  RETURNS void
  LANGUAGE sql
 AS $function$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $function$;
+-- @@ function pgqueue.enable_apply_trigger
+-- @@ after function pgqueue.disable_apply_trigger
 
 CREATE OR REPLACE FUNCTION pgqueue.enable_apply_trigger()
  RETURNS void
@@ -398,6 +430,8 @@ BEGIN
     ALTER TABLE pgqueue.op_log ENABLE ALWAYS TRIGGER op_log_apply;
 END
 $function$;
+-- @@ function pgqueue.enqueue
+-- @@ after function pgqueue.enable_apply_trigger
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(p_stream text, p_payloads bytea[], p_kinds text[], p_priorities integer[], p_delays_ms bigint[], p_not_befores timestamp with time zone[], p_dedup_keys bytea[], p_max_attempts integer[], p_schema_versions integer[])
  RETURNS SETOF bigint
@@ -502,6 +536,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_result);
 END
 $function$;
+-- @@ function pgqueue.enqueue_body
+-- @@ after function pgqueue.enqueue
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(j pgqueue.job)
  RETURNS jsonb
@@ -515,6 +551,8 @@ AS $function$
         'attempts', j.attempts, 'max_attempts', j.max_attempts,
         'schema_version', j.schema_version, 'next_job_id', j.id + 1)
 $function$;
+-- @@ function pgqueue.enqueue_one
+-- @@ after function pgqueue.enqueue_body
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(p_stream text, p_payload bytea, p_kind text, p_priority integer, p_delay_ms bigint, p_not_before timestamp with time zone, p_dedup_key bytea, p_max_attempts integer, p_schema_version integer)
  RETURNS bigint
@@ -560,12 +598,16 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $function$;
+-- @@ function pgqueue.from_ms
+-- @@ after function pgqueue.enqueue_one
 
 CREATE OR REPLACE FUNCTION pgqueue.from_ms(ms bigint)
  RETURNS timestamp with time zone
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT 'epoch'::timestamptz + ms * interval '1 millisecond' $function$;
+-- @@ function pgqueue.ingest_op
+-- @@ after function pgqueue.from_ms
 
 CREATE OR REPLACE FUNCTION pgqueue.ingest_op(p_seq bigint, p_stream text, p_op text, p_job_id bigint, p_lease_id bigint, p_body jsonb, p_xid xid8, p_at timestamp with time zone, p_lsn pg_lsn)
  RETURNS boolean
@@ -583,6 +625,8 @@ BEGIN
     RETURN true;
 END
 $function$;
+-- @@ function pgqueue.ingest_ops
+-- @@ after function pgqueue.ingest_op
 
 CREATE OR REPLACE FUNCTION pgqueue.ingest_ops(p_ops jsonb)
  RETURNS integer
@@ -602,6 +646,8 @@ BEGIN
     RETURN v_new;
 END
 $function$;
+-- @@ function pgqueue.job_state_json
+-- @@ after function pgqueue.ingest_ops
 
 CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job)
  RETURNS jsonb
@@ -614,6 +660,8 @@ AS $function$
         'state_reason', j.state_reason, 'state_detail', j.state_detail,
         'checkpoint', pgqueue.checkpoint_json(j))
 $function$;
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.job_state_json
 
 CREATE OR REPLACE FUNCTION pgqueue.lease(p_stream text, p_limit integer, p_visibility_ms bigint, p_worker_node integer, p_worker_instance integer)
  RETURNS SETOF pgqueue.job
@@ -652,6 +700,8 @@ BEGIN
     SELECT * FROM leased ORDER BY priority DESC, id;
 END
 $function$;
+-- @@ function pgqueue.leased_job
+-- @@ after function pgqueue.lease
 
 CREATE OR REPLACE FUNCTION pgqueue.leased_job(p_job_id bigint, p_lease_id bigint)
  RETURNS pgqueue.job
@@ -662,6 +712,8 @@ AS $function$
     WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
     FOR UPDATE
 $function$;
+-- @@ function pgqueue.mark_undecodable
+-- @@ after function pgqueue.leased_job
 
 CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id bigint, p_reason text, p_detail jsonb)
  RETURNS boolean
@@ -681,6 +733,8 @@ BEGIN
     RETURN true;
 END
 $function$;
+-- @@ function pgqueue.nack
+-- @@ after function pgqueue.mark_undecodable
 
 CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_error text, p_retry_in_ms bigint, p_max_attempts integer DEFAULT NULL::integer)
  RETURNS TABLE(dead boolean)
@@ -722,6 +776,8 @@ BEGIN
     RETURN QUERY SELECT v_state = 'dead';
 END
 $function$;
+-- @@ function pgqueue.now_ms
+-- @@ after function pgqueue.nack
 
 CREATE OR REPLACE FUNCTION pgqueue.now_ms()
  RETURNS timestamp with time zone
@@ -731,6 +787,8 @@ AS $function$
     SELECT date_trunc('milliseconds',
                       coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz, now()))
 $function$;
+-- @@ function pgqueue.op_log_apply_trigger
+-- @@ after function pgqueue.now_ms
 
 CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger()
  RETURNS trigger
@@ -748,6 +806,8 @@ BEGIN
     RETURN NEW;
 END
 $function$;
+-- @@ function pgqueue.operator_job
+-- @@ after function pgqueue.op_log_apply_trigger
 
 CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, p_states text[])
  RETURNS pgqueue.job
@@ -772,6 +832,8 @@ BEGIN
     RETURN j;
 END
 $function$;
+-- @@ function pgqueue.outcome_json
+-- @@ after function pgqueue.operator_job
 
 CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamp with time zone)
  RETURNS jsonb
@@ -790,6 +852,8 @@ AS $function$
         'crashes_by_step', j.crashes_by_step,
         'at_ms', pgqueue.to_ms(p_at))
 $function$;
+-- @@ function pgqueue.promote_due
+-- @@ after function pgqueue.outcome_json
 
 CREATE OR REPLACE FUNCTION pgqueue.promote_due(p_stream text, p_limit integer DEFAULT 1000)
  RETURNS integer
@@ -817,6 +881,8 @@ BEGIN
     RETURN v_n;
 END
 $function$;
+-- @@ function pgqueue.prune_op_log
+-- @@ after function pgqueue.promote_due
 
 CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval, p_stale_after interval DEFAULT '1 day'::interval, p_limit integer DEFAULT 10000)
  RETURNS integer
@@ -850,6 +916,8 @@ BEGIN
     RETURN v_n;
 END
 $function$;
+-- @@ function pgqueue.reclaim_expired
+-- @@ after function pgqueue.prune_op_log
 
 CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit integer DEFAULT 1000)
  RETURNS integer
@@ -910,6 +978,8 @@ BEGIN
     RETURN v_count;
 END
 $function$;
+-- @@ function pgqueue.register_step_set
+-- @@ after function pgqueue.reclaim_expired
 
 CREATE OR REPLACE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p_steps jsonb)
  RETURNS boolean
@@ -931,6 +1001,8 @@ BEGIN
     RETURN true;
 END
 $function$;
+-- @@ function pgqueue.release
+-- @@ after function pgqueue.register_step_set
 
 CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false)
  RETURNS pgqueue.job
@@ -946,6 +1018,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'Release', false);
 END
 $function$;
+-- @@ function pgqueue.remove_schedule
+-- @@ after function pgqueue.release
 
 CREATE OR REPLACE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text)
  RETURNS void
@@ -961,6 +1035,8 @@ BEGIN
     VALUES (p_stream, 'RemoveSchedule', jsonb_build_object('stream', p_stream, 'name', p_name));
 END
 $function$;
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.remove_schedule
 
 CREATE OR REPLACE FUNCTION pgqueue.renew(p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[])
  RETURNS TABLE(job_id bigint, lease_id bigint, expires_at timestamp with time zone)
@@ -1000,6 +1076,8 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at FROM renewed r;
 END
 $function$;
+-- @@ function pgqueue.replica_status
+-- @@ after function pgqueue.renew
 
 CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT '1 day'::interval)
  RETURNS TABLE(name text, method text, applied_seq bigint, lag_ops bigint, lag_seconds double precision, active boolean, seen_at timestamp with time zone, stale boolean)
@@ -1040,6 +1118,8 @@ BEGIN
     END LOOP;
 END
 $function$;
+-- @@ function pgqueue.requeue_dead_letter
+-- @@ after function pgqueue.replica_status
 
 CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint)
  RETURNS void
@@ -1084,6 +1164,8 @@ BEGIN
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
 END
 $function$;
+-- @@ function pgqueue.require_leader
+-- @@ after function pgqueue.requeue_dead_letter
 
 CREATE OR REPLACE FUNCTION pgqueue.require_leader()
  RETURNS void
@@ -1103,6 +1185,8 @@ BEGIN
     END IF;
 END
 $function$;
+-- @@ function pgqueue.restart
+-- @@ after function pgqueue.require_leader
 
 CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint)
  RETURNS pgqueue.job
@@ -1121,6 +1205,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'Restart', true);
 END
 $function$;
+-- @@ function pgqueue.return_leases
+-- @@ after function pgqueue.restart
 
 CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[])
  RETURNS SETOF bigint
@@ -1142,6 +1228,8 @@ BEGIN
     END LOOP;
 END
 $function$;
+-- @@ function pgqueue.rewind
+-- @@ after function pgqueue.return_leases
 
 CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text)
  RETURNS pgqueue.job
@@ -1169,6 +1257,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'Rewind', true);
 END
 $function$;
+-- @@ function pgqueue.save_as_pending
+-- @@ after function pgqueue.rewind
 
 CREATE OR REPLACE FUNCTION pgqueue.save_as_pending(j pgqueue.job, p_op text, p_checkpoint_changed boolean, p_extra jsonb DEFAULT '{}'::jsonb)
  RETURNS pgqueue.job
@@ -1187,6 +1277,8 @@ BEGIN
     RETURN j;
 END
 $function$;
+-- @@ function pgqueue.save_job
+-- @@ after function pgqueue.save_as_pending
 
 CREATE OR REPLACE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id bigint, p_extra jsonb DEFAULT '{}'::jsonb)
  RETURNS void
@@ -1211,6 +1303,8 @@ BEGIN
     VALUES (j.stream, p_op, j.id, p_lease_id, pgqueue.job_state_json(j) || p_extra);
 END
 $function$;
+-- @@ function pgqueue.schedule_json
+-- @@ after function pgqueue.save_job
 
 CREATE OR REPLACE FUNCTION pgqueue.schedule_json(c pgqueue.schedule)
  RETURNS jsonb
@@ -1226,6 +1320,8 @@ AS $function$
         'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at),
         'updated_at_ms', pgqueue.to_ms(c.updated_at))
 $function$;
+-- @@ function pgqueue.set_role
+-- @@ after function pgqueue.schedule_json
 
 CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NULL::text, p_leader text DEFAULT NULL::text)
  RETURNS pgqueue.node
@@ -1246,6 +1342,8 @@ BEGIN
     RETURN n;
 END
 $function$;
+-- @@ function pgqueue.skip_step
+-- @@ after function pgqueue.set_role
 
 CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint)
  RETURNS pgqueue.job
@@ -1274,6 +1372,8 @@ BEGIN
                                    jsonb_build_object('skipped', v_names[v_next]));
 END
 $function$;
+-- @@ function pgqueue.step_names
+-- @@ after function pgqueue.skip_step
 
 CREATE OR REPLACE FUNCTION pgqueue.step_names(p_hash text)
  RETURNS text[]
@@ -1284,18 +1384,24 @@ AS $function$
     FROM pgqueue.step_set s, jsonb_array_elements(s.steps) WITH ORDINALITY AS t(e, o)
     WHERE s.hash = p_hash
 $function$;
+-- @@ function pgqueue.to_ms
+-- @@ after function pgqueue.step_names
 
 CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamp with time zone)
  RETURNS bigint
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT (extract(epoch FROM ts) * 1000)::bigint $function$;
+-- @@ function pgqueue.unb64
+-- @@ after function pgqueue.to_ms
 
 CREATE OR REPLACE FUNCTION pgqueue.unb64(t text)
  RETURNS bytea
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT decode(t, 'base64') $function$;
+-- @@ function pgqueue.upcast
+-- @@ after function pgqueue.unb64
 
 CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea, p_schema_version integer)
  RETURNS boolean
@@ -1315,6 +1421,8 @@ BEGIN
     RETURN true;
 END
 $function$;
+-- @@ function pgqueue.upsert_schedule
+-- @@ after function pgqueue.upcast
 
 CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(p_stream text, p_name text, p_cron text, p_timezone text, p_payload bytea, p_kind text, p_priority integer, p_max_attempts integer, p_catch_up text, p_misfire_grace_ms bigint, p_paused boolean, p_next_run_at timestamp with time zone)
  RETURNS pgqueue.schedule
@@ -1341,6 +1449,8 @@ BEGIN
     RETURN c;
 END
 $function$;
+-- @@ view pgqueue.jobs
+-- @@ after function pgqueue.upsert_schedule
 
 CREATE OR REPLACE VIEW pgqueue.jobs AS
  SELECT job.id,

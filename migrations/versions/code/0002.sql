@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0002 changed in the functions and
--- views, as hunks against the code of revision 0001 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0003 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0002 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0002 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0001 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0003 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0002 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0002 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 1+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[])
+-- @@ function pgqueue.ack
+-- @@ after function pgqueue.accept_step_set
 
 CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[])
  RETURNS SETOF bigint
@@ -34,7 +36,8 @@ BEGIN
     SELECT g.id FROM gone g;
 END
 $function$;
--- @@ 11+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job)
+-- @@ function pgqueue.checkpoint_json
+-- @@ after function pgqueue.check_stream
 
 CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job)
  RETURNS jsonb
@@ -50,7 +53,8 @@ AS $function$
         'step_set_hash', j.step_set_hash,
         'crashes_by_step', j.crashes_by_step)
 $function$;
--- @@ 16+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue(p_stream text, p_payloads bytea[], p_, CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(j pgqueue.job)
+-- @@ function pgqueue.enqueue
+-- @@ after function pgqueue.enable_apply_trigger
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(p_stream text, p_payloads bytea[], p_kinds text[], p_priorities integer[], p_delays_ms bigint[], p_not_befores timestamp with time zone[], p_dedup_keys bytea[], p_max_attempts integer[], p_schema_versions integer[])
  RETURNS SETOF bigint
@@ -185,6 +189,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_result);
 END
 $function$;
+-- @@ function pgqueue.enqueue_body
+-- @@ after function pgqueue.enqueue
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(j pgqueue.job)
  RETURNS jsonb
@@ -198,13 +204,16 @@ AS $function$
         'attempts', j.attempts, 'max_attempts', j.max_attempts,
         'schema_version', j.schema_version, 'next_job_id', j.id + 1)
 $function$;
--- @@ 19+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.from_ms(ms bigint), CREATE OR REPLACE FUNCTION pgqueue.ingest_op(p_seq bigint, p_stream text, p_op t
+-- @@ function pgqueue.from_ms
+-- @@ after function pgqueue.enqueue_one
 
 CREATE OR REPLACE FUNCTION pgqueue.from_ms(ms bigint)
  RETURNS timestamp with time zone
  LANGUAGE sql
  STABLE PARALLEL SAFE
 AS $function$ SELECT 'epoch'::timestamptz + ms * interval '1 millisecond' $function$;
+-- @@ function pgqueue.ingest_op
+-- @@ after function pgqueue.from_ms
 
 CREATE OR REPLACE FUNCTION pgqueue.ingest_op(p_seq bigint, p_stream text, p_op text, p_job_id bigint, p_lease_id bigint, p_body jsonb, p_xid xid8, p_at timestamp with time zone, p_lsn pg_lsn)
  RETURNS boolean
@@ -224,7 +233,8 @@ BEGIN
     RETURN true;
 END
 $function$;
--- @@ 22+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job), CREATE OR REPLACE FUNCTION pgqueue.lease(p_stream text, p_limit integer, p_visib
+-- @@ function pgqueue.job_state_json
+-- @@ after function pgqueue.ingest_ops
 
 CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job)
  RETURNS jsonb
@@ -237,6 +247,8 @@ AS $function$
         'state_reason', j.state_reason, 'state_detail', j.state_detail,
         'checkpoint', pgqueue.checkpoint_json(j))
 $function$;
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.job_state_json
 
 CREATE OR REPLACE FUNCTION pgqueue.lease(p_stream text, p_limit integer, p_visibility_ms bigint, p_worker_node integer, p_worker_instance integer)
  RETURNS SETOF pgqueue.job
@@ -278,7 +290,8 @@ BEGIN
     SELECT * FROM leased ORDER BY priority DESC, id;
 END
 $function$;
--- @@ 28+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger()
+-- @@ function pgqueue.op_log_apply_trigger
+-- @@ after function pgqueue.now_ms
 
 CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger()
  RETURNS trigger
@@ -298,7 +311,8 @@ BEGIN
     RETURN NEW;
 END
 $function$;
--- @@ 30+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_a
+-- @@ function pgqueue.outcome_json
+-- @@ after function pgqueue.operator_job
 
 CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamp with time zone)
  RETURNS jsonb
@@ -317,7 +331,8 @@ AS $function$
         'crashes_by_step', j.crashes_by_step,
         'at_ms', pgqueue.to_ms(p_at))
 $function$;
--- @@ 32+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval, p_stale_after i
+-- @@ function pgqueue.prune_op_log
+-- @@ after function pgqueue.promote_due
 
 CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval, p_stale_after interval DEFAULT '1 day'::interval, p_limit integer DEFAULT 10000, p_wait interval DEFAULT '00:00:01'::interval)
  RETURNS integer
@@ -345,7 +360,8 @@ BEGIN
     RETURN v_n;
 END
 $function$;
--- @@ 34+0 replaces: nothing (adds)
+-- @@ function pgqueue.reflected
+-- @@ after function pgqueue.reclaim_expired
 
 CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8)
  RETURNS boolean
@@ -353,7 +369,8 @@ CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8)
  STABLE
  SET search_path TO 'pg_catalog', 'pgqueue'
 AS $function$ SELECT coalesce(pg_visible_in_snapshot(p_xid, n.seed_snapshot), false) FROM pgqueue.node n $function$;
--- @@ 37+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.renew(p_job_ids bigint[], p_lease_ids bigint[, CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.remove_schedule
 
 CREATE OR REPLACE FUNCTION pgqueue.renew(p_job_ids bigint[], p_lease_ids bigint[], p_visibility_ms bigint[], p_checkpoints jsonb[])
  RETURNS TABLE(job_id bigint, lease_id bigint, expires_at timestamp with time zone)
@@ -399,6 +416,8 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at FROM renewed r;
 END
 $function$;
+-- @@ function pgqueue.replica_status
+-- @@ after function pgqueue.renew
 
 CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT '1 day'::interval, p_wait interval DEFAULT '00:00:01'::interval)
  RETURNS TABLE(name text, method text, applied_seq bigint, lag_ops bigint, lag_seconds double precision, active boolean, seen_at timestamp with time zone, stale boolean)
@@ -462,7 +481,8 @@ BEGIN
     END LOOP;
 END
 $function$;
--- @@ 46+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.schedule_json(c pgqueue.schedule), CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NUL
+-- @@ function pgqueue.schedule_json
+-- @@ after function pgqueue.save_job
 
 CREATE OR REPLACE FUNCTION pgqueue.schedule_json(c pgqueue.schedule)
  RETURNS jsonb
@@ -478,6 +498,8 @@ AS $function$
         'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at),
         'updated_at_ms', pgqueue.to_ms(c.updated_at))
 $function$;
+-- @@ function pgqueue.seed_rows
+-- @@ after function pgqueue.schedule_json
 
 CREATE OR REPLACE FUNCTION pgqueue.seed_rows(p_table text, p_rows jsonb)
  RETURNS integer
@@ -498,6 +520,8 @@ BEGIN
     RETURN v_n;
 END
 $function$;
+-- @@ function pgqueue.set_role
+-- @@ after function pgqueue.seed_rows
 
 CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NULL::text, p_leader text DEFAULT NULL::text)
  RETURNS pgqueue.node
@@ -519,7 +543,8 @@ BEGIN
     RETURN n;
 END
 $function$;
--- @@ 50+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamp with time zone)
+-- @@ function pgqueue.to_ms
+-- @@ after function pgqueue.step_names
 
 CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamp with time zone)
  RETURNS bigint

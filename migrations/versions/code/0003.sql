@@ -1,11 +1,15 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0003 changed in the functions and
--- views, as hunks against the code of revision 0002 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0004 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0003 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0003 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0002 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0004 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0003 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0003 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 0+57 replaces: CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint), CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]), CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, , CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb), CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_, CREATE OR REPLACE FUNCTION pgqueue.b64(b bytea), CREATE OR REPLACE FUNCTION pgqueue.backoff_ms(p_stream text, p_attempts integer), CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts integer, p_e, CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint), CREATE OR REPLACE FUNCTION pgqueue.check_dedup_free(j pgqueue.job), CREATE OR REPLACE FUNCTION pgqueue.check_stream(p_stream text), CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job), CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_, CREATE OR REPLACE FUNCTION pgqueue.configure_stream(p_stream text, p_retry_base_, CREATE OR REPLACE FUNCTION pgqueue.disable_apply_trigger(), CREATE OR REPLACE FUNCTION pgqueue.enable_apply_trigger(), CREATE OR REPLACE FUNCTION pgqueue.enqueue(p_stream text, p_payloads bytea[], p_, CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(j pgqueue.job), CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(p_stream text, p_payload bytea, p, CREATE OR REPLACE FUNCTION pgqueue.from_ms(ms bigint), CREATE OR REPLACE FUNCTION pgqueue.ingest_op(p_seq bigint, p_stream text, p_op t, CREATE OR REPLACE FUNCTION pgqueue.ingest_ops(p_ops jsonb), CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job), CREATE OR REPLACE FUNCTION pgqueue.lease(p_stream text, p_limit integer, p_visib, CREATE OR REPLACE FUNCTION pgqueue.leased_job(p_job_id bigint, p_lease_id bigint, CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id , CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_er, CREATE OR REPLACE FUNCTION pgqueue.now_ms(), CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger(), CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, , CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_a, CREATE OR REPLACE FUNCTION pgqueue.promote_due(p_stream text, p_limit integer DE, CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval, p_stale_after i, CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit integer DEFAULT 1000), CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8), CREATE OR REPLACE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p, CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes bool, CREATE OR REPLACE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text), CREATE OR REPLACE FUNCTION pgqueue.renew(p_job_ids bigint[], p_lease_ids bigint[, CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT, CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint), CREATE OR REPLACE FUNCTION pgqueue.require_leader(), CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint), CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids, CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text), CREATE OR REPLACE FUNCTION pgqueue.save_as_pending(j pgqueue.job, p_op text, p_c, CREATE OR REPLACE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id, CREATE OR REPLACE FUNCTION pgqueue.schedule_json(c pgqueue.schedule), CREATE OR REPLACE FUNCTION pgqueue.seed_rows(p_table text, p_rows jsonb), CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NUL, CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint), CREATE OR REPLACE FUNCTION pgqueue.step_names(p_hash text), CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamp with time zone), CREATE OR REPLACE FUNCTION pgqueue.unb64(t text), CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_, CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(p_stream text, p_name text, p, CREATE OR REPLACE VIEW pgqueue.jobs AS
+-- @@ function pgqueue.enqueue_body
+-- @@ removed
+-- @@ view pgqueue.jobs
+-- @@ after (start)
 -- core.sql: functions
 -- Every job pgqueue knows, live or dead, in one shape: what q.job() and operators read.
 CREATE OR REPLACE VIEW pgqueue.jobs AS
@@ -19,14 +23,20 @@ SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL
        dedup_key, last_error, NULL, NULL, NULL, NULL, NULL, NULL, died_at, last_completed_step,
        cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step
 FROM pgqueue.dead_letter;
+-- @@ function pgqueue.to_ms
+-- @@ after view pgqueue.jobs
 
 CREATE OR REPLACE FUNCTION pgqueue.to_ms(ts timestamptz) RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT (extract(epoch FROM ts) * 1000)::bigint $$;
+-- @@ function pgqueue.from_ms
+-- @@ after function pgqueue.to_ms
 
 CREATE OR REPLACE FUNCTION pgqueue.from_ms(ms bigint) RETURNS timestamptz
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT 'epoch'::timestamptz + ms * interval '1 millisecond' $$;
+-- @@ function pgqueue.now_ms
+-- @@ after function pgqueue.from_ms
 
 -- The transaction's time, truncated to ms. Tests may pin it with SET pgqueue.now = '...';
 -- nothing in production sets it.
@@ -36,14 +46,20 @@ AS $$
     SELECT date_trunc('milliseconds',
                       coalesce(nullif(current_setting('pgqueue.now', true), '')::timestamptz, now()))
 $$;
+-- @@ function pgqueue.b64
+-- @@ after function pgqueue.now_ms
 
 CREATE OR REPLACE FUNCTION pgqueue.b64(b bytea) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT translate(encode(b, 'base64'), E'\n', '') $$;
+-- @@ function pgqueue.unb64
+-- @@ after function pgqueue.b64
 
 CREATE OR REPLACE FUNCTION pgqueue.unb64(t text) RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT decode(t, 'base64') $$;
+-- @@ function pgqueue.check_stream
+-- @@ after function pgqueue.unb64
 
 CREATE OR REPLACE FUNCTION pgqueue.check_stream(p_stream text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -55,6 +71,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.checkpoint_json
+-- @@ after function pgqueue.check_stream
 
 -- The checkpoint as it travels in ops (cursor in base64).
 CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job) RETURNS jsonb
@@ -69,6 +87,8 @@ AS $$
         'step_set_hash', j.step_set_hash,
         'crashes_by_step', j.crashes_by_step)
 $$;
+-- @@ function pgqueue.outcome_json
+-- @@ after function pgqueue.checkpoint_json
 
 -- The body every failure-like op (Nack, Reclaim) carries: the job's resulting values.
 CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamptz) RETURNS jsonb
@@ -86,6 +106,8 @@ AS $$
         'crashes_by_step', j.crashes_by_step,
         'at_ms', pgqueue.to_ms(p_at))
 $$;
+-- @@ function pgqueue.job_state_json
+-- @@ after function pgqueue.outcome_json
 
 -- The job's resulting state as generic ops carry it.
 CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job) RETURNS jsonb
@@ -97,6 +119,8 @@ AS $$
         'state_reason', j.state_reason, 'state_detail', j.state_detail,
         'checkpoint', pgqueue.checkpoint_json(j))
 $$;
+-- @@ function pgqueue.backoff_ms
+-- @@ after function pgqueue.job_state_json
 
 -- Backoff after the n-th failure: about base * 2^n with +-25% jitter, capped.
 CREATE OR REPLACE FUNCTION pgqueue.backoff_ms(p_stream text, p_attempts int) RETURNS bigint
@@ -107,6 +131,8 @@ AS $$
           FROM (SELECT 1) one
           LEFT JOIN pgqueue.stream_config sc ON sc.stream = p_stream) c
 $$;
+-- @@ function pgqueue.bury
+-- @@ after function pgqueue.backoff_ms
 
 -- Move a job row to dead_letter (leader and apply share this).
 CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error text, p_died_at timestamptz,
@@ -122,6 +148,8 @@ AS $$
         checkpoint_updated_at, schema_version, step_set_hash, p_crashes
     FROM gone
 $$;
+-- @@ function pgqueue.save_job
+-- @@ after function pgqueue.bury
 
 CREATE OR REPLACE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id bigint, p_extra jsonb DEFAULT '{}')
 RETURNS void
@@ -146,6 +174,8 @@ BEGIN
     VALUES (j.stream, p_op, j.id, p_lease_id, pgqueue.job_state_json(j) || p_extra);
 END
 $$;
+-- @@ function pgqueue.apply_job_state
+-- @@ after function pgqueue.save_job
 
 -- The apply side of save_job: set every field the body carries.
 CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RETURNS void
@@ -174,6 +204,8 @@ BEGIN
     WHERE id = p_job_id;
 END
 $$;
+-- @@ function pgqueue.leased_job
+-- @@ after function pgqueue.apply_job_state
 
 -- Load a leased job under lock, fenced by its lease id (NULL when the lease is not current).
 CREATE OR REPLACE FUNCTION pgqueue.leased_job(p_job_id bigint, p_lease_id bigint) RETURNS pgqueue.job
@@ -184,6 +216,8 @@ AS $$
     WHERE id = p_job_id AND lease_id = p_lease_id AND state = 'leased'
     FOR UPDATE
 $$;
+-- @@ function pgqueue.operator_job
+-- @@ after function pgqueue.leased_job
 
 -- Load a job for an operator, under lock; PQ404 when it is not a live job, PQ422 when leased
 -- or not in one of p_states.
@@ -209,6 +243,8 @@ BEGIN
     RETURN j;
 END
 $$;
+-- @@ function pgqueue.check_dedup_free
+-- @@ after function pgqueue.operator_job
 
 -- A parked or rewound job goes back to pending: refuse when a live job holds its dedup key.
 CREATE OR REPLACE FUNCTION pgqueue.check_dedup_free(j pgqueue.job) RETURNS void
@@ -229,6 +265,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.save_as_pending
+-- @@ after function pgqueue.check_dedup_free
 
 -- An operator's change sends the job back to pending at once: refuse when a live job took
 -- its dedup key meanwhile, clear the parking reason, save, and log the op.
@@ -249,6 +287,8 @@ BEGIN
     RETURN j;
 END
 $$;
+-- @@ function pgqueue.op_body
+-- @@ after function pgqueue.save_as_pending
 
 -- oplog.sql: functions
 -- The whole body of an op: an Enqueue op's columns put back as the keys 0002 stored (job_id,
@@ -269,6 +309,8 @@ AS $$
             'next_job_id', o.job_id + 1)
     ELSE o.body END
 $$;
+-- @@ function pgqueue.apply_op
+-- @@ after function pgqueue.op_body
 
 -- Apply one op's effect to the state tables. Ops carry resulting values, never increments.
 CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
@@ -387,6 +429,8 @@ BEGIN
     END CASE;
 END
 $$;
+-- @@ function pgqueue.ingest_op
+-- @@ after function pgqueue.apply_op
 
 -- Ingest one op from another database's log (a whole op_log row): record it and apply it,
 -- unless this database already holds that seq (delivering an op twice changes nothing) or its
@@ -408,6 +452,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.ingest_ops
+-- @@ after function pgqueue.ingest_op
 
 -- Ingest a batch of ops (a jsonb array of op_log rows, as to_jsonb gives them) in array order.
 -- Returns how many were new.
@@ -427,6 +473,8 @@ BEGIN
     RETURN v_new;
 END
 $$;
+-- @@ function pgqueue.require_leader
+-- @@ after function pgqueue.ingest_ops
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -449,6 +497,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.set_role
+-- @@ after function pgqueue.require_leader
 
 -- Set this database's role. Promotion to leader bumps the epoch.
 CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NULL, p_leader text DEFAULT NULL)
@@ -471,12 +521,16 @@ BEGIN
     RETURN n;
 END
 $$;
+-- @@ function pgqueue.reflected
+-- @@ after function pgqueue.set_role
 
 -- True when the op of transaction p_xid is already in a seeded replica's copied state.
 CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pgqueue
 AS $$ SELECT coalesce(pg_visible_in_snapshot(p_xid, n.seed_snapshot), false) FROM pgqueue.node n $$;
+-- @@ function pgqueue.seed_rows
+-- @@ after function pgqueue.reflected
 
 -- Seed a replica's table from rows of the leader's (jsonb, as to_jsonb gives them). Only the
 -- queue-state tables and the op log; rows already present are an error (seed an empty replica).
@@ -498,6 +552,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
+-- @@ function pgqueue.op_log_apply_trigger
+-- @@ after function pgqueue.seed_rows
 
 -- On a replica fed by logical replication: apply each op the subscription inserts into op_log,
 -- unless its seq is already applied (ops arrive in commit order, not seq order, so never skip
@@ -521,6 +577,8 @@ BEGIN
     RETURN NEW;
 END
 $$;
+-- @@ function pgqueue.enable_apply_trigger
+-- @@ after function pgqueue.op_log_apply_trigger
 
 -- The trigger exists only on replicas (attach creates it, promote drops it), so the leader's
 -- hot path never pays for it.
@@ -534,10 +592,14 @@ BEGIN
     ALTER TABLE pgqueue.op_log ENABLE ALWAYS TRIGGER op_log_apply;
 END
 $$;
+-- @@ function pgqueue.disable_apply_trigger
+-- @@ after function pgqueue.enable_apply_trigger
 
 CREATE OR REPLACE FUNCTION pgqueue.disable_apply_trigger() RETURNS void
 LANGUAGE sql VOLATILE
 AS $$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $$;
+-- @@ function pgqueue.replica_status
+-- @@ after function pgqueue.disable_apply_trigger
 
 -- Where each registered replica stands, in ops and seconds behind this leader. With p_upto,
 -- only the ops up to that seq are examined (an index range, not the whole log): applied_seq is
@@ -610,6 +672,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.step_names
+-- @@ after function pgqueue.replica_status
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -622,6 +686,8 @@ AS $$
     FROM pgqueue.step_set s, jsonb_array_elements(s.steps) WITH ORDINALITY AS t(e, o)
     WHERE s.hash = p_hash
 $$;
+-- @@ function pgqueue.register_step_set
+-- @@ after function pgqueue.step_names
 
 -- Record a step set (once per hash).
 CREATE OR REPLACE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p_steps jsonb) RETURNS boolean
@@ -643,6 +709,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.schedule_json
+-- @@ after function pgqueue.register_step_set
 
 -- schedule.sql: functions
 CREATE OR REPLACE FUNCTION pgqueue.schedule_json(c pgqueue.schedule) RETURNS jsonb
@@ -657,6 +725,8 @@ AS $$
         'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at),
         'updated_at_ms', pgqueue.to_ms(c.updated_at))
 $$;
+-- @@ function pgqueue.upsert_schedule
+-- @@ after function pgqueue.schedule_json
 
 -- Create or change a schedule (the caller validated cron and zone and computed next_run_at).
 CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(
@@ -687,6 +757,8 @@ BEGIN
     RETURN c;
 END
 $$;
+-- @@ function pgqueue.advance_schedule
+-- @@ after function pgqueue.upsert_schedule
 
 -- Advance a fired (or skipped) schedule; runs in the same transaction as its ticks' enqueues.
 CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, p_next_run_at timestamptz,
@@ -712,6 +784,8 @@ BEGIN
         'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at), 'fired', p_fired));
 END
 $$;
+-- @@ function pgqueue.remove_schedule
+-- @@ after function pgqueue.advance_schedule
 
 CREATE OR REPLACE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text) RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -726,6 +800,8 @@ BEGIN
     VALUES (p_stream, 'RemoveSchedule', jsonb_build_object('stream', p_stream, 'name', p_name));
 END
 $$;
+-- @@ function pgqueue.enqueue
+-- @@ after function pgqueue.remove_schedule
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -896,6 +972,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_result);
 END
 $$;
+-- @@ function pgqueue.enqueue_one
+-- @@ after function pgqueue.enqueue
 
 -- Enqueue one job: the same semantics as pgqueue.enqueue for a batch of one, without the
 -- arrays (one job per call is bounded by its round trip and commit; this keeps the function's
@@ -953,6 +1031,8 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $$;
+-- @@ function pgqueue.promote_due
+-- @@ after function pgqueue.enqueue_one
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -985,6 +1065,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.promote_due
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. The candidate CTE locks
 -- with SKIP LOCKED and is MATERIALIZED, so the planner cannot lease more rows than asked and
@@ -1030,6 +1112,8 @@ BEGIN
     SELECT * FROM leased ORDER BY priority DESC, id;
 END
 $$;
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.lease
 
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
@@ -1080,6 +1164,8 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at FROM renewed r;
 END
 $$;
+-- @@ function pgqueue.ack
+-- @@ after function pgqueue.renew
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1111,6 +1197,8 @@ BEGIN
     SELECT g.id FROM gone g;
 END
 $$;
+-- @@ function pgqueue.nack
+-- @@ after function pgqueue.ack
 
 -- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
 -- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL.
@@ -1156,6 +1244,8 @@ BEGIN
     RETURN QUERY SELECT v_state = 'dead';
 END
 $$;
+-- @@ function pgqueue.return_leases
+-- @@ after function pgqueue.nack
 
 -- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
 CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids bigint[]) RETURNS SETOF bigint
@@ -1177,6 +1267,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.mark_undecodable
+-- @@ after function pgqueue.return_leases
 
 -- Worker: this code cannot run the job (unknown_kind, payload_version, step_set_changed).
 -- Costs no attempt. Returns false when the lease is not current.
@@ -1198,6 +1290,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.upcast
+-- @@ after function pgqueue.mark_undecodable
 
 -- Worker: store an upcast payload and its new schema version as the job resumes.
 CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
@@ -1218,6 +1312,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.reclaim_expired
+-- @@ after function pgqueue.upcast
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1284,6 +1380,8 @@ BEGIN
     RETURN v_count;
 END
 $$;
+-- @@ function pgqueue.requeue_dead_letter
+-- @@ after function pgqueue.reclaim_expired
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1332,6 +1430,8 @@ BEGIN
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
 END
 $$;
+-- @@ function pgqueue.release
+-- @@ after function pgqueue.requeue_dead_letter
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1351,6 +1451,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'Release', false);
 END
 $$;
+-- @@ function pgqueue.rewind
+-- @@ after function pgqueue.release
 
 -- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
 CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETURNS pgqueue.job
@@ -1378,6 +1480,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'Rewind', true);
 END
 $$;
+-- @@ function pgqueue.restart
+-- @@ after function pgqueue.rewind
 
 -- Operator: drop the checkpoint and run the job from step one (only when asked).
 CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job
@@ -1396,6 +1500,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'Restart', true);
 END
 $$;
+-- @@ function pgqueue.skip_step
+-- @@ after function pgqueue.restart
 
 -- Operator: count the step in progress as completed without running it, and go on.
 CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.job
@@ -1424,6 +1530,8 @@ BEGIN
                                    jsonb_build_object('skipped', v_names[v_next]));
 END
 $$;
+-- @@ function pgqueue.accept_step_set
+-- @@ after function pgqueue.skip_step
 
 -- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
 -- its last completed step, matched by name in the new list.
@@ -1459,6 +1567,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'AcceptStepSet', false);
 END
 $$;
+-- @@ function pgqueue.cancel
+-- @@ after function pgqueue.accept_step_set
 
 -- Operator: remove a job that is not leased (live or dead) for good.
 CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS void
@@ -1486,6 +1596,8 @@ BEGIN
     VALUES (v_stream, 'Cancel', p_job_id, jsonb_build_object('job_id', p_job_id, 'was', v_state));
 END
 $$;
+-- @@ function pgqueue.configure_stream
+-- @@ after function pgqueue.cancel
 
 -- Per-stream settings, logged like any other state change.
 CREATE OR REPLACE FUNCTION pgqueue.configure_stream(
@@ -1512,6 +1624,8 @@ BEGIN
     RETURN c;
 END
 $$;
+-- @@ function pgqueue.configure_kind
+-- @@ after function pgqueue.configure_stream
 
 -- Set (or with NULL, remove) a kind's quarantine threshold in a stream; logs only changes.
 CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after int)
@@ -1538,6 +1652,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.prune_op_log
+-- @@ after function pgqueue.configure_kind
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1593,5 +1709,7 @@ BEGIN
     RETURN v_n;
 END
 $$;
+-- @@ (comments)
+-- @@ after function pgqueue.prune_op_log
 
 -- queries -----------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0005 changed in the functions and
--- views, as hunks against the code of revision 0003 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0006 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0005 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0005 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0003 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0006 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0005 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0005 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 0+1 replaces: CREATE OR REPLACE VIEW pgqueue.jobs AS
+-- @@ view pgqueue.jobs
+-- @@ after (start)
 -- core.sql: functions
 -- Every job pgqueue knows, live or dead, in one shape: what q.job() and operators read.
 CREATE OR REPLACE VIEW pgqueue.jobs AS
@@ -21,7 +23,8 @@ SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL
        cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
        concurrency_key, NULL
 FROM pgqueue.dead_letter;
--- @@ 7+0 replaces: nothing (adds)
+-- @@ function pgqueue.require_leader
+-- @@ after function pgqueue.check_stream
 
 -- Queue writes happen on the leader only; a replica names its leader in the refusal.
 CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void
@@ -41,7 +44,8 @@ BEGIN
     END IF;
 END
 $$;
--- @@ 8+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_a
+-- @@ function pgqueue.outcome_json
+-- @@ after function pgqueue.checkpoint_json
 
 -- The body every failure-like op (Nack, Reclaim) carries: the job's resulting values.
 CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamptz) RETURNS jsonb
@@ -60,7 +64,8 @@ AS $$
         'unstarted_reclaims', j.unstarted_reclaims,
         'at_ms', pgqueue.to_ms(p_at))
 $$;
--- @@ 11+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error
+-- @@ function pgqueue.bury
+-- @@ after function pgqueue.backoff_ms
 
 -- Move a job row to dead_letter (leader and apply share this).
 CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error text, p_died_at timestamptz,
@@ -78,7 +83,8 @@ AS $$
         concurrency_key
     FROM gone
 $$;
--- @@ 14+0 replaces: nothing (adds)
+-- @@ function pgqueue.finish_cancel
+-- @@ after function pgqueue.apply_job_state
 
 -- A leased job whose cancel was requested (pgqueue.cancel) ends as cancelled: deleted, its op
 -- Cancel (was leased, by whom, and the error when a failure ended it). Every end of such a
@@ -94,7 +100,8 @@ AS $$
         'job_id', j.id, 'was', 'leased', 'by', p_by,
         'requested_at_ms', pgqueue.to_ms(j.cancel_requested_at), 'error', p_error)));
 $$;
--- @@ 15+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, , CREATE OR REPLACE FUNCTION pgqueue.check_dedup_free(j pgqueue.job) RETURNS void, CREATE OR REPLACE FUNCTION pgqueue.save_as_pending(j pgqueue.job, p_op text, p_c
+-- @@ function pgqueue.operator_job
+-- @@ after function pgqueue.leased_job
 
 -- Load a job for an operator, under lock; PQ404 when it is not a live job, PQ422 when leased
 -- or not in one of p_states.
@@ -124,6 +131,8 @@ BEGIN
     RETURN j;
 END
 $$;
+-- @@ function pgqueue.dedup_holder
+-- @@ after function pgqueue.operator_job
 
 -- The live job (pending, scheduled or leased) that holds a dedup key in a stream, other than
 -- p_id; NULL when none is visible to the statement that asks.
@@ -135,6 +144,8 @@ AS $$
       AND state IN ('pending', 'scheduled', 'leased')
     LIMIT 1
 $$;
+-- @@ function pgqueue.refuse_dedup
+-- @@ after function pgqueue.dedup_holder
 
 -- Refuse an operator's move to pending because a live job holds the key: PQ409, with the
 -- holder in DETAIL (holder=ID) when it is known, which queries.translate turns into
@@ -151,6 +162,8 @@ BEGIN
         USING ERRCODE = 'PQ409', DETAIL = format('holder=%s', p_holder);
 END
 $$;
+-- @@ function pgqueue.check_dedup_free
+-- @@ after function pgqueue.refuse_dedup
 
 -- A parked or rewound job goes back to pending: refuse when a live job holds its dedup key.
 -- This sees committed holders only; save_as_pending catches the one an open transaction adds.
@@ -169,6 +182,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.save_as_pending
+-- @@ after function pgqueue.check_dedup_free
 
 -- An operator's change sends the job back to pending at once: refuse when a live job took
 -- its dedup key meanwhile, clear the parking reason, save, and log the op. A holder enqueued
@@ -204,6 +219,8 @@ BEGIN
     RETURN j;
 END
 $$;
+-- @@ function pgqueue.count_jobs
+-- @@ after function pgqueue.save_as_pending
 
 -- observe.sql: functions
 -- The statement triggers behind job_count_delta: the rows a statement removed count -1 in
@@ -229,6 +246,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
+-- @@ function pgqueue.count_dead_letters
+-- @@ after function pgqueue.count_jobs
 
 CREATE OR REPLACE FUNCTION pgqueue.count_dead_letters() RETURNS trigger
 LANGUAGE plpgsql
@@ -244,25 +263,47 @@ BEGIN
     RETURN NULL;
 END
 $$;
+-- @@ trigger job_count_insert
+-- @@ after function pgqueue.count_dead_letters
 
 CREATE OR REPLACE TRIGGER job_count_insert AFTER INSERT ON pgqueue.job
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
+-- @@ trigger job_count_update
+-- @@ after trigger job_count_insert
 CREATE OR REPLACE TRIGGER job_count_update AFTER UPDATE ON pgqueue.job
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
+-- @@ trigger job_count_delete
+-- @@ after trigger job_count_update
 CREATE OR REPLACE TRIGGER job_count_delete AFTER DELETE ON pgqueue.job
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION pgqueue.count_jobs();
+-- @@ trigger dead_letter_count_insert
+-- @@ after trigger job_count_delete
 CREATE OR REPLACE TRIGGER dead_letter_count_insert AFTER INSERT ON pgqueue.dead_letter
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
     EXECUTE FUNCTION pgqueue.count_dead_letters();
+-- @@ trigger dead_letter_count_delete
+-- @@ after trigger dead_letter_count_insert
 CREATE OR REPLACE TRIGGER dead_letter_count_delete AFTER DELETE ON pgqueue.dead_letter
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
     EXECUTE FUNCTION pgqueue.count_dead_letters();
+-- @@ enable trigger job_count_insert
+-- @@ after trigger dead_letter_count_delete
 ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_insert;
+-- @@ enable trigger job_count_update
+-- @@ after enable trigger job_count_insert
 ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_update;
+-- @@ enable trigger job_count_delete
+-- @@ after enable trigger job_count_update
 ALTER TABLE pgqueue.job ENABLE ALWAYS TRIGGER job_count_delete;
+-- @@ enable trigger dead_letter_count_insert
+-- @@ after enable trigger job_count_delete
 ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_insert;
+-- @@ enable trigger dead_letter_count_delete
+-- @@ after enable trigger dead_letter_count_insert
 ALTER TABLE pgqueue.dead_letter ENABLE ALWAYS TRIGGER dead_letter_count_delete;
+-- @@ function pgqueue.fold_job_counts
+-- @@ after enable trigger dead_letter_count_delete
 
 -- Add the deltas written so far into job_count (concurrent folds each take other rows).
 -- Returns how many delta rows it folded.
@@ -278,7 +319,8 @@ AS $$
         RETURNING 1)
     SELECT count(*) FROM d
 $$;
--- @@ 19+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_
+-- @@ function pgqueue.apply_op
+-- @@ after function pgqueue.op_body
 
 -- Apply one op's effect to the state tables. Ops carry resulting values, never increments.
 CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
@@ -406,7 +448,8 @@ BEGIN
     END CASE;
 END
 $$;
--- @@ 22+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void, CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NUL
+-- @@ function pgqueue.request_begin
+-- @@ after function pgqueue.ingest_ops
 
 -- The start of a call that carries a request token (enqueue, enqueue_one, lease). Every such
 -- call first takes the token's transaction lock, so a call re-sent after its reply was lost
@@ -425,6 +468,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.op_log_batch
+-- @@ after function pgqueue.request_begin
 
 -- The next ops after p_after as op_log rows in jsonb, in seq order: at most p_limit, and no
 -- more once about 64 MiB of payloads and bodies are in (always at least one), so that a batch
@@ -457,6 +502,8 @@ AS $$
     )
     SELECT o.seq, to_jsonb(o) FROM pgqueue.op_log o JOIN kept k ON k.seq = o.seq ORDER BY o.seq
 $$;
+-- @@ function pgqueue.set_role
+-- @@ after function pgqueue.op_log_batch
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -486,7 +533,8 @@ BEGIN
     RETURN n;
 END
 $$;
--- @@ 29+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT
+-- @@ function pgqueue.replica_status
+-- @@ after function pgqueue.disable_apply_trigger
 
 -- Where each registered replica stands, in ops and seconds behind this leader. With p_upto,
 -- only the ops up to that seq are examined (an index range, not the whole log): applied_seq is
@@ -581,6 +629,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.touch_replicas
+-- @@ after function pgqueue.replica_status
 
 -- The leader sees every logical replica whose slot is active now: its seen_at moves to now
 -- (at most once per p_every, so a pass every second does not rewrite the rows every second).
@@ -601,7 +651,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
--- @@ 33+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(, CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, 
+-- @@ function pgqueue.upsert_schedule
+-- @@ after function pgqueue.schedule_json
 
 -- Create or change a schedule (the caller validated cron and zone and computed next_run_at).
 -- Refused (PQ422) when next_run_at is not after the schedule's last fired time: the caller
@@ -640,6 +691,8 @@ BEGIN
     RETURN c;
 END
 $$;
+-- @@ function pgqueue.advance_schedule
+-- @@ after function pgqueue.upsert_schedule
 
 -- Advance a fired (or skipped) schedule; runs in the same transaction as its ticks' enqueues.
 -- p_fired lists the fire times enqueued (ISO 8601 text, ascending) and p_last_fired_at is the
@@ -702,7 +755,8 @@ BEGIN
         'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at), 'fired', p_fired));
 END
 $$;
--- @@ 36+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue(, CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
+-- @@ function pgqueue.request_enqueued
+-- @@ after function pgqueue.remove_schedule
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -749,6 +803,8 @@ BEGIN
     RETURN v_result;
 END
 $$;
+-- @@ function pgqueue.enqueue_body
+-- @@ after function pgqueue.request_enqueued
 
 -- Enqueue: returns one id per input, in input order. A job whose dedup_key is held by a live
 -- job of the stream is not inserted; its slot returns the holder's id. Each statement of this
@@ -765,6 +821,8 @@ LANGUAGE sql IMMUTABLE
 AS $$ SELECT CASE WHEN p_trace IS NULL AND p_concurrency_key IS NULL THEN p_shared
                   ELSE p_shared || jsonb_strip_nulls(jsonb_build_object(
                       'trace', p_trace, 'concurrency_key', p_concurrency_key)) END $$;
+-- @@ function pgqueue.enqueue
+-- @@ after function pgqueue.enqueue_body
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
@@ -987,6 +1045,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_result);
 END
 $$;
+-- @@ function pgqueue.enqueue_one
+-- @@ after function pgqueue.enqueue
 
 -- Enqueue one job: the same semantics as pgqueue.enqueue for a batch of one, without the
 -- arrays (one job per call is bounded by its round trip and commit; this keeps the function's
@@ -1066,7 +1126,8 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $$;
--- @@ 39+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(, CREATE OR REPLACE FUNCTION pgqueue.renew(
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.promote_due
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -1202,11 +1263,15 @@ BEGIN
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
+-- @@ function pgqueue.rate_bucket_ms
+-- @@ after function pgqueue.lease
 
 -- The bucket a rate limit's window counts leases in: a twentieth of the window, at least 1 ms.
 CREATE OR REPLACE FUNCTION pgqueue.rate_bucket_ms(p_window_ms bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT greatest(1, p_window_ms / 20) $$;
+-- @@ function pgqueue.pick_within_limits
+-- @@ after function pgqueue.rate_bucket_ms
 
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
 -- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
@@ -1412,6 +1477,8 @@ BEGIN
     SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
 END
 $$;
+-- @@ function pgqueue.start_rated
+-- @@ after function pgqueue.pick_within_limits
 
 -- Worker: the handler is about to start a job of a rate-limited kind that was leased ahead
 -- (pgqueue.lease said rate_at_start): count it in the kind's window now, under the kind's
@@ -1469,6 +1536,8 @@ BEGIN
     RETURN 'started';
 END
 $$;
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.start_rated
 
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
@@ -1525,7 +1594,8 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
 END
 $$;
--- @@ 42+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_er, CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids, CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id 
+-- @@ function pgqueue.nack
+-- @@ after function pgqueue.ack
 
 -- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
 -- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL. A job whose
@@ -1582,6 +1652,8 @@ BEGIN
     RETURN QUERY SELECT v_state = 'dead', v_state;
 END
 $$;
+-- @@ function pgqueue.return_leases
+-- @@ after function pgqueue.nack
 
 -- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
 -- A job whose cancel was requested ends as cancelled instead. Returns each job let go of, and
@@ -1614,6 +1686,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.mark_undecodable
+-- @@ after function pgqueue.return_leases
 
 -- Worker: this code cannot run the job (unknown_kind, payload_version, step_set_changed).
 -- Costs no attempt; a job whose cancel was requested ends as cancelled instead of parked.
@@ -1640,6 +1714,8 @@ BEGIN
     RETURN 'undecodable';
 END
 $$;
+-- @@ function pgqueue.end_cancelled
+-- @@ after function pgqueue.mark_undecodable
 
 -- Worker: the handler stopped on its job's cancel request (it raised pgqueue.Cancelled, or its
 -- task was cancelled), or raised Cancelled itself: the job ends as cancelled, never retried.
@@ -1657,7 +1733,8 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 46+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RET, CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS 
+-- @@ function pgqueue.reclaim_expired_jobs
+-- @@ after function pgqueue.upcast
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1753,11 +1830,15 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.reclaim_expired
+-- @@ after function pgqueue.reclaim_expired_jobs
 
 -- The count only (what the previous releases' maintenance calls).
 CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RETURNS int
 LANGUAGE sql VOLATILE
 AS $$ SELECT count(*)::int FROM pgqueue.reclaim_expired_jobs(p_limit) $$;
+-- @@ function pgqueue.requeue_dead_letter
+-- @@ after function pgqueue.reclaim_expired
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1809,7 +1890,8 @@ BEGIN
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
 END
 $$;
--- @@ 53+4 replaces: CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS void, CREATE OR REPLACE FUNCTION pgqueue.configure_stream(, CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_, CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval,
+-- @@ function pgqueue.cancel
+-- @@ after function pgqueue.accept_step_set
 
 -- Operator: cancel a job. One that is not leased (live or dead) is removed for good at once
 -- ('cancelled'). One a worker holds is asked to stop ('requested'): the request is recorded
@@ -1853,6 +1935,8 @@ BEGIN
     RETURN 'cancelled';
 END
 $$;
+-- @@ function pgqueue.configure_stream
+-- @@ after function pgqueue.cancel
 
 -- Per-stream settings, logged like any other state change.
 CREATE OR REPLACE FUNCTION pgqueue.configure_stream(
@@ -1885,6 +1969,8 @@ BEGIN
     RETURN c;
 END
 $$;
+-- @@ function pgqueue.configure_kind_settings
+-- @@ after function pgqueue.configure_stream
 
 -- A kind's settings in a stream: the keys of p_settings are set (a JSON null clears one:
 -- quarantine_after, max_concurrency, rate_count with rate_ms, max_per_key), the others are
@@ -1953,6 +2039,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.save_kind_config
+-- @@ after function pgqueue.configure_kind_settings
 
 -- The one writer of kind_config (configure_kind_settings and the op's apply): the row as given, or
 -- none when it sets nothing.
@@ -1972,6 +2060,8 @@ BEGIN
         max_per_key = excluded.max_per_key;
 END
 $$;
+-- @@ function pgqueue.configure_kind
+-- @@ after function pgqueue.save_kind_config
 
 -- The previous release's call (its workers register quarantine_after=N): sets that alone.
 CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after int)
@@ -1981,6 +2071,8 @@ AS $$
     SELECT pgqueue.configure_kind_settings(p_stream, p_kind,
                                   jsonb_build_object('quarantine_after', p_quarantine_after))
 $$;
+-- @@ function pgqueue.apply_to_jobs
+-- @@ after function pgqueue.configure_kind
 
 -- Operator: one verb on many jobs of a filter (the bulk actions). Each job is locked and
 -- checked against the filter (stream, state, kind; NULL: any) it was chosen by, then goes
@@ -2044,6 +2136,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.prune_op_log
+-- @@ after function pgqueue.apply_to_jobs
 
 -- queries -----------------------------------------------------------------------------------
 

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0006 changed in the functions and
--- views, as hunks against the code of revision 0005 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0007 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0006 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0006 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0005 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0007 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0006 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0006 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 3+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.now_ms() RETURNS timestamptz
+-- @@ function pgqueue.pinned_now
+-- @@ after function pgqueue.from_ms
 
 -- The time pinned with SET pgqueue.now = '...' (tests, and a pass run for a given time), or
 -- NULL. Only the schema owner's sessions (or a superuser's) may pin it: the transitions run
@@ -28,6 +30,8 @@ BEGIN
     RETURN v_pinned::timestamptz;
 END
 $$;
+-- @@ function pgqueue.now_ms
+-- @@ after function pgqueue.pinned_now
 
 -- The transaction's time (or the pinned one), truncated to ms.
 CREATE OR REPLACE FUNCTION pgqueue.now_ms() RETURNS timestamptz
@@ -35,7 +39,8 @@ LANGUAGE sql STABLE
 AS $$
     SELECT date_trunc('milliseconds', coalesce(pgqueue.pinned_now(), now()))
 $$;
--- @@ 7+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void
+-- @@ function pgqueue.require_leader
+-- @@ after function pgqueue.check_stream
 
 -- Queue writes happen on the leader only; a replica names its leader in the refusal.
 CREATE OR REPLACE FUNCTION pgqueue.require_leader() RETURNS void
@@ -57,7 +62,8 @@ BEGIN
     END IF;
 END
 $$;
--- @@ 14+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RET
+-- @@ function pgqueue.apply_job_state
+-- @@ after function pgqueue.save_job
 
 -- The apply side of save_job: set every field the body carries.
 CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RETURNS void
@@ -86,7 +92,8 @@ BEGIN
     WHERE id = p_job_id;
 END
 $$;
--- @@ 34+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.fold_job_counts() RETURNS bigint
+-- @@ function pgqueue.fold_job_counts
+-- @@ after enable trigger dead_letter_count_delete
 
 -- Add the deltas written so far into job_count (concurrent folds each take other rows).
 -- Returns how many delta rows it folded.
@@ -104,7 +111,8 @@ AS $$
         RETURNING 1)
     SELECT count(*) FROM d
 $$;
--- @@ 36+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_, CREATE OR REPLACE FUNCTION pgqueue.ingest_op(o pgqueue.op_log) RETURNS boolean, CREATE OR REPLACE FUNCTION pgqueue.ingest_ops(p_ops jsonb) RETURNS int
+-- @@ function pgqueue.apply_op
+-- @@ after function pgqueue.op_body
 
 -- Apply one op's effect to the state tables. Ops carry resulting values, never increments.
 CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
@@ -232,6 +240,8 @@ BEGIN
     END CASE;
 END
 $$;
+-- @@ function pgqueue.ingest_op
+-- @@ after function pgqueue.apply_op
 
 -- Ingest one op from another database's log (a whole op_log row): record it and apply it,
 -- unless this database already holds that seq (delivering an op twice changes nothing) or its
@@ -253,6 +263,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.ingest_ops
+-- @@ after function pgqueue.ingest_op
 
 -- Ingest a batch of ops (a jsonb array of op_log rows, as to_jsonb gives them) in array order.
 -- Returns how many were new.
@@ -272,7 +284,8 @@ BEGIN
     RETURN v_new;
 END
 $$;
--- @@ 41+4 replaces: CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NUL, CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8) RETURNS boolean, CREATE OR REPLACE FUNCTION pgqueue.seed_rows(p_table text, p_rows jsonb) RETURNS, CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger() RETURNS trigger
+-- @@ function pgqueue.set_role
+-- @@ after function pgqueue.op_log_batch
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -303,12 +316,16 @@ BEGIN
     RETURN n;
 END
 $$;
+-- @@ function pgqueue.reflected
+-- @@ after function pgqueue.set_role
 
 -- True when the op of transaction p_xid is already in a seeded replica's copied state.
 CREATE OR REPLACE FUNCTION pgqueue.reflected(p_xid xid8) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ SELECT coalesce(pg_visible_in_snapshot(p_xid, n.seed_snapshot), false) FROM pgqueue.node n $$;
+-- @@ function pgqueue.seed_rows
+-- @@ after function pgqueue.reflected
 
 -- Seed a replica's table from rows of the leader's (jsonb, as to_jsonb gives them). Only the
 -- queue-state tables and the op log; rows already present are an error (seed an empty replica).
@@ -330,6 +347,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
+-- @@ function pgqueue.op_log_apply_trigger
+-- @@ after function pgqueue.seed_rows
 
 -- On a replica fed by logical replication: apply each op the subscription inserts into op_log,
 -- unless its seq is already applied (ops arrive in commit order, not seq order, so never skip
@@ -354,7 +373,8 @@ BEGIN
     RETURN NEW;
 END
 $$;
--- @@ 47+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.replica_status(p_stale_after interval DEFAULT, CREATE OR REPLACE FUNCTION pgqueue.touch_replicas(p_every interval DEFAULT inter
+-- @@ function pgqueue.replica_status
+-- @@ after function pgqueue.disable_apply_trigger
 
 -- Where each registered replica stands, in ops and seconds behind this leader. With p_upto,
 -- only the ops up to that seq are examined (an index range, not the whole log): applied_seq is
@@ -451,6 +471,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.touch_replicas
+-- @@ after function pgqueue.replica_status
 
 -- The leader sees every logical replica whose slot is active now: its seen_at moves to now
 -- (at most once per p_every, so a pass every second does not rewrite the rows every second).
@@ -473,7 +495,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
--- @@ 50+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p
+-- @@ function pgqueue.register_step_set
+-- @@ after function pgqueue.step_names
 
 -- Record a step set (once per hash).
 CREATE OR REPLACE FUNCTION pgqueue.register_step_set(p_hash text, p_kind text, p_steps jsonb) RETURNS boolean
@@ -497,7 +520,8 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 52+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(, CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, , CREATE OR REPLACE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text) R
+-- @@ function pgqueue.upsert_schedule
+-- @@ after function pgqueue.schedule_json
 
 -- Create or change a schedule (the caller validated cron and zone and computed next_run_at).
 -- Refused (PQ422) when next_run_at is not after the schedule's last fired time: the caller
@@ -538,6 +562,8 @@ BEGIN
     RETURN c;
 END
 $$;
+-- @@ function pgqueue.advance_schedule
+-- @@ after function pgqueue.upsert_schedule
 
 -- Advance a fired (or skipped) schedule; runs in the same transaction as its ticks' enqueues.
 -- p_fired lists the fire times enqueued (ISO 8601 text, ascending) and p_last_fired_at is the
@@ -602,6 +628,8 @@ BEGIN
         'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at), 'fired', p_fired));
 END
 $$;
+-- @@ function pgqueue.lock_schedule
+-- @@ after function pgqueue.advance_schedule
 
 -- A schedule row under lock (NULL row when none), so a change and a concurrent tick serialise;
 -- the lock is the caller's transaction's.
@@ -613,6 +641,8 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
     SELECT * FROM pgqueue.schedule WHERE stream = p_stream AND name = p_name FOR UPDATE
 $$;
+-- @@ function pgqueue.claim_due_schedules
+-- @@ after function pgqueue.lock_schedule
 
 -- Due schedules of every stream, claimed with SKIP LOCKED for the caller's transaction: a
 -- concurrent scheduler skips them, and once it commits their next_run_at is in the future.
@@ -630,6 +660,8 @@ AS $$
     LIMIT p_limit
     FOR UPDATE SKIP LOCKED
 $$;
+-- @@ function pgqueue.remove_schedule
+-- @@ after function pgqueue.claim_due_schedules
 
 CREATE OR REPLACE FUNCTION pgqueue.remove_schedule(p_stream text, p_name text) RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -646,6 +678,8 @@ BEGIN
     VALUES (p_stream, 'RemoveSchedule', jsonb_build_object('stream', p_stream, 'name', p_name));
 END
 $$;
+-- @@ function pgqueue.register_worker
+-- @@ after function pgqueue.remove_schedule
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -665,6 +699,8 @@ AS $$
     VALUES (p_node, p_host, p_pid, p_streams, p_concurrency)
     RETURNING id
 $$;
+-- @@ function pgqueue.heartbeat_worker
+-- @@ after function pgqueue.register_worker
 
 -- A heartbeat; NULL when the worker is no longer registered (pruned after a long silence).
 CREATE OR REPLACE FUNCTION pgqueue.heartbeat_worker(p_id bigint) RETURNS bigint
@@ -674,6 +710,8 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
     UPDATE pgqueue.worker SET heartbeat_at = now() WHERE id = p_id RETURNING id
 $$;
+-- @@ function pgqueue.deregister_worker
+-- @@ after function pgqueue.heartbeat_worker
 
 CREATE OR REPLACE FUNCTION pgqueue.deregister_worker(p_id bigint) RETURNS void
 LANGUAGE sql VOLATILE
@@ -682,6 +720,8 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
     DELETE FROM pgqueue.worker WHERE id = p_id
 $$;
+-- @@ function pgqueue.prune_workers
+-- @@ after function pgqueue.deregister_worker
 
 -- Forget workers that stopped heartbeating more than p_older_than seconds ago (a minute at
 -- least: live workers heartbeat every few seconds, and none is forgotten while it does).
@@ -695,7 +735,8 @@ AS $$
                   RETURNING 1)
     SELECT count(*)::int FROM gone
 $$;
--- @@ 57+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue(, CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
+-- @@ function pgqueue.enqueue
+-- @@ after function pgqueue.enqueue_body
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
@@ -920,6 +961,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_result);
 END
 $$;
+-- @@ function pgqueue.enqueue_one
+-- @@ after function pgqueue.enqueue
 
 -- Enqueue one job: the same semantics as pgqueue.enqueue for a batch of one, without the
 -- arrays (one job per call is bounded by its round trip and commit; this keeps the function's
@@ -1001,7 +1044,8 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $$;
--- @@ 60+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.promote_due
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -1139,7 +1183,8 @@ BEGIN
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
--- @@ 62+20 replaces: CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(, CREATE OR REPLACE FUNCTION pgqueue.start_rated(p_job_id bigint, p_lease_id bigin, CREATE OR REPLACE FUNCTION pgqueue.renew(, CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]), CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_er, CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids, CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id , CREATE OR REPLACE FUNCTION pgqueue.end_cancelled(p_job_id bigint, p_lease_id big, CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_, CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000, CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RET, CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS , CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes bool, CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETUR, CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job, CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.jo, CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint) RETURNS pgqu, CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS text, CREATE OR REPLACE FUNCTION pgqueue.configure_stream(, CREATE OR REPLACE FUNCTION pgqueue.configure_kind_settings(p_stream text, p_kind
+-- @@ function pgqueue.lock_kind
+-- @@ after function pgqueue.rate_bucket_ms
 
 -- A limited kind's lock, held to the end of the transaction: a lease counts the kind under it
 -- (taken without waiting: a kind another lease is counting is left to that one), and so does
@@ -1156,12 +1201,16 @@ BEGIN
     RETURN pg_try_advisory_xact_lock(hashtext('pgqueue.kind'), hashtext(p_stream || '/' || p_kind));
 END
 $$;
+-- @@ function pgqueue.rate_clock_ms
+-- @@ after function pgqueue.lock_kind
 
 -- The clock a rate window is read by: when the kind's lock was taken (the transaction began
 -- earlier), as epoch ms (or the owner's pinned time).
 CREATE OR REPLACE FUNCTION pgqueue.rate_clock_ms() RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $$ SELECT pgqueue.to_ms(coalesce(pgqueue.pinned_now(), clock_timestamp())) $$;
+-- @@ function pgqueue.rate_window_used
+-- @@ after function pgqueue.rate_clock_ms
 
 -- The leases of a rate-limited kind in its window (p_at - p_rate_ms, p_at]: the buckets that
 -- reach into it, once those wholly before it are deleted. Under the kind's lock.
@@ -1175,6 +1224,8 @@ AS $$
     SELECT coalesce(sum(k.n), 0)::bigint FROM pgqueue.kind_lease k
     WHERE k.stream = p_stream AND k.kind = p_kind;
 $$;
+-- @@ function pgqueue.rate_window_add
+-- @@ after function pgqueue.rate_window_used
 
 -- Count p_n leases of a rate-limited kind in the bucket p_at falls in. Under the kind's lock.
 CREATE OR REPLACE FUNCTION pgqueue.rate_window_add(p_stream text, p_kind text, p_rate_ms bigint,
@@ -1188,6 +1239,8 @@ AS $$
     ON CONFLICT (stream, kind, bucket) DO UPDATE
     SET n = k.n + excluded.n, until = greatest(k.until, excluded.until);
 $$;
+-- @@ function pgqueue.pick_within_limits
+-- @@ after function pgqueue.rate_window_add
 
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
 -- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
@@ -1388,6 +1441,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.start_rated
+-- @@ after function pgqueue.pick_within_limits
 
 -- Worker: the handler is about to start a job of a rate-limited kind that was leased ahead
 -- (pgqueue.lease said rate_at_start): count it in the kind's window now, under the kind's
@@ -1437,6 +1492,8 @@ BEGIN
     RETURN 'started';
 END
 $$;
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.start_rated
 
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
@@ -1495,6 +1552,8 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
 END
 $$;
+-- @@ function pgqueue.ack
+-- @@ after function pgqueue.renew
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1528,6 +1587,8 @@ BEGIN
     SELECT g.id FROM gone g;
 END
 $$;
+-- @@ function pgqueue.nack
+-- @@ after function pgqueue.ack
 
 -- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
 -- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL. A job whose
@@ -1586,6 +1647,8 @@ BEGIN
     RETURN QUERY SELECT v_state = 'dead', v_state;
 END
 $$;
+-- @@ function pgqueue.return_leases
+-- @@ after function pgqueue.nack
 
 -- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
 -- A job whose cancel was requested ends as cancelled instead. Returns each job let go of, and
@@ -1620,6 +1683,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.mark_undecodable
+-- @@ after function pgqueue.return_leases
 
 -- Worker: this code cannot run the job (unknown_kind, payload_version, step_set_changed).
 -- Costs no attempt; a job whose cancel was requested ends as cancelled instead of parked.
@@ -1648,6 +1713,8 @@ BEGIN
     RETURN 'undecodable';
 END
 $$;
+-- @@ function pgqueue.end_cancelled
+-- @@ after function pgqueue.mark_undecodable
 
 -- Worker: the handler stopped on its job's cancel request (it raised pgqueue.Cancelled, or its
 -- task was cancelled), or raised Cancelled itself: the job ends as cancelled, never retried.
@@ -1667,6 +1734,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.upcast
+-- @@ after function pgqueue.end_cancelled
 
 -- Worker: store an upcast payload and its new schema version as the job resumes.
 CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
@@ -1689,6 +1758,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.reclaim_expired_jobs
+-- @@ after function pgqueue.upcast
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1786,6 +1857,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.reclaim_expired
+-- @@ after function pgqueue.reclaim_expired_jobs
 
 -- The count only (what the previous releases' maintenance calls).
 CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired(p_limit int DEFAULT 1000) RETURNS int
@@ -1793,6 +1866,8 @@ LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ SELECT count(*)::int FROM pgqueue.reclaim_expired_jobs(p_limit) $$;
+-- @@ function pgqueue.requeue_dead_letter
+-- @@ after function pgqueue.reclaim_expired
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1846,6 +1921,8 @@ BEGIN
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
 END
 $$;
+-- @@ function pgqueue.release
+-- @@ after function pgqueue.requeue_dead_letter
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1867,6 +1944,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'Release', false);
 END
 $$;
+-- @@ function pgqueue.rewind
+-- @@ after function pgqueue.release
 
 -- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
 CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETURNS pgqueue.job
@@ -1896,6 +1975,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'Rewind', true);
 END
 $$;
+-- @@ function pgqueue.restart
+-- @@ after function pgqueue.rewind
 
 -- Operator: drop the checkpoint and run the job from step one (only when asked).
 CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job
@@ -1916,6 +1997,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'Restart', true);
 END
 $$;
+-- @@ function pgqueue.skip_step
+-- @@ after function pgqueue.restart
 
 -- Operator: count the step in progress as completed without running it, and go on.
 CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.job
@@ -1946,6 +2029,8 @@ BEGIN
                                    jsonb_build_object('skipped', v_names[v_next]));
 END
 $$;
+-- @@ function pgqueue.accept_step_set
+-- @@ after function pgqueue.skip_step
 
 -- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
 -- its last completed step, matched by name in the new list.
@@ -1983,6 +2068,8 @@ BEGIN
     RETURN pgqueue.save_as_pending(j, 'AcceptStepSet', false);
 END
 $$;
+-- @@ function pgqueue.cancel
+-- @@ after function pgqueue.accept_step_set
 
 -- Operator: cancel a job. One that is not leased (live or dead) is removed for good at once
 -- ('cancelled'). One a worker holds is asked to stop ('requested'): the request is recorded
@@ -2028,6 +2115,8 @@ BEGIN
     RETURN 'cancelled';
 END
 $$;
+-- @@ function pgqueue.configure_stream
+-- @@ after function pgqueue.cancel
 
 -- Per-stream settings, logged like any other state change.
 CREATE OR REPLACE FUNCTION pgqueue.configure_stream(
@@ -2062,6 +2151,8 @@ BEGIN
     RETURN c;
 END
 $$;
+-- @@ function pgqueue.configure_kind_settings
+-- @@ after function pgqueue.configure_stream
 
 -- A kind's settings in a stream: the keys of p_settings are set (a JSON null clears one:
 -- quarantine_after, max_concurrency, rate_count with rate_ms, max_per_key), the others are
@@ -2132,7 +2223,8 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 83+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_, CREATE OR REPLACE FUNCTION pgqueue.apply_to_jobs(p_verb text, p_job_ids bigint[], CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval,
+-- @@ function pgqueue.configure_kind
+-- @@ after function pgqueue.save_kind_config
 
 -- The previous release's call (its workers register quarantine_after=N): sets that alone.
 CREATE OR REPLACE FUNCTION pgqueue.configure_kind(p_stream text, p_kind text, p_quarantine_after int)
@@ -2144,6 +2236,8 @@ AS $$
     SELECT pgqueue.configure_kind_settings(p_stream, p_kind,
                                   jsonb_build_object('quarantine_after', p_quarantine_after))
 $$;
+-- @@ function pgqueue.apply_to_jobs
+-- @@ after function pgqueue.configure_kind
 
 -- Operator: one verb on many jobs of a filter (the bulk actions). Each job is locked and
 -- checked against the filter (stream, state, kind; NULL: any) it was chosen by, then goes
@@ -2209,6 +2303,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.prune_op_log
+-- @@ after function pgqueue.apply_to_jobs
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -2272,6 +2368,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
+-- @@ function pgqueue.prune_old_ops
+-- @@ after function pgqueue.prune_op_log
 
 -- The maintenance passes' prune, which is all a worker may prune: ops older than a week,
 -- past what every replica seen in the last day applied, without waiting for a logical
@@ -2284,6 +2382,8 @@ SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$
     SELECT pgqueue.prune_op_log(interval '7 days', interval '1 day', p_limit, interval '0')
 $$;
+-- @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqueue
+-- @@ after function pgqueue.prune_old_ops
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -2292,22 +2392,38 @@ $$;
 -- role needs (functions are executable by PUBLIC unless revoked).
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer,
     pgqueue_worker, pgqueue_operator;
+-- @@ REVOKE ALL ON ALL TABLES IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqueue_wo
+-- @@ after REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqueue
 REVOKE ALL ON ALL TABLES IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer,
     pgqueue_worker, pgqueue_operator;
+-- @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqueue
+-- @@ after REVOKE ALL ON ALL TABLES IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqueue_wo
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer,
     pgqueue_worker, pgqueue_operator;
+-- @@ REVOKE ALL ON SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqueue_worker, pgqueue_
+-- @@ after REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqueue
 REVOKE ALL ON SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqueue_worker,
     pgqueue_operator;
+-- @@ GRANT USAGE ON SCHEMA pgqueue TO pgqueue_reader;
+-- @@ after REVOKE ALL ON SCHEMA pgqueue FROM PUBLIC, pgqueue_reader, pgqueue_producer, pgqueue_worker, pgqueue_
 
 -- reader: the schema, every table and view to read, and the helpers its queries call
 GRANT USAGE ON SCHEMA pgqueue TO pgqueue_reader;
+-- @@ GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_reader;
+-- @@ after GRANT USAGE ON SCHEMA pgqueue TO pgqueue_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_reader;
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueu
+-- @@ after GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_reader;
 GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueue.b64,
     pgqueue.unb64, pgqueue.op_body, pgqueue.fold_job_counts, pgqueue.replica_status
     TO pgqueue_reader;
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_producer;
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueu
 
 -- producer
 GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_producer;
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_producer;
 
 -- worker
 GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack,
@@ -2318,6 +2434,8 @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
     pgqueue.prune_workers, pgqueue.claim_due_schedules, pgqueue.advance_schedule,
     pgqueue.prune_old_ops, pgqueue.touch_replicas
     TO pgqueue_worker;
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqueue.skip_step, pgque
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
 
 -- operator
 GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqueue.skip_step,

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0007 changed in the functions and
--- views, as hunks against the code of revision 0006 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0008 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0007 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0007 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0006 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0008 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0007 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0007 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 73+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
+-- @@ function pgqueue.ready_ahead
+-- @@ after function pgqueue.rate_window_add
 
 -- A kind's ready jobs in lease order that stand ahead of (p_pri, p_id) in it (priority
 -- above p_pri, or equal and id below p_id; every one when p_pri is NULL), at most p_limit
@@ -29,6 +31,8 @@ AS $$
      ORDER BY j.kind, j.priority DESC, j.id
      LIMIT p_limit)
 $$;
+-- @@ function pgqueue.pick_within_limits
+-- @@ after function pgqueue.ready_ahead
 
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
 -- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
@@ -229,7 +233,8 @@ BEGIN
     END IF;
 END
 $$;
--- @@ 95+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_to_jobs(p_verb text, p_job_ids bigint[]
+-- @@ function pgqueue.apply_verb_to_jobs
+-- @@ after function pgqueue.configure_kind
 
 -- Operator: one verb on many jobs of a filter (the bulk actions). Each job is locked and
 -- checked against the filter (stream, state, kind; NULL: any) it was chosen by, then goes
@@ -306,6 +311,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.apply_to_jobs
+-- @@ after function pgqueue.apply_verb_to_jobs
 
 -- The previous release's bulk call (pgqueue.apply_verb_to_jobs without the outcome): its
 -- refused jobs only (a requested cancel counts as done). Kept while releases that call it may
@@ -324,7 +331,8 @@ AS $$
     FROM pgqueue.apply_verb_to_jobs(p_verb, p_job_ids, p_to_step, p_stream, p_state, p_kind) a
     WHERE a.outcome = 'refused'
 $$;
--- @@ 107+1 replaces: GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqu
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqueue.skip_step, pgque
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
 
 -- operator
 GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqueue.skip_step,

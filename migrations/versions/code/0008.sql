@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0008 changed in the functions and
--- views, as hunks against the code of revision 0007 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0009 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0008 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0008 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0007 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0009 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0008 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0008 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 8+0 replaces: nothing (adds)
+-- @@ function pgqueue.check_name
+-- @@ after function pgqueue.check_stream
 
 -- A kind or a concurrency key as every way in takes it (a job's, a schedule's, a kind's
 -- settings): 1 to 200 characters, or null. A longer one would be refused by an index only
@@ -22,6 +24,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.payload_limit
+-- @@ after function pgqueue.check_name
 
 -- The most payload bytes a job of the stream may carry (stream_config.max_payload_bytes, 16 MiB
 -- by default), which enqueue and upcast keep.
@@ -29,7 +33,8 @@ CREATE OR REPLACE FUNCTION pgqueue.payload_limit(p_stream text) RETURNS bigint
 LANGUAGE sql STABLE
 AS $$ SELECT coalesce((SELECT c.max_payload_bytes FROM pgqueue.stream_config c
                        WHERE c.stream = p_stream), 16777216) $$;
--- @@ 41+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.op_log_batch(p_after bigint, p_limit int,, CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NUL
+-- @@ function pgqueue.op_log_batch
+-- @@ after function pgqueue.request_begin
 
 -- The next ops after p_after as op_log rows in jsonb, in seq order: at most p_limit, and no
 -- more once about 64 MiB of payloads and bodies are in (always at least one), so that a batch
@@ -63,6 +68,8 @@ AS $$
     )
     SELECT o.seq, to_jsonb(o) FROM pgqueue.op_log o JOIN kept k ON k.seq = o.seq ORDER BY o.seq
 $$;
+-- @@ function pgqueue.set_role
+-- @@ after function pgqueue.op_log_batch
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -94,7 +101,8 @@ BEGIN
     RETURN n;
 END
 $$;
--- @@ 46+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.enable_apply_trigger() RETURNS void, CREATE OR REPLACE FUNCTION pgqueue.disable_apply_trigger() RETURNS void
+-- @@ function pgqueue.enable_apply_trigger
+-- @@ after function pgqueue.op_log_apply_trigger
 
 -- The trigger exists only on replicas (attach creates it, promote drops it), so the leader's
 -- hot path never pays for it.
@@ -109,12 +117,15 @@ BEGIN
     ALTER TABLE pgqueue.op_log ENABLE ALWAYS TRIGGER op_log_apply;
 END
 $$;
+-- @@ function pgqueue.disable_apply_trigger
+-- @@ after function pgqueue.enable_apply_trigger
 
 CREATE OR REPLACE FUNCTION pgqueue.disable_apply_trigger() RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ DROP TRIGGER IF EXISTS op_log_apply ON pgqueue.op_log $$;
--- @@ 53+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.upsert_schedule(, CREATE OR REPLACE FUNCTION pgqueue.advance_schedule(p_stream text, p_name text, 
+-- @@ function pgqueue.upsert_schedule
+-- @@ after function pgqueue.schedule_json
 
 -- Create or change a schedule (the caller validated cron and zone and computed next_run_at).
 -- Refused (PQ422) when next_run_at is not after the schedule's last fired time: the caller
@@ -156,6 +167,8 @@ BEGIN
     RETURN c;
 END
 $$;
+-- @@ function pgqueue.advance_schedule
+-- @@ after function pgqueue.upsert_schedule
 
 -- Advance a fired (or skipped) schedule; runs in the same transaction as its ticks' enqueues.
 -- p_fired lists the fire times enqueued (ISO 8601 text, ascending) and p_last_fired_at is the
@@ -233,7 +246,8 @@ BEGIN
         'last_fired_at_ms', pgqueue.to_ms(c.last_fired_at), 'fired', p_fired));
 END
 $$;
--- @@ 63+0 replaces: nothing (adds)
+-- @@ function pgqueue.job_fields_fit
+-- @@ after function pgqueue.request_enqueued
 
 -- What a job carries besides its payload, as every way in takes it (Python checks the same
 -- first, pgqueue/validate.py): a kind and a concurrency key of 1 to 200 characters, a dedup
@@ -249,6 +263,8 @@ AS $$ SELECT coalesce(length(p_kind) BETWEEN 1 AND 200, true)
          AND coalesce(octet_length(p_dedup_key) <= 1024, true)
          AND coalesce(length(p_concurrency_key) BETWEEN 1 AND 200, true)
          AND coalesce(octet_length(p_trace::text) <= 16384, true) $$;
+-- @@ function pgqueue.check_job_fields
+-- @@ after function pgqueue.job_fields_fit
 
 CREATE OR REPLACE FUNCTION pgqueue.check_job_fields(p_at bigint, p_kind text, p_dedup_key bytea,
                                                     p_concurrency_key text, p_trace jsonb)
@@ -270,7 +286,8 @@ BEGIN
     END IF;
 END
 $$;
--- @@ 64+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue(, CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
+-- @@ function pgqueue.enqueue
+-- @@ after function pgqueue.enqueue_body
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
@@ -503,6 +520,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_result);
 END
 $$;
+-- @@ function pgqueue.enqueue_one
+-- @@ after function pgqueue.enqueue
 
 -- Enqueue one job: the same semantics as pgqueue.enqueue for a batch of one, without the
 -- arrays (one job per call is bounded by its round trip and commit; this keeps the function's
@@ -586,7 +605,8 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $$;
--- @@ 67+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.promote_due
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -725,7 +745,8 @@ BEGIN
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
--- @@ 69+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lock_kind(p_stream text, p_kind text, p_wait 
+-- @@ function pgqueue.lock_kind
+-- @@ after function pgqueue.rate_bucket_ms
 
 -- A limited kind's lock, held to the end of the transaction: a lease counts the kind under it
 -- (taken without waiting: a kind another lease is counting is left to that one), and so does
@@ -748,7 +769,8 @@ BEGIN
     RETURN FOUND;
 END
 $$;
--- @@ 74+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
+-- @@ function pgqueue.pick_within_limits
+-- @@ after function pgqueue.ready_ahead
 
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
 -- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
@@ -949,7 +971,8 @@ BEGIN
     END IF;
 END
 $$;
--- @@ 76+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.renew(
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.start_rated
 
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
@@ -1014,7 +1037,8 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
 END
 $$;
--- @@ 82+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_
+-- @@ function pgqueue.upcast
+-- @@ after function pgqueue.end_cancelled
 
 -- Worker: store an upcast payload and its new schema version as the job resumes.
 CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
@@ -1044,7 +1068,8 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 93+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.configure_kind_settings(p_stream text, p_kind
+-- @@ function pgqueue.configure_kind_settings
+-- @@ after function pgqueue.configure_stream
 
 -- A kind's settings in a stream: the keys of p_settings are set (a JSON null clears one:
 -- quarantine_after, max_concurrency, rate_count with rate_ms, max_per_key), the others are
@@ -1118,7 +1143,8 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 98+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.prune_op_log(p_keep interval,
+-- @@ function pgqueue.claim_maintenance
+-- @@ after function pgqueue.apply_to_jobs
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1150,6 +1176,8 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+-- @@ function pgqueue.release_maintenance
+-- @@ after function pgqueue.claim_maintenance
 
 -- Give the claim up (a runner that stops): the next pass elsewhere takes it at once.
 CREATE OR REPLACE FUNCTION pgqueue.release_maintenance(p_holder uuid) RETURNS void
@@ -1157,6 +1185,8 @@ LANGUAGE sql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pgqueue, pg_temp
 AS $$ UPDATE pgqueue.maintenance_runner SET until = '-infinity' WHERE holder = p_holder $$;
+-- @@ function pgqueue.prune_op_log
+-- @@ after function pgqueue.release_maintenance
 
 -- Delete the oldest ops: the prefix of the log, in seq order, whose ops are older than p_keep,
 -- were written by a transaction that has finished, and are applied by every replica that is
@@ -1217,7 +1247,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
--- @@ 108+1 replaces: GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_producer;
 
 -- worker
 GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack,

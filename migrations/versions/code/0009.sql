@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0009 changed in the functions and
--- views, as hunks against the code of revision 0008 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0010 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0009 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0009 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0008 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0010 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0009 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0009 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 69+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
+-- @@ function pgqueue.enqueue_one
+-- @@ after function pgqueue.enqueue
 
 -- Enqueue one job: the same semantics as pgqueue.enqueue for a batch of one, without the
 -- arrays (one job per call is bounded by its round trip and commit; this keeps the function's

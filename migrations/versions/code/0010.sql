@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0010 changed in the functions and
--- views, as hunks against the code of revision 0009 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0011 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0010 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0010 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0009 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0011 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0010 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0010 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 0+1 replaces: CREATE OR REPLACE VIEW pgqueue.jobs AS
+-- @@ function pgqueue.error_summary
+-- @@ after (start)
 -- core.sql: functions
 -- A failure's one-line summary from what was said about it: a traceback's last line (Python's
 -- `ExceptionType: message`), else its first non-blank line; whitespace runs made one space, at
@@ -26,6 +28,8 @@ AS $$
                          WHERE x ~ '\S' ORDER BY n LIMIT 1) END,
               '\s+', ' ', 'g')), '') AS line) l
 $$;
+-- @@ view pgqueue.jobs
+-- @@ after function pgqueue.error_summary
 
 -- Every job pgqueue knows, live or dead, in one shape: what q.job() and operators read.
 CREATE OR REPLACE VIEW pgqueue.jobs AS
@@ -42,7 +46,8 @@ SELECT id, stream, kind, 'dead', payload, priority, attempts, max_attempts, NULL
        cursor_step, cursor, checkpoint_updated_at, schema_version, step_set_hash, crashes_by_step,
        concurrency_key, NULL, coalesce(error_summary, pgqueue.error_summary(last_error)), timeout_ms
 FROM pgqueue.dead_letter;
--- @@ 12+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_a, CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job) RETURNS jsonb
+-- @@ function pgqueue.outcome_json
+-- @@ after function pgqueue.checkpoint_json
 
 -- The body every failure-like op (Nack, Reclaim) carries: the job's resulting values.
 CREATE OR REPLACE FUNCTION pgqueue.outcome_json(j pgqueue.job, p_state text, p_at timestamptz) RETURNS jsonb
@@ -62,6 +67,8 @@ AS $$
         'unstarted_reclaims', j.unstarted_reclaims,
         'at_ms', pgqueue.to_ms(p_at))
 $$;
+-- @@ function pgqueue.job_state_json
+-- @@ after function pgqueue.outcome_json
 
 -- The job's resulting state as generic ops carry it.
 CREATE OR REPLACE FUNCTION pgqueue.job_state_json(j pgqueue.job) RETURNS jsonb
@@ -73,7 +80,8 @@ AS $$
         'error_summary', j.error_summary, 'state_reason', j.state_reason, 'state_detail', j.state_detail,
         'checkpoint', pgqueue.checkpoint_json(j))
 $$;
--- @@ 15+4 replaces: CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error, CREATE OR REPLACE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id, CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RET, CREATE OR REPLACE FUNCTION pgqueue.finish_cancel(j pgqueue.job, p_by text, p_err
+-- @@ function pgqueue.bury
+-- @@ after function pgqueue.backoff_ms
 
 -- Move a job row to dead_letter (leader and apply share this).
 CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error text, p_died_at timestamptz,
@@ -91,6 +99,8 @@ AS $$
         concurrency_key, p_summary, timeout_ms
     FROM gone
 $$;
+-- @@ function pgqueue.save_job
+-- @@ after function pgqueue.bury
 
 CREATE OR REPLACE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id bigint, p_extra jsonb DEFAULT '{}')
 RETURNS void
@@ -115,6 +125,8 @@ BEGIN
     VALUES (j.stream, p_op, j.id, p_lease_id, pgqueue.job_state_json(j) || p_extra);
 END
 $$;
+-- @@ function pgqueue.apply_job_state
+-- @@ after function pgqueue.save_job
 
 -- The apply side of save_job: set every field the body carries.
 CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RETURNS void
@@ -145,6 +157,8 @@ BEGIN
     WHERE id = p_job_id;
 END
 $$;
+-- @@ function pgqueue.finish_cancel
+-- @@ after function pgqueue.apply_job_state
 
 -- A leased job whose cancel was requested (pgqueue.cancel) ends as cancelled: deleted, its op
 -- Cancel (was leased, by whom, and the error when a failure ended it). Every end of such a
@@ -162,7 +176,8 @@ AS $$
         'requested_at_ms', pgqueue.to_ms(j.cancel_requested_at), 'error', p_error,
         'error_summary', p_summary)));
 $$;
--- @@ 39+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_
+-- @@ function pgqueue.apply_op
+-- @@ after function pgqueue.op_body
 
 -- Apply one op's effect to the state tables. Ops carry resulting values, never increments.
 CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_id bigint, b jsonb)
@@ -295,7 +310,8 @@ BEGIN
     END CASE;
 END
 $$;
--- @@ 67+3 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue_body(p_shared jsonb, p_trace jsonb,, CREATE OR REPLACE FUNCTION pgqueue.enqueue(, CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(
+-- @@ function pgqueue.enqueue_body
+-- @@ after function pgqueue.check_job_fields
 
 -- Enqueue: returns one id per input, in input order. A job whose dedup_key is held by a live
 -- job of the stream is not inserted; its slot returns the holder's id. Each statement of this
@@ -315,6 +331,8 @@ AS $$ SELECT CASE WHEN p_trace IS NULL AND p_concurrency_key IS NULL AND p_timeo
                   ELSE p_shared || jsonb_strip_nulls(jsonb_build_object(
                       'trace', p_trace, 'concurrency_key', p_concurrency_key,
                       'timeout_ms', p_timeout_ms)) END $$;
+-- @@ function pgqueue.check_timeouts
+-- @@ after function pgqueue.enqueue_body
 
 -- A job's own time limit (timeout_ms) must be positive: refused naming the job otherwise.
 CREATE OR REPLACE FUNCTION pgqueue.check_timeouts(p_timeouts_ms int[]) RETURNS void
@@ -333,6 +351,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.enqueue
+-- @@ after function pgqueue.check_timeouts
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
@@ -577,6 +597,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_result);
 END
 $$;
+-- @@ function pgqueue.enqueue_one
+-- @@ after function pgqueue.enqueue
 
 -- Enqueue one job: the same semantics as pgqueue.enqueue for a batch of one, without the
 -- arrays (one job per call is bounded by its round trip and commit; this keeps the function's
@@ -665,7 +687,8 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $$;
--- @@ 71+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.promote_due
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -806,7 +829,8 @@ BEGIN
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
--- @@ 82+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_er
+-- @@ function pgqueue.nack
+-- @@ after function pgqueue.ack
 
 -- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
 -- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL. A job whose
@@ -873,7 +897,8 @@ BEGIN
     RETURN QUERY SELECT v_state = 'dead', v_state;
 END
 $$;
--- @@ 87+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000
+-- @@ function pgqueue.reclaim_expired_jobs
+-- @@ after function pgqueue.upcast
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -975,7 +1000,8 @@ BEGIN
     END LOOP;
 END
 $$;
--- @@ 89+6 replaces: CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS , CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes bool, CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text) RETUR, CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint) RETURNS pgqueue.job, CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint) RETURNS pgqueue.jo, CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint) RETURNS pgqu
+-- @@ function pgqueue.requeue_dead_letter
+-- @@ after function pgqueue.reclaim_expired
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1030,6 +1056,8 @@ BEGIN
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
 END
 $$;
+-- @@ function pgqueue.job_change
+-- @@ after function pgqueue.requeue_dead_letter
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1041,6 +1069,8 @@ RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
                last_completed_step text, cursor_step text)
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT j.id, j.stream, j.kind, j.state, j.attempts, j.last_completed_step, j.cursor_step $$;
+-- @@ function pgqueue.release
+-- @@ after function pgqueue.job_change
 
 -- Operator: a quarantined or undecodable job runs again (optionally forgetting its crashes).
 CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false)
@@ -1060,6 +1090,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Release', false));
 END
 $$;
+-- @@ function pgqueue.rewind
+-- @@ after function pgqueue.release
 
 -- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
 CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text)
@@ -1091,6 +1123,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Rewind', true));
 END
 $$;
+-- @@ function pgqueue.restart
+-- @@ after function pgqueue.rewind
 
 -- Operator: drop the checkpoint and run the job from step one (only when asked).
 CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint)
@@ -1113,6 +1147,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Restart', true));
 END
 $$;
+-- @@ function pgqueue.skip_step
+-- @@ after function pgqueue.restart
 
 -- Operator: count the step in progress as completed without running it, and go on.
 CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint)
@@ -1145,6 +1181,8 @@ BEGIN
                                    jsonb_build_object('skipped', v_names[v_next])));
 END
 $$;
+-- @@ function pgqueue.accept_step_set
+-- @@ after function pgqueue.skip_step
 
 -- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
 -- its last completed step, matched by name in the new list.
@@ -1184,7 +1222,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'AcceptStepSet', false));
 END
 $$;
--- @@ 112+1 replaces: GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueu
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueu
+-- @@ after GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_reader;
 GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueue.b64,
     pgqueue.unb64, pgqueue.op_body, pgqueue.fold_job_counts, pgqueue.replica_status,
     pgqueue.error_summary

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0011 changed in the functions and
--- views, as hunks against the code of revision 0010 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0012 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0011 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0011 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0010 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0012 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0011 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0011 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 0+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.error_summary(p_error text) RETURNS text
+-- @@ function pgqueue.ring_slot
+-- @@ after (start)
 -- core.sql: functions
 -- The partition a row of a ring written now goes to (pgqueue.ready, pgqueue.job_count_delta):
 -- the 4-second period it is written in, on a ring of 8 (32 seconds around). Past periods'
@@ -16,6 +18,8 @@
 CREATE OR REPLACE FUNCTION pgqueue.ring_slot() RETURNS smallint
 LANGUAGE sql VOLATILE PARALLEL SAFE
 AS $$ SELECT (floor(extract(epoch FROM clock_timestamp()) / 4)::bigint % 8)::smallint $$;
+-- @@ function pgqueue.ring_past_slots
+-- @@ after function pgqueue.ring_slot
 
 -- The ring's partitions that may be emptied now: all but the last period's, this one's and
 -- the next's (rows are still being written to those), in slot order.
@@ -25,6 +29,8 @@ AS $$
     SELECT array_agg(s::smallint ORDER BY s) FROM generate_series(0, 7) s, pgqueue.ring_slot() n
     WHERE (s - n + 8) % 8 NOT IN (0, 1, 7)
 $$;
+-- @@ function pgqueue.lock_for_truncate
+-- @@ after function pgqueue.ring_past_slots
 
 -- Lock a ring's past partitions for truncation (pgqueue.recycle_ready, pgqueue.fold_job_counts)
 -- in one request, never queueing for it: NOWAIT, tried p_tries times 2 ms apart. A queued
@@ -49,6 +55,8 @@ BEGIN
     RETURN false;
 END
 $$;
+-- @@ function pgqueue.error_summary
+-- @@ after function pgqueue.lock_for_truncate
 
 -- A failure's one-line summary from what was said about it: a traceback's last line (Python's
 -- `ExceptionType: message`), else its first non-blank line; whitespace runs made one space, at
@@ -69,7 +77,8 @@ AS $$
                          WHERE x ~ '\S' ORDER BY n LIMIT 1) END,
               '\s+', ' ', 'g')), '') AS line) l
 $$;
--- @@ 26+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.count_jobs() RETURNS trigger, CREATE OR REPLACE FUNCTION pgqueue.count_dead_letters() RETURNS trigger
+-- @@ function pgqueue.count_jobs
+-- @@ after function pgqueue.save_as_pending
 
 -- observe.sql: functions
 -- The statement triggers behind job_count_delta and pgqueue.ready: the rows a statement
@@ -121,6 +130,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
+-- @@ function pgqueue.count_dead_letters
+-- @@ after function pgqueue.count_jobs
 
 CREATE OR REPLACE FUNCTION pgqueue.count_dead_letters() RETURNS trigger
 LANGUAGE plpgsql
@@ -136,7 +147,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
--- @@ 38+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.fold_job_counts() RETURNS bigint
+-- @@ function pgqueue.fold_job_counts
+-- @@ after enable trigger dead_letter_count_delete
 
 -- Add the deltas of past periods into job_count and truncate their partitions (the last
 -- period's, this one's and the next's are still being written), all in one lock request
@@ -175,7 +187,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
--- @@ 72+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.promote_due(p_stream text, p_limit int DEFAUL, CREATE OR REPLACE FUNCTION pgqueue.lease(
+-- @@ function pgqueue.ready_drop
+-- @@ after function pgqueue.enqueue_one
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -196,6 +209,8 @@ AS $$
         FOR UPDATE OF r SKIP LOCKED)
     DELETE FROM pgqueue.ready r USING gone g WHERE r.slot = g.slot AND r.ctid = g.at
 $$;
+-- @@ function pgqueue.promote_due
+-- @@ after function pgqueue.ready_drop
 
 -- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
 -- at most p_limit per call: leasing does this itself, so a due job never waits for a
@@ -225,6 +240,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.promote_due
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -394,7 +411,8 @@ BEGIN
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
--- @@ 79+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.ready_ahead(p_stream text, p_kind text, p_pri, CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(
+-- @@ function pgqueue.ready_ahead
+-- @@ after function pgqueue.rate_window_add
 
 -- A kind's ready jobs in lease order that stand ahead of (p_pri, p_id) in it (priority
 -- above p_pri, or equal and id below p_id; every one when p_pri is NULL), at most p_limit
@@ -422,6 +440,8 @@ AS $$
     JOIN pgqueue.job j ON j.id = c.id AND j.state = 'pending'
     ORDER BY c.priority DESC, c.id
 $$;
+-- @@ function pgqueue.pick_within_limits
+-- @@ after function pgqueue.ready_ahead
 
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
 -- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
@@ -626,7 +646,8 @@ BEGIN
     END IF;
 END
 $$;
--- @@ 107+0 replaces: nothing (adds)
+-- @@ function pgqueue.recycle_ready
+-- @@ after function pgqueue.release_maintenance
 
 -- Empty the partitions of pgqueue.ready that past periods filled once they hold no ready
 -- job, by TRUNCATE: their dead entries are gone at once, whatever holds the vacuum horizon
@@ -677,7 +698,8 @@ BEGIN
     RETURN cardinality(v_parts);
 END
 $$;
--- @@ 117+1 replaces: GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_producer;
 
 -- worker
 GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack,

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0012 changed in the functions and
--- views, as hunks against the code of revision 0011 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0013 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0012 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0012 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0011 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0013 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0012 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0012 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 44+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.ingest_op(o pgqueue.op_log) RETURNS boolean
+-- @@ function pgqueue.ingest_op
+-- @@ after function pgqueue.apply_op
 
 -- Ingest one op from another database's log (a whole op_log row): record it and apply it,
 -- unless this database already holds that seq (delivering an op twice changes nothing) or its
@@ -28,7 +30,8 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 112+0 replaces: nothing (adds)
+-- @@ function pgqueue.recycle_op_log
+-- @@ after function pgqueue.recycle_ready
 
 -- The maintenance passes' retention of the op log, by whole partitions of its ring (see
 -- pgqueue.op_log): no DELETE, so nothing is left for vacuum, whatever holds its horizon back.
@@ -130,6 +133,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.set_op_log_retention
+-- @@ after function pgqueue.recycle_op_log
 
 -- Set how long the maintenance passes keep ops (pgqueue.recycle_op_log); returns it. An
 -- operator's (who may prune the log anyway), not a worker's: a worker must not be able to
@@ -148,7 +153,8 @@ BEGIN
     RETURN p_keep;
 END
 $$;
--- @@ 122+2 replaces: GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq, GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqu
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_producer;
 
 -- worker
 GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack,
@@ -160,6 +166,8 @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
     pgqueue.prune_old_ops, pgqueue.touch_replicas, pgqueue.claim_maintenance,
     pgqueue.release_maintenance, pgqueue.recycle_ready, pgqueue.recycle_op_log
     TO pgqueue_worker;
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqueue.skip_step, pgque
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
 
 -- operator
 GRANT EXECUTE ON FUNCTION pgqueue.release, pgqueue.rewind, pgqueue.restart, pgqueue.skip_step,

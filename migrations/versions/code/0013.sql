@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0013 changed in the functions and
--- views, as hunks against the code of revision 0012 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0014 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0013 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0013 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0012 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0014 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0013 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0013 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 112+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.recycle_op_log(OUT pruned bigint, OUT rotated
+-- @@ function pgqueue.recycle_op_log
+-- @@ after function pgqueue.recycle_ready
 
 -- The maintenance passes' retention of the op log, by whole partitions of its ring (see
 -- pgqueue.op_log): no DELETE, so nothing is left for vacuum, whatever holds its horizon back.

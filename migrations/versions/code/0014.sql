@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0014 changed in the functions and
--- views, as hunks against the code of revision 0013 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0015 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0014 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0014 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0013 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0015 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0014 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0014 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 48+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.set_role(p_role text, p_name text DEFAULT NUL
+-- @@ function pgqueue.set_role
+-- @@ after function pgqueue.op_log_batch
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -45,7 +47,8 @@ BEGIN
     RETURN n;
 END
 $$;
--- @@ 77+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.promote_due
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -220,7 +223,8 @@ BEGIN
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
--- @@ 86+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.renew(
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.start_rated
 
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
@@ -291,7 +295,8 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
 END
 $$;
--- @@ 93+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000
+-- @@ function pgqueue.expiry_slot
+-- @@ after function pgqueue.upcast
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -307,6 +312,8 @@ AS $$
     SELECT (floor(extract(epoch FROM least(p_at, pgqueue.now_ms() + interval '120 seconds')) / 8)::bigint
             % 32)::smallint
 $$;
+-- @@ function pgqueue.reclaim_job
+-- @@ after function pgqueue.expiry_slot
 
 -- Reclaim one expired lease, its job row locked by the caller (pgqueue.reclaim_expired_jobs,
 -- pgqueue.reclaim_due_jobs). It counts one failure and one crash against the step in
@@ -389,6 +396,8 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+-- @@ function pgqueue.reclaim_expired_jobs
+-- @@ after function pgqueue.reclaim_job
 
 -- Reclaim expired leases of every stream, up to p_limit per call, reading every leased job
 -- (job_leased_idx): what a maintenance runner's first pass does, and one every few minutes,
@@ -420,6 +429,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.reclaim_due_jobs
+-- @@ after function pgqueue.reclaim_expired_jobs
 
 -- Reclaim expired leases of every stream, up to p_limit per call, found through the rows of
 -- pgqueue.lease_expiry that came due (what every maintenance pass but a runner's first does):
@@ -458,6 +469,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.recycle_lease_expiry
+-- @@ after function pgqueue.reclaim_due_jobs
 
 -- Empty the partitions of pgqueue.lease_expiry whose buckets are past (those of the last 128
 -- seconds: nothing begun since writes to them) by TRUNCATE, once reclaim is done with them:
@@ -507,6 +520,8 @@ BEGIN
     RETURN cardinality(v_parts);
 END
 $$;
+-- @@ function pgqueue.expiry_unfinished
+-- @@ after function pgqueue.recycle_lease_expiry
 
 -- Whether a partition of pgqueue.lease_expiry names a job whose lease expired and that is
 -- still leased: reclaim is not done with it (pgqueue.recycle_lease_expiry).
@@ -527,7 +542,8 @@ BEGIN
     RETURN v_found;
 END
 $$;
--- @@ 124+1 replaces: GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_producer;
 
 -- worker
 GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack,

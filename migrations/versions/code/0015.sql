@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0015 changed in the functions and
--- views, as hunks against the code of revision 0014 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0016 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0015 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0015 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0014 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0016 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0015 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0015 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 2+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lock_for_truncate(p_parts regclass[], p_tries
+-- @@ function pgqueue.lock_for_truncate
+-- @@ after function pgqueue.ring_past_slots
 
 -- Lock a ring's past partitions for truncation (pgqueue.recycle_ready, pgqueue.fold_job_counts,
 -- pgqueue.recycle_op_log) in one request: NOWAIT, tried p_tries times 2 ms apart, then (when
@@ -47,7 +49,8 @@ BEGIN
     END;
 END
 $$;
--- @@ 77+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(
+-- @@ function pgqueue.take_ready_range
+-- @@ after function pgqueue.promote_due
 
 -- Take out the first p_limit ready entries of a stream in lease order with a priority from
 -- p_low to p_high and, within it, a job id above p_after_id, that no other lease holds (SKIP
@@ -72,6 +75,8 @@ AS $$
     SELECT coalesce(array_agg(g.job_id ORDER BY g.priority DESC, g.job_id), '{}')
     FROM (SELECT DISTINCT gone.job_id, gone.priority FROM gone) g
 $$;
+-- @@ function pgqueue.take_ready_after
+-- @@ after function pgqueue.take_ready_range
 
 -- The ready entries of a stream a lease takes when its caller says where its last lease ended,
 -- (p_after_priority, p_after_id): the first p_limit in lease order, leaving out those of that
@@ -111,6 +116,8 @@ BEGIN
     RETURN v_ids;
 END
 $$;
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.take_ready_after
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -294,7 +301,8 @@ BEGIN
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
--- @@ 116+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.recycle_ready() RETURNS int
+-- @@ function pgqueue.recycle_ready
+-- @@ after function pgqueue.release_maintenance
 
 -- Empty the partitions of pgqueue.ready that past periods filled once they hold no ready
 -- job, by TRUNCATE: their dead entries are gone at once, whatever holds the vacuum horizon

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0016 changed in the functions and
--- views, as hunks against the code of revision 0015 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0017 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0016 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0016 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0015 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0017 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0016 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0016 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 77+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.take_ready_range(p_stream text, p_limit int, 
+-- @@ function pgqueue.take_ready_range
+-- @@ after function pgqueue.promote_due
 
 -- Take out the first p_limit ready entries of a stream in lease order with a priority from
 -- p_low to p_high and, within it, a job id above p_after_id, that no other lease holds (SKIP

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0017 changed in the functions and
--- views, as hunks against the code of revision 0016 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0018 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0017 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0017 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0016 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0018 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0017 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0017 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 15+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job) RETURNS jsonb
+-- @@ function pgqueue.checkpoint_json_of
+-- @@ after function pgqueue.require_leader
 
 -- The checkpoint as it travels in ops (cursor in base64), from its columns: what a statement
 -- passes that has the columns but not a job row (on Citus a CTE's row reaches a function as
@@ -24,6 +26,8 @@ AS $$
         'step_set_hash', p_step_set_hash,
         'crashes_by_step', p_crashes_by_step)
 $$;
+-- @@ function pgqueue.checkpoint_json
+-- @@ after function pgqueue.checkpoint_json_of
 
 -- The checkpoint of a job row as it travels in ops.
 CREATE OR REPLACE FUNCTION pgqueue.checkpoint_json(j pgqueue.job) RETURNS jsonb
@@ -33,7 +37,8 @@ AS $$
                                       j.checkpoint_updated_at, j.schema_version,
                                       j.step_set_hash, j.crashes_by_step)
 $$;
--- @@ 19+6 replaces: CREATE OR REPLACE FUNCTION pgqueue.bury(p_job_id bigint, p_attempts int, p_error, CREATE OR REPLACE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id, CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_job_id bigint, b jsonb) RET, CREATE OR REPLACE FUNCTION pgqueue.finish_cancel(j pgqueue.job, p_by text, p_err, CREATE OR REPLACE FUNCTION pgqueue.leased_job(p_job_id bigint, p_lease_id bigint, CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, 
+-- @@ function pgqueue.bury
+-- @@ after function pgqueue.backoff_ms
 
 -- Move a job row to dead_letter (leader and apply share this).
 CREATE OR REPLACE FUNCTION pgqueue.bury(p_stream text, p_job_id bigint, p_attempts int, p_error text,
@@ -51,6 +56,8 @@ AS $$
         concurrency_key, p_summary, timeout_ms
     FROM gone
 $$;
+-- @@ function pgqueue.save_job
+-- @@ after function pgqueue.bury
 
 CREATE OR REPLACE FUNCTION pgqueue.save_job(j pgqueue.job, p_op text, p_lease_id bigint, p_extra jsonb DEFAULT '{}')
 RETURNS void
@@ -75,6 +82,8 @@ BEGIN
     VALUES (j.stream, p_op, j.id, p_lease_id, pgqueue.job_state_json(j) || p_extra);
 END
 $$;
+-- @@ function pgqueue.apply_job_state
+-- @@ after function pgqueue.save_job
 
 -- The apply side of save_job: set every field the body carries.
 CREATE OR REPLACE FUNCTION pgqueue.apply_job_state(p_stream text, p_job_id bigint, b jsonb) RETURNS void
@@ -105,6 +114,8 @@ BEGIN
     WHERE stream = p_stream AND id = p_job_id;
 END
 $$;
+-- @@ function pgqueue.finish_cancel
+-- @@ after function pgqueue.apply_job_state
 
 -- A leased job whose cancel was requested (pgqueue.cancel) ends as cancelled: deleted, its op
 -- Cancel (was leased, by whom, and the error when a failure ended it). Every end of such a
@@ -122,6 +133,8 @@ AS $$
         'requested_at_ms', pgqueue.to_ms(j.cancel_requested_at), 'error', p_error,
         'error_summary', p_summary)));
 $$;
+-- @@ function pgqueue.stream_of
+-- @@ after function pgqueue.finish_cancel
 
 -- The stream of a live job, or of a dead letter (NULL: none): for a caller that named only
 -- the job, which then locks it by stream and id (on Citus, on one node). On Citus this asks
@@ -129,10 +142,14 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.stream_of(p_job_id bigint) RETURNS text
 LANGUAGE sql STABLE
 AS $$ SELECT stream FROM pgqueue.job WHERE id = p_job_id $$;
+-- @@ function pgqueue.dead_stream_of
+-- @@ after function pgqueue.stream_of
 
 CREATE OR REPLACE FUNCTION pgqueue.dead_stream_of(p_job_id bigint) RETURNS text
 LANGUAGE sql STABLE
 AS $$ SELECT stream FROM pgqueue.dead_letter WHERE id = p_job_id $$;
+-- @@ function pgqueue.leased_job
+-- @@ after function pgqueue.dead_stream_of
 
 -- Load a leased job under lock, fenced by its lease id (NULL when the lease is not current).
 -- p_stream NULL: the job's own (pgqueue.stream_of).
@@ -152,6 +169,8 @@ BEGIN
     RETURN j;
 END
 $$;
+-- @@ function pgqueue.operator_job
+-- @@ after function pgqueue.leased_job
 
 -- Load a job for an operator, under lock; PQ404 when it is not a live job, PQ422 when leased
 -- or not in one of p_states.
@@ -183,7 +202,8 @@ BEGIN
     RETURN j;
 END
 $$;
--- @@ 29+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.count_jobs() RETURNS trigger, CREATE OR REPLACE FUNCTION pgqueue.count_dead_letters() RETURNS trigger
+-- @@ function pgqueue.count_jobs
+-- @@ after function pgqueue.save_as_pending
 
 -- observe.sql: functions
 -- The statement triggers behind job_count_delta and pgqueue.ready: the rows a statement
@@ -265,6 +285,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
+-- @@ function pgqueue.count_dead_letters
+-- @@ after function pgqueue.count_jobs
 
 CREATE OR REPLACE FUNCTION pgqueue.count_dead_letters() RETURNS trigger
 LANGUAGE plpgsql
@@ -289,7 +311,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
--- @@ 43+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_job_id bigint, p_lease_, CREATE OR REPLACE FUNCTION pgqueue.ingest_op(o pgqueue.op_log) RETURNS boolean
+-- @@ function pgqueue.apply_op
+-- @@ after function pgqueue.op_body
 
 -- Apply one op's effect to the state tables. Ops carry resulting values, never increments.
 CREATE OR REPLACE FUNCTION pgqueue.apply_op(p_op text, p_stream text, p_job_id bigint, p_lease_id bigint,
@@ -424,6 +447,8 @@ BEGIN
     END CASE;
 END
 $$;
+-- @@ function pgqueue.ingest_op
+-- @@ after function pgqueue.apply_op
 
 -- Ingest one op from another database's log (a whole op_log row): record it and apply it,
 -- unless this database already holds that seq (delivering an op twice changes nothing) or its
@@ -446,7 +471,8 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 46+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.request_begin(p_request uuid, p_resent boolea
+-- @@ function pgqueue.request_begin
+-- @@ after function pgqueue.ingest_ops
 
 -- The start of a call that carries a request token (enqueue, enqueue_one, lease). Every such
 -- call first takes the token's transaction lock, so a call re-sent after its reply was lost
@@ -466,7 +492,8 @@ BEGIN
     END IF;
 END
 $$;
--- @@ 51+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.op_log_apply_trigger() RETURNS trigger
+-- @@ function pgqueue.op_log_apply_trigger
+-- @@ after function pgqueue.seed_rows
 
 -- On a replica fed by logical replication: apply each op the subscription inserts into op_log,
 -- unless its seq is already applied (ops arrive in commit order, not seq order, so never skip
@@ -491,7 +518,8 @@ BEGIN
     RETURN NEW;
 END
 $$;
--- @@ 68+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.request_enqueued(p_seq bigint, p_xid xid8, p_
+-- @@ function pgqueue.request_enqueued
+-- @@ after function pgqueue.prune_workers
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -538,6 +566,8 @@ BEGIN
     RETURN v_result;
 END
 $$;
+-- @@ function pgqueue.notify_ready
+-- @@ after function pgqueue.request_enqueued
 
 -- Wake idle workers of this stream: identical notifications coalesce per commit. Not on a
 -- Citus cluster, where an enqueue runs on the node holding its stream: a notification there
@@ -546,7 +576,8 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.notify_ready(p_stream text) RETURNS void
 LANGUAGE sql VOLATILE
 AS $$ SELECT pg_notify('pgqueue_jobs', p_stream) FROM pgqueue.layout WHERE name = 'single' $$;
--- @@ 73+5 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue(, CREATE OR REPLACE FUNCTION pgqueue.enqueue_one(, CREATE OR REPLACE FUNCTION pgqueue.ready_drop(p_streams text[], p_priorities sma, CREATE OR REPLACE FUNCTION pgqueue.promote_due(p_stream text, p_limit int DEFAUL, CREATE OR REPLACE FUNCTION pgqueue.take_ready_range(p_stream text, p_limit int, 
+-- @@ function pgqueue.enqueue
+-- @@ after function pgqueue.check_timeouts
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
@@ -790,6 +821,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_result);
 END
 $$;
+-- @@ function pgqueue.enqueue_one
+-- @@ after function pgqueue.enqueue
 
 -- Enqueue one job: the same semantics as pgqueue.enqueue for a batch of one, without the
 -- arrays (one job per call is bounded by its round trip and commit; this keeps the function's
@@ -878,6 +911,8 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $$;
+-- @@ function pgqueue.ready_drop
+-- @@ after function pgqueue.enqueue_one
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -908,6 +943,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.promote_due
+-- @@ after function pgqueue.ready_drop
 
 -- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
 -- at most p_limit per call: leasing does this itself, so a due job never waits for a
@@ -946,6 +983,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
+-- @@ function pgqueue.take_ready_range
+-- @@ after function pgqueue.promote_due
 
 -- Take out the first p_limit ready entries of a stream in lease order with a priority from
 -- p_low to p_high and, within it, a job id above p_after_id, that no other lease holds (SKIP
@@ -984,7 +1023,8 @@ AS $$
     SELECT coalesce(array_agg(g.job_id ORDER BY g.priority DESC, g.job_id), '{}')
     FROM (SELECT DISTINCT gone.job_id, gone.priority FROM gone) g
 $$;
--- @@ 79+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.take_ready_after
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -1183,7 +1223,8 @@ BEGIN
     SELECT l.* FROM leased l ORDER BY l.priority DESC, l.id;
 END
 $$;
--- @@ 87+8 replaces: CREATE OR REPLACE FUNCTION pgqueue.start_rated(p_job_id bigint, p_lease_id bigin, CREATE OR REPLACE FUNCTION pgqueue.renew(, CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[]), CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_er, CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids, CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id , CREATE OR REPLACE FUNCTION pgqueue.end_cancelled(p_job_id bigint, p_lease_id big, CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_
+-- @@ function pgqueue.start_rated
+-- @@ after function pgqueue.pick_within_limits
 
 -- Worker: the handler is about to start a job of a rate-limited kind that was leased ahead
 -- (pgqueue.lease said rate_at_start): count it in the kind's window now, under the kind's
@@ -1234,6 +1275,8 @@ BEGIN
     RETURN 'started';
 END
 $$;
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.start_rated
 
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
@@ -1327,6 +1370,8 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
 END
 $$;
+-- @@ function pgqueue.ack
+-- @@ after function pgqueue.renew
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1377,6 +1422,8 @@ BEGIN
     SELECT g.id FROM gone g;
 END
 $$;
+-- @@ function pgqueue.nack
+-- @@ after function pgqueue.ack
 
 -- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
 -- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL. A job whose
@@ -1441,6 +1488,8 @@ BEGIN
     RETURN QUERY SELECT v_state = 'dead', v_state;
 END
 $$;
+-- @@ function pgqueue.return_leases
+-- @@ after function pgqueue.nack
 
 -- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
 -- A job whose cancel was requested ends as cancelled instead. Returns each job let go of, and
@@ -1476,6 +1525,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.mark_undecodable
+-- @@ after function pgqueue.return_leases
 
 -- Worker: this code cannot run the job (unknown_kind, payload_version, step_set_changed).
 -- Costs no attempt; a job whose cancel was requested ends as cancelled instead of parked.
@@ -1504,6 +1555,8 @@ BEGIN
     RETURN 'undecodable';
 END
 $$;
+-- @@ function pgqueue.end_cancelled
+-- @@ after function pgqueue.mark_undecodable
 
 -- Worker: the handler stopped on its job's cancel request (it raised pgqueue.Cancelled, or its
 -- task was cancelled), or raised Cancelled itself: the job ends as cancelled, never retried.
@@ -1524,6 +1577,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.upcast
+-- @@ after function pgqueue.end_cancelled
 
 -- Worker: store an upcast payload and its new schema version as the job resumes.
 CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
@@ -1553,7 +1608,8 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 96+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.reclaim_job(j pgqueue.job, v_now timestamptz)
+-- @@ function pgqueue.reclaim_job
+-- @@ after function pgqueue.expiry_slot
 
 -- Reclaim one expired lease, its job row locked by the caller (pgqueue.reclaim_expired_jobs,
 -- pgqueue.reclaim_due_jobs). It counts one failure and one crash against the step in
@@ -1636,7 +1692,8 @@ BEGIN
     RETURN NEXT;
 END
 $$;
--- @@ 99+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.recycle_lease_expiry() RETURNS int
+-- @@ function pgqueue.recycle_lease_expiry
+-- @@ after function pgqueue.reclaim_due_jobs
 
 -- Empty the partitions of pgqueue.lease_expiry whose buckets are past (those of the last 128
 -- seconds: nothing begun since writes to them) by TRUNCATE, once reclaim is done with them:
@@ -1686,7 +1743,8 @@ BEGIN
     RETURN cardinality(v_parts);
 END
 $$;
--- @@ 102+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS 
+-- @@ function pgqueue.requeue_dead_letter
+-- @@ after function pgqueue.reclaim_expired
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1743,7 +1801,8 @@ BEGIN
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
 END
 $$;
--- @@ 109+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS text
+-- @@ function pgqueue.cancel
+-- @@ after function pgqueue.accept_step_set
 
 -- Operator: cancel a job. One that is not leased (live or dead) is removed for good at once
 -- ('cancelled'). One a worker holds is asked to stop ('requested'): the request is recorded
@@ -1792,7 +1851,8 @@ BEGIN
     RETURN 'cancelled';
 END
 $$;
--- @@ 114+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_verb_to_jobs(p_verb text, p_job_ids big
+-- @@ function pgqueue.apply_verb_to_jobs
+-- @@ after function pgqueue.configure_kind
 
 -- Operator: one verb on many jobs of a filter (the bulk actions). Each job is locked and
 -- checked against the filter (stream, state, kind; NULL: any) it was chosen by, then goes

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0018 changed in the functions and
--- views, as hunks against the code of revision 0017 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0019 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0018 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0018 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0017 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0019 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0018 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0018 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 23+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.finish_cancel(j pgqueue.job, p_by text, p_err
+-- @@ function pgqueue.finish_cancel
+-- @@ after function pgqueue.apply_job_state
 
 -- A leased job whose cancel was requested (pgqueue.cancel) ends as cancelled: deleted, its op
 -- Cancel (was leased, by whom, and the error when a failure ended it). Every end of such a
@@ -29,12 +31,16 @@ BEGIN
         'error_summary', p_summary)));
 END
 $$;
+-- @@ function pgqueue.is_dedup_index
+-- @@ after function pgqueue.finish_cancel
 
 -- Whether a unique violation's constraint is the live jobs' dedup key index: job_dedup_idx,
 -- or on a Citus node one of its shards' (job_dedup_idx_102010).
 CREATE OR REPLACE FUNCTION pgqueue.is_dedup_index(p_name text) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT coalesce(p_name = 'job_dedup_idx' OR p_name ~ '^job_dedup_idx_[0-9]+$', false) $$;
+-- @@ function pgqueue.each_stream
+-- @@ after function pgqueue.is_dedup_index
 
 -- The default of a transition's stream argument, p_stream: NULL, each job's own stream, looked
 -- up. On a Citus cluster a call must name its stream instead, and one that does not is
@@ -59,7 +65,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
--- @@ 27+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, 
+-- @@ function pgqueue.operator_job
+-- @@ after function pgqueue.leased_job
 
 -- Load a job for an operator, under lock; PQ404 when it is not a live job, PQ422 when leased
 -- or not in one of p_states. p_stream: the job's stream, as the client found it (on Citus the
@@ -94,7 +101,8 @@ BEGIN
     RETURN j;
 END
 $$;
--- @@ 31+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.save_as_pending(j pgqueue.job, p_op text, p_c
+-- @@ function pgqueue.save_as_pending
+-- @@ after function pgqueue.check_dedup_free
 
 -- An operator's change sends the job back to pending at once: refuse when a live job took
 -- its dedup key meanwhile, clear the parking reason, save, and log the op. A holder enqueued
@@ -130,7 +138,8 @@ BEGIN
     RETURN j;
 END
 $$;
--- @@ 45+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.op_body(o pgqueue.op_log) RETURNS jsonb
+-- @@ function pgqueue.op_body
+-- @@ after function pgqueue.fold_job_counts
 
 -- oplog.sql: functions
 -- The whole body of an op: an Enqueue op's columns put back as the keys 0002 stored (job_id,
@@ -153,7 +162,8 @@ AS $$
             'next_job_id', o.job_id + 1)
     ELSE o.body END
 $$;
--- @@ 65+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.claim_due_schedules(p_now timestamptz, p_limi
+-- @@ function pgqueue.claim_due_schedules
+-- @@ after function pgqueue.lock_schedule
 
 -- Due schedules of every stream, claimed with SKIP LOCKED for the caller's transaction: a
 -- concurrent scheduler skips them, and once it commits their next_run_at is in the future.
@@ -186,7 +196,8 @@ BEGIN
     FOR UPDATE SKIP LOCKED;
 END
 $$;
--- @@ 85+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lock_kind(p_stream text, p_kind text, p_wait 
+-- @@ function pgqueue.lock_kind
+-- @@ after function pgqueue.rate_bucket_ms
 
 -- A limited kind's lock, held to the end of the transaction: a lease counts the kind under it
 -- (taken without waiting: a kind another lease is counting is left to that one), and so does
@@ -234,7 +245,8 @@ BEGIN
     RETURN FOUND;
 END
 $$;
--- @@ 89+10 replaces: CREATE OR REPLACE FUNCTION pgqueue.ready_ahead(p_stream text, p_kind text, p_pri, CREATE OR REPLACE FUNCTION pgqueue.pick_within_limits(, CREATE OR REPLACE FUNCTION pgqueue.start_rated(p_job_id bigint, p_lease_id bigin, CREATE OR REPLACE FUNCTION pgqueue.renew(, CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[],, CREATE OR REPLACE FUNCTION pgqueue.nack(p_job_id bigint, p_lease_id bigint, p_er, CREATE OR REPLACE FUNCTION pgqueue.return_leases(p_job_ids bigint[], p_lease_ids, CREATE OR REPLACE FUNCTION pgqueue.mark_undecodable(p_job_id bigint, p_lease_id , CREATE OR REPLACE FUNCTION pgqueue.end_cancelled(p_job_id bigint, p_lease_id big, CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_
+-- @@ function pgqueue.ready_ahead
+-- @@ after function pgqueue.rate_window_add
 
 -- A kind's ready jobs in lease order that stand ahead of (p_pri, p_id) in it (priority
 -- above p_pri, or equal and id below p_id; every one when p_pri is NULL), at most p_limit
@@ -267,6 +279,8 @@ BEGIN
     ORDER BY c.priority DESC, c.id;
 END
 $$;
+-- @@ function pgqueue.pick_within_limits
+-- @@ after function pgqueue.ready_ahead
 
 -- The jobs a lease of a stream with limited kinds takes (pgqueue.lease): up to p_limit by
 -- priority DESC then id. Candidates are chosen without locks and only the chosen rows are
@@ -471,6 +485,8 @@ BEGIN
     END IF;
 END
 $$;
+-- @@ function pgqueue.start_rated
+-- @@ after function pgqueue.pick_within_limits
 
 -- Worker: the handler is about to start a job of a rate-limited kind that was leased ahead
 -- (pgqueue.lease said rate_at_start): count it in the kind's window now, under the kind's
@@ -521,6 +537,8 @@ BEGIN
     RETURN 'started';
 END
 $$;
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.start_rated
 
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
@@ -614,6 +632,8 @@ BEGIN
     SELECT r.id, r.lease_id, r.lease_expires_at, r.cancel_requested_at IS NOT NULL FROM renewed r;
 END
 $$;
+-- @@ function pgqueue.ack
+-- @@ after function pgqueue.renew
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -664,6 +684,8 @@ BEGIN
     SELECT g.id FROM gone g;
 END
 $$;
+-- @@ function pgqueue.nack
+-- @@ after function pgqueue.ack
 
 -- Nack: one failure. attempts + 1; dead when attempts >= max_attempts > 0, otherwise back to
 -- pending (or scheduled) after p_retry_in_ms, or the stream's backoff when NULL. A job whose
@@ -728,6 +750,8 @@ BEGIN
     RETURN QUERY SELECT v_state = 'dead', v_state;
 END
 $$;
+-- @@ function pgqueue.return_leases
+-- @@ after function pgqueue.nack
 
 -- Worker: give leases back without costing an attempt (graceful shutdown). Checkpoint kept.
 -- A job whose cancel was requested ends as cancelled instead. Returns each job let go of, and
@@ -763,6 +787,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.mark_undecodable
+-- @@ after function pgqueue.return_leases
 
 -- Worker: this code cannot run the job (unknown_kind, payload_version, step_set_changed).
 -- Costs no attempt; a job whose cancel was requested ends as cancelled instead of parked.
@@ -791,6 +817,8 @@ BEGIN
     RETURN 'undecodable';
 END
 $$;
+-- @@ function pgqueue.end_cancelled
+-- @@ after function pgqueue.mark_undecodable
 
 -- Worker: the handler stopped on its job's cancel request (it raised pgqueue.Cancelled, or its
 -- task was cancelled), or raised Cancelled itself: the job ends as cancelled, never retried.
@@ -811,6 +839,8 @@ BEGIN
     RETURN true;
 END
 $$;
+-- @@ function pgqueue.upcast
+-- @@ after function pgqueue.end_cancelled
 
 -- Worker: store an upcast payload and its new schema version as the job resumes.
 CREATE OR REPLACE FUNCTION pgqueue.upcast(p_job_id bigint, p_lease_id bigint, p_payload bytea,
@@ -840,7 +870,8 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 101+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.reclaim_expired_jobs(p_limit int DEFAULT 1000, CREATE OR REPLACE FUNCTION pgqueue.reclaim_due_jobs(p_limit int DEFAULT 1000)
+-- @@ function pgqueue.reclaim_expired_jobs
+-- @@ after function pgqueue.reclaim_job
 
 -- Reclaim expired leases of every stream, up to p_limit per call, reading every leased job
 -- (job_leased_idx): what a maintenance runner's first pass does, and one every few minutes,
@@ -889,6 +920,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.reclaim_due_jobs
+-- @@ after function pgqueue.reclaim_expired_jobs
 
 -- Reclaim expired leases of every stream, up to p_limit per call, found through the rows of
 -- pgqueue.lease_expiry that came due (what every maintenance pass but a runner's first does):
@@ -945,7 +978,8 @@ BEGIN
     END LOOP;
 END
 $$;
--- @@ 106+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint) RETURNS 
+-- @@ function pgqueue.requeue_dead_letter
+-- @@ after function pgqueue.reclaim_expired
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -1004,7 +1038,8 @@ BEGIN
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
 END
 $$;
--- @@ 108+6 replaces: CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes bool, CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text), CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint), CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint), CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint), CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint) RETURNS text
+-- @@ function pgqueue.release
+-- @@ after function pgqueue.job_change
 
 -- Operator: a quarantined or undecodable job runs again (optionally forgetting its crashes).
 CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false,
@@ -1025,6 +1060,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Release', false));
 END
 $$;
+-- @@ function pgqueue.rewind
+-- @@ after function pgqueue.release
 
 -- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
 CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text, p_stream text DEFAULT pgqueue.each_stream())
@@ -1056,6 +1093,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Rewind', true));
 END
 $$;
+-- @@ function pgqueue.restart
+-- @@ after function pgqueue.rewind
 
 -- Operator: drop the checkpoint and run the job from step one (only when asked).
 CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint, p_stream text DEFAULT pgqueue.each_stream())
@@ -1078,6 +1117,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Restart', true));
 END
 $$;
+-- @@ function pgqueue.skip_step
+-- @@ after function pgqueue.restart
 
 -- Operator: count the step in progress as completed without running it, and go on.
 CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint, p_stream text DEFAULT pgqueue.each_stream())
@@ -1110,6 +1151,8 @@ BEGIN
                                    jsonb_build_object('skipped', v_names[v_next])));
 END
 $$;
+-- @@ function pgqueue.accept_step_set
+-- @@ after function pgqueue.skip_step
 
 -- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
 -- its last completed step, matched by name in the new list.
@@ -1149,6 +1192,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'AcceptStepSet', false));
 END
 $$;
+-- @@ function pgqueue.notify_cancel
+-- @@ after function pgqueue.accept_step_set
 
 -- Tell the worker holding p_lease_id that its job's cancel was requested. Not on a Citus
 -- cluster (see pgqueue.notify_ready): there the client notifies on the coordinator's session,
@@ -1156,6 +1201,8 @@ $$;
 CREATE OR REPLACE FUNCTION pgqueue.notify_cancel(p_lease_id bigint) RETURNS void
 LANGUAGE sql VOLATILE
 AS $$ SELECT pg_notify('pgqueue_cancel', p_lease_id::text) FROM pgqueue.layout WHERE name = 'single' $$;
+-- @@ function pgqueue.cancel
+-- @@ after function pgqueue.notify_cancel
 
 -- Operator: cancel a job. One that is not leased (live or dead) is removed for good at once
 -- ('cancelled'). One a worker holds is asked to stop ('requested'): the request is recorded
@@ -1204,7 +1251,8 @@ BEGIN
     RETURN 'cancelled';
 END
 $$;
--- @@ 118+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.apply_verb_to_jobs(p_verb text, p_job_ids big, CREATE OR REPLACE FUNCTION pgqueue.apply_to_jobs(p_verb text, p_job_ids bigint[]
+-- @@ function pgqueue.apply_verb_to_jobs
+-- @@ after function pgqueue.configure_kind
 
 -- Operator: one verb on many jobs of a filter (the bulk actions). Each job is locked and
 -- checked against the filter (stream, state, kind; NULL: any) it was chosen by, then goes
@@ -1285,6 +1333,8 @@ BEGIN
     END LOOP;
 END
 $$;
+-- @@ function pgqueue.apply_to_jobs
+-- @@ after function pgqueue.apply_verb_to_jobs
 
 -- The previous release's bulk call (pgqueue.apply_verb_to_jobs without the outcome): its
 -- refused jobs only (a requested cancel counts as done). Kept while releases that call it may
@@ -1305,7 +1355,8 @@ AS $$
                                     coalesce(p_stream, pgqueue.each_stream()), p_state, p_kind) a
     WHERE a.outcome = 'refused'
 $$;
--- @@ 133+1 replaces: GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueu
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueu
+-- @@ after GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_reader;
 GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueue.b64,
     pgqueue.unb64, pgqueue.op_body, pgqueue.fold_job_counts, pgqueue.replica_status,
     pgqueue.error_summary, pgqueue.each_stream

@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0019 changed in the functions and
--- views, as hunks against the code of revision 0018 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0020 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0019 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0019 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0018 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0020 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0019 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0019 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 3+0 replaces: nothing (adds)
+-- @@ function pgqueue.shard_of
+-- @@ after function pgqueue.lock_for_truncate
 
 -- A table of pgqueue named for a maintenance call (p_table: 'job', 'ready', 'ready_3', ...):
 -- the table itself on one server (p_stream NULL); on a Citus node, the table's shard that
@@ -30,6 +32,8 @@ BEGIN
     RETURN format('pgqueue.%I', p_table || '_' || v_shard)::regclass;
 END
 $$;
+-- @@ function pgqueue.shards_here
+-- @@ after function pgqueue.shard_of
 
 -- Every shard of a table of pgqueue on this Citus node (p_stream: any stream, as for
 -- pgqueue.shard_of; NULL: the table itself, on one server): what a maintenance call on one
@@ -52,6 +56,8 @@ BEGIN
     RETURN v_shards;
 END
 $$;
+-- @@ function pgqueue.raise_node_ids
+-- @@ after function pgqueue.shards_here
 
 -- On a Citus node whose group is p_group (elsewhere nothing): raise its id sequences so that
 -- the next job id, lease id and op seq each exceed the floor given (the highest any node has
@@ -85,14 +91,16 @@ BEGIN
     RETURN true;
 END
 $$;
--- @@ 26+0 replaces: nothing (adds)
+-- @@ function pgqueue.in_stream
+-- @@ after function pgqueue.each_stream
 
 -- " in stream S" when a caller named the stream S a job was looked for in (else ''): what a
 -- not-found error adds, since on Citus a call given the wrong stream finds nothing.
 CREATE OR REPLACE FUNCTION pgqueue.in_stream(p_stream text) RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT CASE WHEN p_stream <> '' THEN ' in stream ' || p_stream ELSE '' END $$;
--- @@ 29+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.operator_job(p_job_id bigint, p_action text, 
+-- @@ function pgqueue.operator_job
+-- @@ after function pgqueue.leased_job
 
 -- Load a job for an operator, under lock; PQ404 when it is not a live job, PQ422 when leased
 -- or not in one of p_states. p_stream: the job's stream, as the client found it (on Citus the
@@ -129,7 +137,8 @@ BEGIN
     RETURN j;
 END
 $$;
--- @@ 46+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.fold_job_counts() RETURNS bigint
+-- @@ function pgqueue.fold_job_counts
+-- @@ after enable trigger dead_letter_count_delete
 
 -- Add the deltas of past periods into job_count and truncate their partitions (the last
 -- period's, this one's and the next's are still being written), all in one lock request
@@ -173,7 +182,8 @@ BEGIN
     RETURN v_n;
 END
 $$;
--- @@ 105+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.recycle_lease_expiry() RETURNS int, CREATE OR REPLACE FUNCTION pgqueue.expiry_unfinished(p_part regclass, p_now time
+-- @@ function pgqueue.recycle_lease_expiry
+-- @@ after function pgqueue.reclaim_due_jobs
 
 -- Empty the partitions of pgqueue.lease_expiry whose buckets are past (those of the last 128
 -- seconds: nothing begun since writes to them) by TRUNCATE, once reclaim is done with them:
@@ -225,6 +235,8 @@ BEGIN
     RETURN cardinality(v_parts);
 END
 $$;
+-- @@ function pgqueue.expiry_unfinished
+-- @@ after function pgqueue.recycle_lease_expiry
 
 -- Whether a partition of pgqueue.lease_expiry names a job whose lease expired and that is
 -- still leased: reclaim is not done with it (pgqueue.recycle_lease_expiry). p_job: the job
@@ -247,7 +259,8 @@ BEGIN
     RETURN v_found;
 END
 $$;
--- @@ 108+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.requeue_dead_letter(p_job_id bigint, p_stream
+-- @@ function pgqueue.requeue_dead_letter
+-- @@ after function pgqueue.reclaim_expired
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -307,7 +320,8 @@ BEGIN
         'job_id', d.id, 'attempts', 0, 'not_before_ms', pgqueue.to_ms(v_now), 'state', 'pending'));
 END
 $$;
--- @@ 116+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.cancel(p_job_id bigint, p_stream text DEFAULT
+-- @@ function pgqueue.cancel
+-- @@ after function pgqueue.notify_cancel
 
 -- Operator: cancel a job. One that is not leased (live or dead) is removed for good at once
 -- ('cancelled'). One a worker holds is asked to stop ('requested'): the request is recorded
@@ -356,7 +370,8 @@ BEGIN
     RETURN 'cancelled';
 END
 $$;
--- @@ 119+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.save_kind_config(p pgqueue.kind_config) RETUR
+-- @@ function pgqueue.save_kind_config
+-- @@ after function pgqueue.configure_kind_settings
 
 -- The one writer of kind_config (configure_kind_settings and the op's apply): the row as given, or
 -- none when it sets nothing.
@@ -380,7 +395,8 @@ BEGIN
         max_per_key = excluded.max_per_key;
 END
 $$;
--- @@ 125+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.recycle_ready() RETURNS int, CREATE OR REPLACE FUNCTION pgqueue.recycle_op_log(OUT pruned bigint, OUT rotated
+-- @@ function pgqueue.recycle_ready
+-- @@ after function pgqueue.release_maintenance
 
 -- Empty the partitions of pgqueue.ready that past periods filled once they hold no ready
 -- job, by TRUNCATE: their dead entries are gone at once, whatever holds the vacuum horizon
@@ -435,6 +451,8 @@ BEGIN
     RETURN cardinality(v_parts);
 END
 $$;
+-- @@ function pgqueue.recycle_rings
+-- @@ after function pgqueue.recycle_ready
 
 -- The rings' upkeep of one shard group on a Citus cluster, p_stream naming it (any stream
 -- hashed to it: citus_shard_keys): the call runs on the group's node, a transaction of that
@@ -456,6 +474,8 @@ BEGIN
     SELECT r.pruned INTO ops FROM pgqueue.recycle_op_log(p_stream) r;
 END
 $$;
+-- @@ function pgqueue.recycle_op_log
+-- @@ after function pgqueue.recycle_rings
 
 -- The maintenance passes' retention of the op log, by whole partitions of its ring (see
 -- pgqueue.op_log): no DELETE, so nothing is left for vacuum, whatever holds its horizon back.
@@ -595,7 +615,8 @@ BEGIN
     END IF;
 END
 $$;
--- @@ 138+1 replaces: GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_producer;
 
 -- worker
 GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack,

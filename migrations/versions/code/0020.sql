@@ -1,11 +1,13 @@
 -- GENERATED FILE: do not edit. What pgqueue schema revision 0020 changed in the functions and
--- views, as hunks against the code of revision 0019 (frozen by `python -m pgqueue_migrations.new`
--- when revision 0021 was started). Each hunk replaces chunks of that code (a statement
--- with the comments above it, counted from 0) with the text below its header; the code of
--- 0020 is every frozen file up to it applied in order (migrations/frozen.py). Loaded when a
--- database is upgraded to 0020 or downgraded to it; the current definitions live in pgqueue/sql/.
+-- views, object by object, against the code of revision 0019 (frozen by
+-- `python -m pgqueue_migrations.new` when revision 0021 was started). Each entry is headed
+-- by the object it defines and the one it follows, then its whole text (or `removed`); the
+-- code of 0020 is every frozen file up to it applied in order (migrations/frozen.py). Loaded
+-- when a database is upgraded to 0020 or downgraded to it; the current definitions live in
+-- pgqueue/sql/.
 
--- @@ 74+0 replaces: nothing (adds)
+-- @@ function pgqueue.register_worker_kinds
+-- @@ after function pgqueue.register_worker
 
 -- The kinds a registered worker handles, with its handlers' settings (pgqueue.worker.kinds).
 CREATE OR REPLACE FUNCTION pgqueue.register_worker_kinds(p_id bigint, p_kinds jsonb)
@@ -22,7 +24,8 @@ BEGIN
     UPDATE pgqueue.worker SET kinds = p_kinds WHERE id = p_id;
 END
 $$;
--- @@ 83+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.enqueue(
+-- @@ function pgqueue.enqueue
+-- @@ after function pgqueue.check_timeouts
 
 CREATE OR REPLACE FUNCTION pgqueue.enqueue(
     p_stream text,
@@ -254,7 +257,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_result);
 END
 $$;
--- @@ 86+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.promote_due(p_stream text, p_limit int DEFAUL
+-- @@ function pgqueue.promote_due
+-- @@ after function pgqueue.ready_drop
 
 -- Scheduled jobs of a stream whose time has come become pending (op Promote), oldest first,
 -- at most p_limit per call: leasing does this itself, so a due job never waits for a
@@ -292,7 +296,8 @@ BEGIN
     RETURN cardinality(v_ids);
 END
 $$;
--- @@ 89+1 replaces: CREATE OR REPLACE FUNCTION pgqueue.lease(
+-- @@ function pgqueue.lease_id_of
+-- @@ after function pgqueue.take_ready_after
 
 -- The lease id a lease drew for job p_id: the one at the job's place among its candidates.
 -- A function, not the subscript written in the UPDATE: Citus (14.0) crashed its worker on an
@@ -301,6 +306,8 @@ CREATE OR REPLACE FUNCTION pgqueue.lease_id_of(p_lease_ids bigint[], p_ids bigin
 RETURNS bigint
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT p_lease_ids[array_position(p_ids, p_id)] $$;
+-- @@ function pgqueue.lease
+-- @@ after function pgqueue.lease_id_of
 
 -- Lease up to p_limit jobs of a stream, by priority DESC then id. Candidates are locked with
 -- SKIP LOCKED, so concurrent workers never wait on each other, and chosen before the UPDATE,
@@ -515,7 +522,8 @@ BEGIN
     VALUES (pgqueue.expiry_slot(v_exp), v_exp, v_leased, p_stream);
 END
 $$;
--- @@ 98+2 replaces: CREATE OR REPLACE FUNCTION pgqueue.renew(, CREATE OR REPLACE FUNCTION pgqueue.ack(p_job_ids bigint[], p_lease_ids bigint[],
+-- @@ function pgqueue.renew
+-- @@ after function pgqueue.start_rated
 
 -- Renew leases and write their checkpoints in the same UPDATE (a HOT update: nothing it
 -- changes is indexed). p_checkpoints[i] NULL keeps the stored checkpoint. crashes_by_step is
@@ -620,6 +628,8 @@ BEGIN
                       AS t(id, lease_id, expires_at, cancel);
 END
 $$;
+-- @@ function pgqueue.ack
+-- @@ after function pgqueue.renew
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -676,7 +686,8 @@ BEGIN
     RETURN QUERY SELECT unnest(v_ids);
 END
 $$;
--- @@ 113+6 replaces: CREATE OR REPLACE FUNCTION pgqueue.job_change(j pgqueue.job), CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes bool, CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text, p_str, CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint, p_stream text DEFAUL, CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint, p_stream text DEFA, CREATE OR REPLACE FUNCTION pgqueue.accept_step_set(p_job_id bigint, p_stream tex
+-- @@ function pgqueue.verb_states
+-- @@ after function pgqueue.requeue_dead_letter
 
 -- queries -----------------------------------------------------------------------------------
 
@@ -695,6 +706,8 @@ AS $$ SELECT CASE p_verb
     WHEN 'accept-step-set' THEN ARRAY['undecodable']
     WHEN 'cancel' THEN ARRAY['pending', 'scheduled', 'leased', 'quarantined', 'undecodable', 'dead']
 END $$;
+-- @@ function pgqueue.job_verbs
+-- @@ after function pgqueue.verb_states
 
 -- The verbs a job allows, in the order the CLI lists them: those whose states hold its own,
 -- accept-step-set only for a job parked as step_set_changed, rewind and skip-step only for a
@@ -711,6 +724,8 @@ AS $$ SELECT ARRAY(
       AND (t.verb <> 'accept-step-set' OR p_state_reason IS NOT DISTINCT FROM 'step_set_changed')
       AND (t.verb NOT IN ('rewind', 'skip-step') OR p_step_job)
     ORDER BY t.n) $$;
+-- @@ function pgqueue.job_change
+-- @@ after function pgqueue.job_verbs
 
 -- What an operator's verb on one job returns: the job and where it stands now, in few enough
 -- columns to read in psql (`SELECT * FROM pgqueue.release(42)`), not the whole job row.
@@ -719,6 +734,8 @@ RETURNS TABLE (id bigint, stream text, kind text, state text, attempts int,
                last_completed_step text, cursor_step text)
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT j.id, j.stream, j.kind, j.state, j.attempts, j.last_completed_step, j.cursor_step $$;
+-- @@ function pgqueue.release
+-- @@ after function pgqueue.job_change
 
 -- Operator: a quarantined or undecodable job runs again (optionally forgetting its crashes).
 CREATE OR REPLACE FUNCTION pgqueue.release(p_job_id bigint, p_reset_crashes boolean DEFAULT false,
@@ -739,6 +756,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Release', false));
 END
 $$;
+-- @@ function pgqueue.rewind
+-- @@ after function pgqueue.release
 
 -- Operator: the job's next run starts at step p_to_step (completed steps after it run again).
 CREATE OR REPLACE FUNCTION pgqueue.rewind(p_job_id bigint, p_to_step text, p_stream text DEFAULT pgqueue.each_stream())
@@ -770,6 +789,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Rewind', true));
 END
 $$;
+-- @@ function pgqueue.restart
+-- @@ after function pgqueue.rewind
 
 -- Operator: drop the checkpoint and run the job from step one (only when asked).
 CREATE OR REPLACE FUNCTION pgqueue.restart(p_job_id bigint, p_stream text DEFAULT pgqueue.each_stream())
@@ -792,6 +813,8 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'Restart', true));
 END
 $$;
+-- @@ function pgqueue.skip_step
+-- @@ after function pgqueue.restart
 
 -- Operator: count the step in progress as completed without running it, and go on.
 CREATE OR REPLACE FUNCTION pgqueue.skip_step(p_job_id bigint, p_stream text DEFAULT pgqueue.each_stream())
@@ -824,6 +847,8 @@ BEGIN
                                    jsonb_build_object('skipped', v_names[v_next])));
 END
 $$;
+-- @@ function pgqueue.accept_step_set
+-- @@ after function pgqueue.skip_step
 
 -- Operator: accept the new step list of a job parked as step_set_changed; it resumes after
 -- its last completed step, matched by name in the new list.
@@ -864,12 +889,14 @@ BEGIN
     RETURN QUERY SELECT * FROM pgqueue.job_change(pgqueue.save_as_pending(j, 'AcceptStepSet', false));
 END
 $$;
--- @@ 141+1 replaces: GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueu
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueu
+-- @@ after GRANT SELECT ON ALL TABLES IN SCHEMA pgqueue TO pgqueue_reader;
 GRANT EXECUTE ON FUNCTION pgqueue.to_ms, pgqueue.from_ms, pgqueue.now_ms, pgqueue.pinned_now, pgqueue.b64,
     pgqueue.unb64, pgqueue.op_body, pgqueue.fold_job_counts, pgqueue.replica_status,
     pgqueue.error_summary, pgqueue.each_stream, pgqueue.verb_states, pgqueue.job_verbs
     TO pgqueue_reader;
--- @@ 143+1 replaces: GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgq
+-- @@ GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack, pgqueue.na
+-- @@ after GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.enqueue_one TO pgqueue_producer;
 
 -- worker
 GRANT EXECUTE ON FUNCTION pgqueue.lease, pgqueue.renew, pgqueue.start_rated, pgqueue.ack,
