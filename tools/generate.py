@@ -54,6 +54,7 @@ RENAMES = {
     "AsyncSettler": "Settler",
     "AsyncStepContext": "StepContext",
     "AsyncQueueOperations": "QueueOperations",
+    "AsyncQueueReads": "QueueReads",
     "AsyncIterator": "Iterator",
     "AsyncGenerator": "Generator",
     "AbstractAsyncContextManager": "AbstractContextManager",

@@ -5,8 +5,7 @@ While every pooled connection is busy with a batch, the calls that arrive wait i
 the next free connection sends them together as one `enqueue_many` (one round trip, one
 commit). Each call still returns only once the transaction holding its job has committed,
 with that job's id; a lone call, or one arriving while a connection is free, runs alone
-exactly as before. Measured with bench/peers/peers.py's producer phase (fsync on; 50 tasks, 2,000
-jobs, a pool of 8): 2,950 jobs/s with one transaction per call, 27,000-34,000 shared.
+exactly as before (what it gains: docs/benchmarks.md, "In the client").
 
 Nothing changes for the caller but speed:
 - the ids follow the calls' order, and a dedup key repeated within a batch gives the first

@@ -1,90 +1,43 @@
-"""The Queue's calls beyond producing and consuming: dead letters, reading jobs and the op log,
-operator verbs, stream and kind settings, schedules, and previews for people (the CLI).
+"""The Queue's operator calls: dead letters requeued, deploy checks, operator verbs on one job
+or many, stream and kind settings, leases given back, and schedules.
 
-A mixin of AsyncQueue (client/queue_async.py), which provides the stream, the pooled connections and
-failover; Queue's (queue_operate.py) is generated from this source.
+A mixin of AsyncQueue (client/queue_async.py) over its reading calls (queue_read_async.py),
+which provides the stream, the pooled connections and failover; Queue's (queue_operate.py)
+is generated from this source.
 """
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from pgqueue import validate
 from pgqueue.client import deadletter_async as deadletter
 from pgqueue.client import deploy_async as deploy
 from pgqueue.client import kinds_async as kinds
-from pgqueue.client import observe_async as observe
 from pgqueue.client import operate_async as operate
-from pgqueue.client import oplog_async as oplog
 from pgqueue.client import schedule_async as schedule
+from pgqueue.client.queue_read_async import AsyncQueueReads
 from pgqueue.cron import Schedule, TickResult
 from pgqueue.db import run_async as run
 from pgqueue.db.failover_async import follow_leader
-from pgqueue.db.run_async import AsyncConn
 from pgqueue.errors import LeaseLost
 from pgqueue.models import (
     UNSET,
     BulkResult,
-    DeadLetterGroup,
-    JobCount,
-    JobHistory,
-    JobInfo,
-    JobPreview,
-    JobsPage,
-    KindConfig,
     Lease,
-    Op,
-    OpPreview,
-    QueueGauges,
-    StreamStats,
-    ThroughputMinutes,
     Unset,
 )
-from pgqueue.validate import no_such_stream
 
 
-class AsyncQueueOperations:
-    """The queue's operator-side calls; the queue supplies `stream`, `connection()` and
-    failover."""
-
-    stream: str
-
-    def connection(self) -> AbstractAsyncContextManager[AsyncConn]:
-        raise NotImplementedError  # the queue class has it
-
-    async def _move_to_leader(self) -> bool:
-        raise NotImplementedError  # the queue class has it
-
-    # -- dead letters and inspection ---------------------------------------------------------
-
-    @follow_leader(idempotent=True)
-    async def dead_letters(self, limit: int = 100) -> list[JobInfo]:
-        """This stream's dead letters, newest first."""
-        async with self.connection() as conn:
-            return await deadletter.dead_letters(conn, self.stream, limit)
+class AsyncQueueOperations(AsyncQueueReads):
+    """The queue's operator-side calls, over its reading calls."""
 
     @follow_leader(idempotent=False)
     async def requeue_dead_letter(self, job_id: int) -> None:
         """Return a dead letter to pending with attempts reset."""
         async with self.connection() as conn:
             await deadletter.requeue(conn, job_id)
-
-    @follow_leader(idempotent=True)
-    async def job(self, job_id: int) -> JobInfo | None:
-        """A job of any stream in any set; None when acked or unknown."""
-        async with self.connection() as conn:
-            return await observe.job(conn, job_id)
-
-    @follow_leader(idempotent=True)
-    async def history(self, job_id: int, *,
-                      preview_bytes: int | None = None) -> JobHistory | None:
-        """A job's state and its ops, oldest first, also after it was acked or cancelled (as
-        long as the op log keeps its ops); None when nothing of it is left. With
-        `preview_bytes`, payloads in op bodies are cut to their first bytes by the database."""
-        async with self.connection() as conn:
-            return await observe.history(conn, job_id, preview_bytes=preview_bytes)
 
     @follow_leader(idempotent=True)
     async def deploy_streams(self, app: deploy.CompatRule) -> list[str]:
@@ -102,82 +55,6 @@ class AsyncQueueOperations:
             return await deploy.check(conn, app, streams=streams)
 
     @follow_leader(idempotent=True)
-    async def gauges(self) -> QueueGauges:
-        """The database's figures for metrics (jobs by stream and state, oldest ready job,
-        op log, schedules, workers, replicas), by a bounded number of cheap queries."""
-        async with self.connection() as conn:
-            return await observe.gauges(conn)
-
-    @follow_leader(idempotent=True)
-    async def jobs(self, *, state: str | None = None, all_streams: bool = False,
-                   limit: int = 100, kind: str | None = None) -> list[JobInfo]:
-        """Jobs of this stream (or every stream), newest first, optionally in one state and
-        of one kind."""
-        async with self.connection() as conn:
-            return await observe.jobs(conn, stream=None if all_streams else self.stream, state=state,
-                                      limit=limit, kind=kind)
-
-    @follow_leader(idempotent=True)
-    async def jobs_page(self, *, stream: str | None = None, state: str | None = None,
-                        kind: str | None = None, after: int | None = None, limit: int = 50,
-                        preview_bytes: int = observe.PREVIEW_BYTES) -> JobsPage:
-        """A page of jobs of any stream (or `stream`), state and kind, newest first, with ids
-        below `after` (the previous page's `next`), payloads cut to `preview_bytes`: keyset
-        paging that costs the same on the thousandth page as on the first."""
-        async with self.connection() as conn:
-            return await observe.jobs_page(conn, stream=stream, state=state, kind=kind,
-                                           after=after, limit=limit, preview_bytes=preview_bytes)
-
-    @follow_leader(idempotent=True)
-    async def count_jobs(self, *, stream: str | None = None, state: str | None = None,
-                         kind: str | None = None) -> JobCount:
-        """How many jobs of any stream (or `stream`), state and kind there are, and the newest
-        job id (the bound to give act_on_jobs, so jobs enqueued later are left alone)."""
-        async with self.connection() as conn:
-            return await observe.count_jobs(conn, stream=stream, state=state, kind=kind)
-
-    @follow_leader(idempotent=True)
-    async def throughput(self, *, since: dt.datetime | None = None) -> ThroughputMinutes:
-        """Per stream and minute since `since` (None: an hour ago; never further back), jobs
-        enqueued, acked, failed and cancelled, counted from the op log, and the database's
-        current minute (a caller that keeps the minutes that are over asks again from the
-        one before it: an op is stamped when its transaction began)."""
-        async with self.connection() as conn:
-            return await observe.throughput(conn, since)
-
-    @follow_leader(idempotent=True)
-    async def dead_letter_groups(self, *, all_streams: bool = False,
-                                 window: int = observe.DEAD_GROUP_WINDOW
-                                 ) -> list[DeadLetterGroup]:
-        """This stream's (or every stream's) newest `window` dead letters by kind and error
-        summary, the biggest groups first (at most observe.DEAD_GROUPS)."""
-        async with self.connection() as conn:
-            return await observe.dead_letter_groups(
-                conn, None if all_streams else self.stream, window=window)
-
-    @follow_leader(idempotent=True)
-    async def streams(self) -> list[str]:
-        """Every stream the database knows: those that have or had jobs, settings,
-        schedules or a live worker (enqueue creates a stream by using it)."""
-        async with self.connection() as conn:
-            return await observe.known_streams(conn)
-
-    @follow_leader(idempotent=True)
-    async def unknown_stream(self, stream: str | None = None) -> str | None:
-        """None when `stream` (this queue's by default) is one the database knows; else what
-        to tell a user who named it: that it does not exist, and the closest known streams
-        (a typo is otherwise a silent empty list, or a worker idle on the wrong stream)."""
-        name = self.stream if stream is None else validate.stream(stream)
-        known = await self.streams()
-        return None if name in known else no_such_stream(name, known)
-
-    @follow_leader(idempotent=True)
-    async def stats(self) -> list[StreamStats]:
-        """Job counts by stream and state, across the database."""
-        async with self.connection() as conn:
-            return await observe.stats(conn)
-
-    @follow_leader(idempotent=True)
     async def configure_stream(self, *, retry_base: float | None = None, retry_cap: float | None = None,
                                quarantine_after: int | None = None,
                                max_payload_bytes: int | None = None) -> None:
@@ -187,16 +64,6 @@ class AsyncQueueOperations:
             await operate.configure_stream(conn, self.stream, retry_base=retry_base,
                                            retry_cap=retry_cap, quarantine_after=quarantine_after,
                                            max_payload_bytes=max_payload_bytes)
-
-    @follow_leader(idempotent=True)
-    async def op_log(self, *, limit: int = 20, job_id: int | None = None,
-                     all_streams: bool = False) -> list[Op]:
-        """The newest ops of this stream (or every stream), newest first."""
-        async with self.connection() as conn:
-            return await oplog.tail(conn, limit=limit, job_id=job_id,
-                                    stream=None if all_streams else self.stream)
-
-    # -- worker-side and operator transitions -------------------------------------------------
 
     @follow_leader(idempotent=False)
     async def return_lease(self, lease_: Lease) -> None:
@@ -270,56 +137,6 @@ class AsyncQueueOperations:
                                              through=through, to_step=to_step)
 
     @follow_leader(idempotent=True)
-    async def state_verbs(self, state: str) -> list[str]:
-        """The operator verbs that jobs in `state` allow (pgqueue.verb_states): what a bulk
-        action over such jobs may offer (a job's own page asks allowed_verbs)."""
-        observe.job_filter(None, state, None)  # one of JOB_STATES, named when not
-        async with self.connection() as conn:
-            row = await run.fetch_one(conn, "state_verbs", {"state": state})
-        return [] if row is None else list(row["verbs"])
-
-    @follow_leader(idempotent=True)
-    async def allowed_verbs(self, job: JobInfo) -> list[str]:
-        """The operator verbs this job's state allows (requeue, release, rewind, restart,
-        skip-step, accept-step-set, cancel): the rule the verbs themselves check
-        (pgqueue.job_verbs), which the dashboard's job page offers and `jobs show` lists."""
-        async with self.connection() as conn:
-            row = await run.fetch_one(conn, "job_verbs", {
-                "state": job.state, "reason": job.state_reason,
-                "step_job": job.checkpoint.step_set_hash is not None})
-        return [] if row is None else list(row["verbs"])
-
-    @follow_leader(idempotent=True)
-    async def step_list(self, step_set_hash: str) -> list[dict[str, Any]] | None:
-        """The recorded step list behind a step-set hash."""
-        async with self.connection() as conn:
-            row = await run.fetch_one(conn, "step_set_by_hash", {"hash": step_set_hash})
-        return None if row is None else list(row["steps"])
-
-    @follow_leader(idempotent=True)
-    async def workers(self) -> list[dict[str, Any]]:
-        """Registered worker processes and how many leases each holds."""
-        async with self.connection() as conn:
-            return await run.fetch(conn, "list_workers")
-
-    @follow_leader(idempotent=True)
-    async def worker_kinds(self, *, stale_after: float = observe.STALE_WORKER_SECONDS
-                           ) -> list[dict[str, Any]]:
-        """The kinds the live workers handle (a heartbeat within `stale_after` seconds), per
-        stream they work on: stream, kind, handler (its settings, as the first of them
-        registered them) and workers (id, node, host, pid of each)."""
-        async with self.connection() as conn:
-            return await run.fetch(conn, "worker_kinds", {"stale_after": stale_after})
-
-    @follow_leader(idempotent=True)
-    async def replicas(self, *, stale_after: float = 86400.0) -> list[dict[str, Any]]:
-        """The replicas registered with this leader: name, method, applied_seq, lag_ops,
-        lag_seconds, active, seen_at, and stale (not seen for `stale_after` seconds)."""
-        validate.seconds(stale_after, "stale_after", positive=True)
-        async with self.connection() as conn:
-            return await run.fetch(conn, "replica_status", {"stale_after": stale_after, "wait": 0.0})
-
-    @follow_leader(idempotent=True)
     async def configure_kind(self, kind: str, *,
                              quarantine_after: int | Unset | None = UNSET,
                              max_concurrency: int | Unset | None = UNSET,
@@ -337,14 +154,6 @@ class AsyncQueueOperations:
             await kinds.configure(conn, self.stream, kind, settings)
 
     @follow_leader(idempotent=True)
-    async def kinds(self, *, all_streams: bool = False) -> list[KindConfig]:
-        """The kinds with settings of this stream (or every stream), by stream and kind."""
-        async with self.connection() as conn:
-            return await kinds.list_(conn, None if all_streams else self.stream)
-
-    # -- schedules ---------------------------------------------------------------------------
-
-    @follow_leader(idempotent=True)
     async def upsert_schedule(self, name: str, cron: str, payload: Any = b"{}", *, kind: str | None = None,
                               timezone: str = "UTC", priority: int = 0, max_attempts: int = 25,
                               catch_up: str = "one", misfire_grace: float = 60.0,
@@ -358,18 +167,6 @@ class AsyncQueueOperations:
                                          timezone=timezone, priority=priority,
                                          max_attempts=max_attempts, catch_up=catch_up,
                                          misfire_grace=misfire_grace, paused=paused)
-
-    @follow_leader(idempotent=True)
-    async def schedules(self, *, all_streams: bool = False) -> list[Schedule]:
-        """This stream's (or every stream's) schedules, by stream and name."""
-        async with self.connection() as conn:
-            return await schedule.list_(conn, None if all_streams else self.stream)
-
-    @follow_leader(idempotent=True)
-    async def schedule(self, name: str) -> Schedule | None:
-        """One schedule of this stream, or None."""
-        async with self.connection() as conn:
-            return await schedule.get(conn, self.stream, name)
 
     @follow_leader(idempotent=False)
     async def pause_schedule(self, name: str) -> Schedule:
@@ -396,47 +193,3 @@ class AsyncQueueOperations:
         clock of the transitions it calls; PermissionDenied for any other role)."""
         async with self.connection() as conn:
             return await schedule.tick(conn, now=now)
-
-    # -- previews: what a person reads (the CLI) ---------------------------------------------
-
-    @follow_leader(idempotent=True)
-    async def job_preview(self, job_id: int, *,
-                          preview_bytes: int = observe.PREVIEW_BYTES) -> JobPreview | None:
-        """A job of any stream in any set with its payload cut to the first `preview_bytes`
-        bytes by the database (its whole size beside it); None when acked or unknown."""
-        async with self.connection() as conn:
-            return await observe.job_preview(conn, job_id, preview_bytes)
-
-    @follow_leader(idempotent=True)
-    async def jobs_preview(self, *, state: str | None = None, all_streams: bool = False,
-                           limit: int = 100, preview_bytes: int = observe.PREVIEW_BYTES,
-                           kind: str | None = None) -> list[JobPreview]:
-        """`jobs`, each payload cut to its first `preview_bytes` bytes by the database."""
-        async with self.connection() as conn:
-            return await observe.jobs_preview(conn, stream=None if all_streams else self.stream,
-                                              state=state, limit=limit, preview_bytes=preview_bytes,
-                                              kind=kind)
-
-    @follow_leader(idempotent=True)
-    async def dead_letters_preview(self, limit: int = 100, *,
-                                   preview_bytes: int = observe.PREVIEW_BYTES
-                                   ) -> list[JobPreview]:
-        """`dead_letters`, each payload cut to its first `preview_bytes` bytes."""
-        async with self.connection() as conn:
-            return await observe.dead_letters_preview(conn, self.stream, limit, preview_bytes)
-
-    @follow_leader(idempotent=True)
-    async def op_log_preview(self, *, limit: int = 20, job_id: int | None = None,
-                             all_streams: bool = False,
-                             preview_bytes: int = observe.PREVIEW_BYTES) -> list[OpPreview]:
-        """`op_log` (newest first), any payload in a body cut to its first `preview_bytes`."""
-        async with self.connection() as conn:
-            return await observe.op_log_preview(conn, limit=limit, job_id=job_id,
-                                                stream=None if all_streams else self.stream,
-                                                preview_bytes=preview_bytes)
-
-    @follow_leader(idempotent=True)
-    async def schedule_streams(self, name: str) -> list[str]:
-        """Every stream (not only this one) holding a schedule called `name`, sorted."""
-        async with self.connection() as conn:
-            return await schedule.streams_named(conn, name)

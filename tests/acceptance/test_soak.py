@@ -1,4 +1,4 @@
-"""The chaos soak, seeded: `bench/soak/soak.py --duration 90 --seed 1` as a subprocess.
+"""The chaos soak, seeded: `bench/soak/soak.py --duration 60 --seed 1` as a subprocess.
 
 It starts its own three servers, workers, schedulers and producers, injects every kind of fault
 its plan holds (worker SIGKILL and SIGSTOP, backend terminations, leader restarts fast and
@@ -83,7 +83,7 @@ def test_the_checks_flag_made_up_violations_of_each_kind() -> None:
 def test_a_seeded_chaos_soak_finds_no_violation(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     run = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "soak" / "soak.py"), "--duration", "90", "--seed", "1",
+        [sys.executable, str(REPO / "bench" / "soak" / "soak.py"), "--duration", "60", "--seed", "1",
          "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=840, check=False)
     tail = (run.stdout + run.stderr)[-12000:]
