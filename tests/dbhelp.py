@@ -1,5 +1,5 @@
-"""Helpers the tests share: polling for a condition, a pinned clock, forced reclaims, op and
-state counts."""
+"""Helpers the tests share: polling for a condition, a pinned clock, leases long expired, forced
+reclaims, op and state counts, table statistics reported at once."""
 from __future__ import annotations
 
 import datetime as dt
@@ -10,9 +10,10 @@ from typing import TypeVar
 
 from psycopg.types.json import Jsonb
 
-from pgqueue.client import reclaim
+from pgqueue.client import lease, reclaim
 from pgqueue.db import connection, queries
 from pgqueue.db.queries import Conn
+from pgqueue.models import Checkpoint, Lease
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2030, 1, 1, tzinfo=UTC)
@@ -56,6 +57,29 @@ def pinned(dsn: str, when: dt.datetime) -> Iterator[Conn]:
         yield conn
 
 
+def lease_long_ago(dsn: str, stream: str, limit: int = 1,
+                   checkpoint: Checkpoint | None = None) -> list[Lease]:
+    """Lease up to `limit` jobs of `stream` as of an hour ago, for a second (then renewed, for
+    a second, with `checkpoint` when given): leases that have long expired now, without
+    waiting for a visibility timeout to pass. One server only: on a Citus cluster the clock
+    pinned is the coordinator session's, not the streams' nodes'."""
+    with pinned(dsn, dt.datetime.now(UTC) - dt.timedelta(hours=1)) as conn:
+        held = lease.lease(conn, stream, limit, 1.0, 0, 0)
+        if checkpoint is not None:
+            renewed = lease.renew_many(conn, [(h, 1.0, checkpoint) for h in held])
+            assert {h.lease_id for h in held} <= set(renewed), renewed
+        return held
+
+
+def expire_leases(dsn: str) -> None:
+    """Make every lease have run out an hour ago, behind its holder's back, as if its
+    visibility timeout had passed: nothing reclaims them (on every layout; on one server the
+    leases' expiry entries, which reclaim reads, keep their times)."""
+    with connection.connect(dsn) as conn:
+        conn.execute("UPDATE pgqueue.job SET lease_expires_at = now() - interval '1 hour' "
+                     "WHERE state = 'leased'")
+
+
 def force_reclaim(dsn: str) -> int:
     """Reclaim every lease, as if the clock had jumped far ahead (behind any worker's back).
     On a Citus cluster every lease is made to have expired instead: a clock pinned in this
@@ -82,6 +106,17 @@ def ring_bytes(conn: Conn, parent: str) -> int:
     size = "citus_relation_size" if on_citus(conn) else "pg_relation_size"
     row = conn.execute(f"SELECT coalesce(sum({size}(inhrelid)), 0) FROM pg_inherits "
                        "WHERE inhparent = %s::regclass", (parent,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def job_rows_deleted(conn: Conn) -> int:
+    """Rows deleted from pgqueue.job so far, by this server's table statistics, this
+    connection's own included: pg_stat_force_next_flush makes its backend report them as that
+    statement ends (otherwise it does at most once a second, or ten seconds after it went
+    idle)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    row = conn.execute("SELECT coalesce(n_tup_del, 0) FROM pg_stat_user_tables "
+                       "WHERE relid = 'pgqueue.job'::regclass").fetchone()
     return int(row[0]) if row else 0
 
 

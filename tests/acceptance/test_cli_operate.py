@@ -14,6 +14,7 @@ from pgqueue.db import connection, queries
 from pgqueue.runtime.running import Held
 from pgqueue.runtime.steps import _run_steps
 from tests.acceptance.clihelp import ok, run
+from tests.dbhelp import lease_long_ago
 
 STEPS = [{"name": "download", "version": 1}, {"name": "transform", "version": 1},
          {"name": "upload", "version": 1}]
@@ -39,7 +40,7 @@ def step_app() -> pgqueue.App:
     return app
 
 
-def quarantined_step_job(q: pgqueue.Queue) -> int:
+def quarantined_step_job(q: pgqueue.Queue, dsn: str) -> int:
     """A step job whose 'transform' step crashed three times (quarantined), by the real
     worker code path for the checkpoint and by lease expiry for the crashes."""
     app = step_app()
@@ -49,12 +50,10 @@ def quarantined_step_job(q: pgqueue.Queue) -> int:
     with q.connection() as conn:  # what a worker does when it starts
         queries.fetch(conn, "register_step_set", {
             "hash": handler.step_set_hash, "kind": "resize", "steps": Jsonb(handler.step_list)})
+    cp = pgqueue.Checkpoint(last_completed_step="download", cursor_step="transform",
+                            cursor=b"7", schema_version=1, step_set_hash=handler.step_set_hash)
     for _ in range(3):
-        (lease,) = q.lease(1, visibility_timeout=0.05)
-        cp = pgqueue.Checkpoint(last_completed_step="download", cursor_step="transform",
-                                cursor=b"7", schema_version=1, step_set_hash=handler.step_set_hash)
-        q.renew(lease, visibility_timeout=0.05, checkpoint=cp)
-        time.sleep(0.08)
+        assert len(lease_long_ago(dsn, q.stream, checkpoint=cp)) == 1  # long expired now
         assert q.reclaim_expired() == 1
     info = q.job(job_id)
     assert info is not None and info.state == "quarantined"
@@ -62,7 +61,7 @@ def quarantined_step_job(q: pgqueue.Queue) -> int:
 
 
 def test_inspect_shows_checkpoint_steps_and_crashes(q: pgqueue.Queue, dsn: str) -> None:
-    job_id = quarantined_step_job(q)
+    job_id = quarantined_step_job(q, dsn)
     data = json.loads(ok(dsn, "jobs", "inspect", str(job_id), "--json").stdout)
     assert data["state"] == "quarantined" and data["state_reason"] == "crashed"
     assert data["state_detail"]["step"] == "transform" and data["state_detail"]["crashes"] == 3
@@ -75,15 +74,14 @@ def test_inspect_shows_checkpoint_steps_and_crashes(q: pgqueue.Queue, dsn: str) 
 
 
 def test_release_with_and_without_resetting_crashes(q: pgqueue.Queue, dsn: str) -> None:
-    job_id = quarantined_step_job(q)
+    job_id = quarantined_step_job(q, dsn)
     ok(dsn, "jobs", "release", str(job_id))
     info = q.job(job_id)
     assert info is not None and info.state == "pending" and info.state_reason is None
     assert info.checkpoint.crashes_by_step == {"transform": 3}
     assert info.checkpoint.cursor == b"7"  # the checkpoint is kept
     refused(dsn, "jobs", "release", str(job_id), needle="quarantined or undecodable")
-    assert len(q.lease(1, visibility_timeout=0.05)) == 1
-    time.sleep(0.08)
+    assert len(lease_long_ago(dsn, q.stream)) == 1
     q.reclaim_expired()  # one more crash: back to quarantine at once (4 >= 3)
     assert q.job(job_id).state == "quarantined"  # type: ignore[union-attr]
     data = json.loads(ok(dsn, "jobs", "release", str(job_id), "--reset-crashes", "--json").stdout)
@@ -92,7 +90,7 @@ def test_release_with_and_without_resetting_crashes(q: pgqueue.Queue, dsn: str) 
 
 
 def test_rewind_restart_and_skip_step(q: pgqueue.Queue, dsn: str) -> None:
-    job_id = quarantined_step_job(q)
+    job_id = quarantined_step_job(q, dsn)
     ok(dsn, "jobs", "skip-step", str(job_id))
     info = q.job(job_id)
     assert info is not None and info.state == "pending"
@@ -148,15 +146,14 @@ def test_cancel_removes_pending_and_dead_jobs_for_good(q: pgqueue.Queue, dsn: st
 
 
 def test_accept_step_set_only_for_step_set_changed(q: pgqueue.Queue, dsn: str) -> None:
-    job_id = quarantined_step_job(q)
+    job_id = quarantined_step_job(q, dsn)
     refused(dsn, "jobs", "accept-step-set", str(job_id), needle="undecodable")
 
 
 def test_set_threshold_records_a_kind_override_reclaim_uses(q: pgqueue.Queue, dsn: str) -> None:
     ok(dsn, "jobs", "set-threshold", "fragile", "--quarantine-after", "1")
     job_id = q.enqueue(b"x", kind="fragile")
-    q.lease(1, visibility_timeout=0.05)
-    time.sleep(0.08)
+    assert len(lease_long_ago(dsn, q.stream)) == 1
     q.reclaim_expired()
     info = q.job(job_id)
     assert info is not None and info.state == "quarantined"
@@ -168,7 +165,7 @@ def test_set_threshold_records_a_kind_override_reclaim_uses(q: pgqueue.Queue, ds
 
 def test_a_step_job_resumes_after_release_at_its_step(q: pgqueue.Queue, dsn: str) -> None:
     """After release the real step runner resumes at 'transform' with the saved cursor."""
-    job_id = quarantined_step_job(q)
+    job_id = quarantined_step_job(q, dsn)
     ok(dsn, "jobs", "release", str(job_id), "--reset-crashes")
     seen: list[tuple[str, bytes | None]] = []
     app = pgqueue.App()

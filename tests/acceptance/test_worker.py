@@ -470,7 +470,12 @@ def test_a_second_signal_stops_waiting_for_running_handlers(
     wait_for(lambda: ledger.count(job_id, "transform") >= 3, 30, "progress in transform")
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)  # Ctrl-C: drain, with a minute of grace
-    time.sleep(0.5)
+    log = workers.procs[-1][1]
+    wait_for(lambda: "received SIGINT, draining" in log.read_text(errors="replace"), 10,
+             "the worker to start draining")
+    done = ledger.count(job_id, "transform")
+    wait_for(lambda: ledger.count(job_id, "transform") >= done + 2, 10,
+             "the handler to go on after the drain began")
     assert proc.poll() is None  # still waiting for the handler
     proc.send_signal(signal.SIGTERM)  # the second signal: stop waiting
     assert proc.wait(timeout=15) == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pgqueue
-from tests.dbhelp import wait_for
+from tests.dbhelp import lease_long_ago, wait_for
 from tests.integration.runtime.test_worker import state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def test_json_logs_carry_each_event_with_consistent_fields_and_no_secrets(
     q.configure_stream(retry_base=0.01)
     q.configure_kind("ok", quarantine_after=1)
     crashing = q.enqueue({"secret": MARKER}, kind="ok", priority=255)
-    (stray,) = q.lease(visibility_timeout=0.3)  # expires unsettled: one crash, quarantined
+    (stray,) = lease_long_ago(dsn, "default")  # expired unsettled: one crash, quarantined
     assert stray.job_id == crashing
     failing = q.enqueue({"secret": MARKER}, kind="boom")
     mystery = q.enqueue({"secret": MARKER}, kind="mystery")

@@ -21,8 +21,27 @@ def test_a_wakeup_between_looking_and_waiting_is_not_lost() -> None:
     assert time.monotonic() - started < 1.0
 
 
+class Watched(threading.Condition):
+    """A Condition that says when `expected` threads wait on it at once."""
+
+    def __init__(self, expected: int) -> None:
+        super().__init__(threading.Lock())
+        self.expected, self.waiting = expected, 0
+        self.all_waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting += 1  # the lock is held here, and again once the wait returns
+        if self.waiting == self.expected:
+            self.all_waiting.set()
+        try:
+            return super().wait(timeout)
+        finally:
+            self.waiting -= 1
+
+
 def test_every_waiter_is_woken_and_a_current_generation_waits_for_the_timeout() -> None:
     wake = Wakeup()
+    watched = wake._cond = Watched(3)
     seen = wake.generation
     woken: list[float] = []
 
@@ -33,7 +52,7 @@ def test_every_waiter_is_woken_and_a_current_generation_waits_for_the_timeout() 
     threads = [threading.Thread(target=waiter) for _ in range(3)]
     for t in threads:
         t.start()
-    time.sleep(0.1)
+    assert watched.all_waiting.wait(5), "the three never waited together"
     assert woken == []
     set_at = time.monotonic()
     wake.set()

@@ -5,7 +5,6 @@ import base64
 import dataclasses
 import datetime as dt
 import re
-import time
 from collections.abc import Mapping
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 import pgqueue
 from pgqueue.client import observe
 from pgqueue.db import connection, queries
+from tests.dbhelp import force_reclaim, wait_for
 
 pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
@@ -32,7 +32,7 @@ def test_job_returns_none_for_acked_and_unknown_ids(q: pgqueue.Queue) -> None:
 
 
 @pytest.mark.parametrize("state", ["pending", "scheduled", "leased", "dead", "quarantined"])
-def test_job_reports_every_state(q: pgqueue.Queue, state: str) -> None:
+def test_job_reports_every_state(q: pgqueue.Queue, dsn: str, state: str) -> None:
     job_id = q.enqueue(b"x", delay=60 if state == "scheduled" else None,
                        max_attempts=1 if state == "dead" else 25)
     if state in ("leased", "dead"):
@@ -41,9 +41,8 @@ def test_job_reports_every_state(q: pgqueue.Queue, state: str) -> None:
             q.nack(held)
     if state == "quarantined":
         q.configure_stream(quarantine_after=1)
-        q.lease(visibility_timeout=0.01)
-        time.sleep(0.05)
-        assert q.reclaim_expired() == 1
+        q.lease()
+        assert force_reclaim(dsn) == 1  # its lease expired: one crash
     info = q.job(job_id)
     assert info is not None
     assert info.state == state
@@ -86,8 +85,13 @@ def test_stats_counts_jobs_by_stream_and_state(dsn: str) -> None:
         qa.lease(limit=1)
         [dying] = qb.lease(limit=1)
         qb.nack(dying)
-        time.sleep(0.02)
-        stats = qa.stats()
+
+        def aged() -> list[pgqueue.StreamStats] | None:  # the clock moved on from the enqueue
+            stats = qa.stats()
+            age = {(s.stream, s.state): s.oldest_age_seconds for s in stats}.get(("a", "pending"))
+            return stats if age else None
+
+        stats = wait_for(aged, 10, "the oldest pending job to be older than 0 s")
         assert by_key(stats) == {
             ("a", "pending"): 3, ("a", "scheduled"): 1, ("a", "leased"): 1,
             ("b", "pending"): 1, ("b", "dead"): 1,

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
 
 import psycopg
 import pytest
 
 import pgqueue
 from pgqueue.client import lease, reclaim
-from tests.dbhelp import T0, op_counts, pinned, set_now
+from tests.dbhelp import T0, lease_long_ago, op_counts, pinned, set_now
 
 LATER = T0 + dt.timedelta(hours=1)
 
@@ -43,10 +42,9 @@ def test_reclaim_returns_expired_leases_of_every_stream(dsn: str) -> None:
         a1, a2 = qa.enqueue_many([pgqueue.NewJob(b"a1"), pgqueue.NewJob(b"a2")])
         b1 = qb.enqueue(b"b1")
         keep = qb.enqueue(b"keep")
-        qa.lease(limit=2, visibility_timeout=0.05)
-        qb.lease(limit=1, visibility_timeout=0.05)
+        lease_long_ago(dsn, "a", 2)
+        lease_long_ago(dsn, "b", 1)
         [kept] = qb.lease(limit=1, visibility_timeout=30)
-        time.sleep(0.1)
         assert qa.reclaim_expired() == 3
         for job_id in (a1, a2, b1):
             info = info_of(qa, job_id)
@@ -103,8 +101,7 @@ def test_reclaim_counts_the_crash_against_the_step_in_progress(q: pgqueue.Queue,
 
 def test_reclaim_logs_one_op_per_job_with_resulting_values(q: pgqueue.Queue, dsn: str) -> None:
     ids = q.enqueue_many([pgqueue.NewJob(f"{i}") for i in range(3)])
-    leases = q.lease(limit=3, visibility_timeout=0.05)
-    time.sleep(0.1)
+    leases = lease_long_ago(dsn, "default", 3)
     before = op_counts(dsn)
     assert q.reclaim_expired() == 3
     after = op_counts(dsn)
@@ -224,8 +221,7 @@ def test_max_attempts_zero_is_never_dead_by_reclaim(q: pgqueue.Queue, dsn: str) 
 
 def test_a_renewal_before_reclaim_wins(q: pgqueue.Queue, dsn: str) -> None:
     job_id = q.enqueue(b"x")
-    [held] = q.lease(visibility_timeout=0.05)
-    time.sleep(0.1)
+    [held] = lease_long_ago(dsn, "default")  # expired, not reclaimed yet
     q.renew(held, visibility_timeout=30)
     ops = op_counts(dsn)
     assert q.reclaim_expired() == 0
@@ -262,8 +258,7 @@ def test_a_renewal_in_flight_is_not_reclaimed_under_it(dsn: str) -> None:
 def test_reclaimed_lease_is_fenced_and_the_job_leasable_again(q: pgqueue.Queue,
                                                               dsn: str) -> None:
     job_id = q.enqueue(b"x")
-    [old] = q.lease(visibility_timeout=0.05)
-    time.sleep(0.1)
+    [old] = lease_long_ago(dsn, "default")
     assert q.reclaim_expired() == 1
     with pytest.raises(pgqueue.LeaseLost):
         q.ack(old)

@@ -16,7 +16,7 @@ from pgqueue.client import enqueue, lease, settle
 from pgqueue.db import connection, queries
 from pgqueue.maintenance import maintain, vacuum
 from tests.acceptance.clihelp import ok
-from tests.dbhelp import wait_for
+from tests.dbhelp import job_rows_deleted, wait_for
 
 PAYLOAD = b"p" * 200
 
@@ -24,16 +24,16 @@ PAYLOAD = b"p" * 200
 def churn(conn: queries.Conn, n: int) -> None:
     """n jobs of another stream through enqueue, lease and ack, in batches of 500; then 20
     jobs that stay, written last: under a held horizon they land at the end of the file, as a
-    busy queue's backlog does, so a plain vacuum cannot cut the file short behind them."""
+    busy queue's backlog does, so a plain vacuum cannot cut the file short behind them. Then
+    the statistics the passes go by show the dead rows."""
+    before = job_rows_deleted(conn)
     for _ in range(n // 500):
         enqueue.enqueue_many(conn, "churn", [pgqueue.NewJob(PAYLOAD) for _ in range(500)])
         while leases := lease.lease(conn, "churn", 500, 30.0, 0, 0):
             settle.ack_many(conn, leases)
     enqueue.enqueue_many(conn, "tail", [pgqueue.NewJob(PAYLOAD) for _ in range(20)])
-    conn.execute("SELECT pg_stat_force_next_flush()")
-    # a backend reports its table statistics at most once a second
-    time.sleep(1.1)
-    conn.execute("SELECT 1")
+    wait_for(lambda: job_rows_deleted(conn) >= before + n // 500 * 500, 10,
+             "the table statistics to show the churn")
 
 
 def one(conn: queries.Conn, sql: str) -> int:
@@ -73,7 +73,8 @@ def live(dsn: str) -> pgqueue.Lease:
 
 
 def test_a_file_grown_under_a_held_horizon_shrinks_once_it_is_released(
-        dsn: str, conn: queries.Conn, live: pgqueue.Lease) -> None:
+        dsn: str, conn: queries.Conn, live: pgqueue.Lease,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     clean = heap_bytes(conn)
     with psycopg.connect(dsn) as holder:
         holder.execute("SELECT pg_current_xact_id()")  # idle in transaction from here
@@ -82,7 +83,10 @@ def test_a_file_grown_under_a_held_horizon_shrinks_once_it_is_released(
         assert grown >= 4 * vacuum.SHRINK_MIN_BYTES // 2, (clean, grown)
         before = rows(conn)
         # a vacuum removes nothing while the horizon is held: nothing is rewritten either
-        first = maintain.run_pass(conn)
+        with monkeypatch.context() as m:
+            # held however briefly: the holder is not left to age past SHRINK_HELD_SECONDS
+            m.setattr(vacuum, "SHRINK_HELD_SECONDS", 0.0)
+            first = maintain.run_pass(conn)
         assert first.vacuumed and first.shrunk_bytes == 0
         assert heap_bytes(conn) == grown
         holder.rollback()  # the horizon moves on
@@ -130,9 +134,15 @@ def test_a_busy_lock_makes_the_shrink_give_up_and_try_again_later(
         # the holder keeps, under the lock, for nothing; the retry waits for it to end
         holder.execute("SELECT pg_current_xact_id()")
         churn(conn, 6_000)
-        time.sleep(vacuum.SHRINK_RETRY_SECONDS)  # the retry is due
+        # the retry is due (its time is the process's monotonic clock: moved, not waited for)
+        memory = vacuum._memory(conn)
+        assert memory.shrink_at is not None
+        memory.shrink_at = time.monotonic()
         grown = heap_bytes(conn)
-        assert [maintain.run_pass(conn).shrunk_bytes for _ in range(3)] == [0, 0, 0]
+        with monkeypatch.context() as m:
+            # held however briefly: the holder is not left to age past SHRINK_HELD_SECONDS
+            m.setattr(vacuum, "SHRINK_HELD_SECONDS", 0.0)
+            assert [maintain.run_pass(conn).shrunk_bytes for _ in range(3)] == [0, 0, 0]
         assert heap_bytes(conn) == grown
         holder.rollback()
     grown = heap_bytes(conn)

@@ -261,6 +261,18 @@ def _log_running_transactions(dsn: str) -> None:
         one(dsn, "CHECKPOINT")
 
 
+def _slot_waits_for(leader: str, holder: psycopg.Connection[Any]) -> bool:
+    """Whether a walsender building a new slot's snapshot waits for the transaction open on
+    `holder` to end: it does for each transaction its last running-transactions record named,
+    once it has read that record (and before that record, it logged it)."""
+    return bool(one(leader, """
+        SELECT count(*) FROM pg_locks w JOIN pg_stat_activity a ON a.pid = w.pid
+        WHERE a.backend_type = 'walsender' AND w.locktype = 'transactionid' AND NOT w.granted
+          AND w.transactionid = (SELECT transactionid FROM pg_locks
+                                 WHERE pid = %s AND locktype = 'transactionid' AND granted)""",
+                    [holder.info.backend_pid]))
+
+
 def test_attach_while_transactions_are_open_loses_no_committed_op(cluster: Cluster) -> None:
     """The subscription's slot streams only what commits after it became consistent; the seed
     must hold everything committed before, also ops of a transaction that committed while an
@@ -282,11 +294,13 @@ def test_attach_while_transactions_are_open_loses_no_committed_op(cluster: Clust
         attaching.start()
         wait_for(lambda: one(leader, "SELECT count(*) FROM pg_replication_slots "
                                      "WHERE slot_name = 'pgqueue_busy'"), 30, "the slot to appear")
-        time.sleep(0.5)
+        # the slot has seen `first` running (and not `second`, begun after)
+        wait_for(lambda: _slot_waits_for(leader, first), 30, "the slot to wait for the first")
         second = _open_transaction(leader)  # running when the slot's snapshot is full
         first.commit()
         _log_running_transactions(leader)
-        time.sleep(1.0)
+        # its snapshot is full: it logged the transactions running then (`second`), and waits
+        wait_for(lambda: _slot_waits_for(leader, second), 30, "the slot to wait for the second")
         older = connection.connect(leader, autocommit=False)  # starts after: not waited for
         open_id = q.enqueue(b"open across the seed", conn=older)
         committed_id = q.enqueue(b"committed before the slot was consistent")
@@ -953,9 +967,10 @@ def test_a_write_in_flight_when_the_old_leader_is_demoted_is_not_lost(cluster: C
 
         writing = threading.Thread(target=write, daemon=True)
         writing.start()
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline and not written:
-            time.sleep(0.01)
+        wait_for(lambda: written or one(
+            leader, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s "
+                    "AND wait_event_type = 'Lock'", [writer.info.backend_pid]),
+            10, "the write to be done, or to wait for a lock (behind the demotion's)")
         blocker.commit()
         promoter.join(3.0)
         commit.set()

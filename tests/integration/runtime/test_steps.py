@@ -21,7 +21,7 @@ from pgqueue.runtime.jobdefs import StepJob
 from pgqueue.runtime.running import Held, encode_cursor
 from pgqueue.runtime.steps import StepContext
 from tests.dbhelp import wait_for
-from tests.integration.runtime.test_worker import gone, job, ops, running, simulate_crash
+from tests.integration.runtime.test_worker import b64, gone, job, ops, running, simulate_crash
 
 pytestmark = pytest.mark.layouts("single", "citus", "stock")
 
@@ -257,15 +257,20 @@ def test_checkpoint_now_writes_at_once_without_waiting_for_a_renewal(
         assert finish.wait(10)
 
     job_id = q.enqueue({}, kind="one", schema_version=1)
-    with running(app, dsn, visibility_timeout=60, renew_interval=30):
+    with running(app, dsn, visibility_timeout=60, renew_interval=30) as worker:
         assert advanced.wait(10)
-        time.sleep(0.5)
-        assert job(q, job_id).checkpoint.cursor is None  # advance() alone wrote nothing
+        (held,) = worker._leases.snapshot()
+        assert held.dirty  # advance() left its cursor in memory for the renewal, 30 s away,
+        assert job(q, job_id).checkpoint.cursor is None  # and wrote nothing
         proceed.set()
         assert flushed.wait(10)
         assert job(q, job_id).checkpoint.cursor == b"k2"
         finish.set()
         wait_for(lambda: gone(q, job_id), 10, "the ack")
+    written = [o.body["checkpoint"]["cursor"] for o in ops(q, job_id)
+               if isinstance(o.body.get("checkpoint"), dict)]
+    # the step's entry, checkpoint_now, the step's end: no write ever carried k1
+    assert written == [None, b64(b"k2"), None], written
 
 
 @pytest.mark.parametrize(("last_completed", "cursor_step", "cursor", "expected"), [

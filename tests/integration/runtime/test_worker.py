@@ -23,7 +23,9 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import pgqueue
+from pgqueue.client import lease as client_lease
 from pgqueue.db import connection
+from pgqueue.runtime import wakeup
 from tests.dbhelp import force_reclaim, wait_for
 
 pytestmark = pytest.mark.layouts("single", "citus", "stock")
@@ -63,6 +65,38 @@ def running(app: pgqueue.App, dsn: str, **options: Any) -> Iterator[pgqueue.Work
         thread.join(timeout=settings["grace_period"] + 15)
         assert not thread.is_alive(), "the worker did not stop"
         assert failures == []
+
+
+def lease_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """From now on, the job ids each lease call returned, as it returned (every worker's lease
+    loops call pgqueue.client.lease.lease): how many polls there were, and what they got."""
+    returned: list[list[int]] = []
+    real = client_lease.lease
+
+    def counted(*args: Any, **kwargs: Any) -> list[pgqueue.Lease]:
+        got = real(*args, **kwargs)
+        returned.append([held.job_id for held in got])
+        return got
+
+    monkeypatch.setattr(client_lease, "lease", counted)
+    return returned
+
+
+def idle_waits(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An Event set while a lease loop waits for news (a NOTIFY, a freed slot, its poll
+    interval): it does once a round of leases got nothing it had room for."""
+    idle = threading.Event()
+    real = wakeup.Wakeup.wait
+
+    def waiting(self: wakeup.Wakeup, seen: int, timeout: float) -> None:
+        idle.set()
+        try:
+            real(self, seen, timeout)
+        finally:
+            idle.clear()
+
+    monkeypatch.setattr(wakeup.Wakeup, "wait", waiting)
+    return idle
 
 
 def register_step_set(dsn: str, job: pgqueue.StepJob) -> None:
@@ -239,13 +273,16 @@ def test_a_failing_step_keeps_the_cursor_it_advanced_before_the_failure(
 
 
 def test_an_unknown_kind_is_undecodable_without_using_an_attempt(
-        dsn: str, q: pgqueue.Queue) -> None:
+        dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     app = pgqueue.App()
     app.job("known")(lambda job: None)
     job_id = q.enqueue("?", kind="mystery")
+    polls = lease_calls(monkeypatch)
     with running(app, dsn):
         wait_for(lambda: state(q, job_id) == "undecodable", 10, "the job to be parked")
-        time.sleep(0.3)  # several lease polls: a parked job is not leased again
+        parked = len(polls)
+        wait_for(lambda: len(polls) >= parked + 3, 10, "three lease polls after the parking")
+    assert [p for p in polls[parked:] if job_id in p] == []  # a parked job is not leased again
     info = job(q, job_id)
     assert (info.state_reason, info.attempts, info.last_error) == ("unknown_kind", 0, None)
     assert info.state_detail is not None
@@ -616,13 +653,15 @@ def test_a_long_handler_keeps_its_lease_alive_by_renewals(dsn: str, q: pgqueue.Q
 
 
 def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(
-        dsn: str, q: pgqueue.Queue) -> None:
+        dsn: str, q: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     app = pgqueue.App()
     done = threading.Event()
     app.job("ping")(lambda job: done.set())
+    idle = idle_waits(monkeypatch)
     with running(app, dsn, poll_interval=30, maintenance=False):
         wait_for(lambda: listeners(q) == 1, 10, "the worker to LISTEN")
-        time.sleep(0.5)  # its first lease came back empty: it now waits for a NOTIFY or 30 s
+        # its first lease came back empty: it now waits for a NOTIFY or 30 s
+        assert idle.wait(10), "the lease loop never waited for news"
         started = time.monotonic()
         q.enqueue("x", kind="ping")
         assert done.wait(10), "the job was not picked up"
@@ -682,14 +721,18 @@ def test_one_maintenance_runner_at_a_time_among_three_workers(
         def elected(among: Sequence[pgqueue.Worker]) -> list[pgqueue.Worker]:
             return [w for w in among if w._maintainer is not None and w._maintainer.elected]
 
-        wait_for(lambda: elected(workers), 5, "a maintenance runner to be elected")
-        samples = []
-        for _ in range(20):
+        (runner,) = wait_for(lambda: elected(workers), 5, "a maintenance runner to be elected")
+        maintainer = runner._maintainer
+        assert maintainer is not None
+        start, samples = maintainer.passes, list[Any]()
+
+        def sampled() -> bool:  # the claim, read while the runner passes and the others try
             samples.append(election_holder(q))
-            time.sleep(0.05)
-        (runner,) = elected(workers)
-        assert runner._maintainer is not None
-        assert samples == [runner._maintainer._holder] * 20  # one claim, held throughout
+            return maintainer.passes >= start + 5
+
+        wait_for(sampled, 10, "five more passes of the runner")
+        assert samples == [maintainer._holder] * len(samples)  # one claim, held throughout
+        assert elected(workers) == [runner]
         others = [w for w in workers if w is not runner]
         assert all(m is not None for m in maintainers())
         # (a pass takes longer on a loaded Citus bed: waited for, not assumed from the samples)
