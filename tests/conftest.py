@@ -29,6 +29,28 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_MEMORY_TMP, ignore_errors=True)
 
 
+#: The test modules that take longest (a minute or more of one process's time), collected
+#: first: `--dist loadfile` hands modules out in collection order, and one of these dealt
+#: last would run alone while the other process idles. Scheduling only: every test runs.
+LONGEST_FIRST = ("tests/acceptance/test_soak.py", "tests/integration/test_large_payloads.py",
+                 "tests/integration/db/test_schema.py", "tests/acceptance/test_recovery.py",
+                 "tests/integration/replicas/test_replica.py",
+                 "tests/integration/client/test_oplog.py",
+                 "tests/integration/runtime/test_worker.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest modules first (LONGEST_FIRST), the rest in their order; each module's tests
+    stay together and in order (a stable sort by module)."""
+    root = Path(str(config.rootpath))
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+
+    def module_rank(item: pytest.Item) -> int:
+        return rank.get(Path(str(item.path)).relative_to(root).as_posix(), len(rank))
+
+    items.sort(key=module_rank)
+
+
 @pytest.fixture(scope="session")
 def bed() -> Iterator[Bed]:
     """The session's Postgres server and migrated template."""
