@@ -203,10 +203,10 @@ maintain_cmd.name = "maintain"
 STALE_AFTER = 3 * HEARTBEAT_SECONDS
 
 
-def is_stale(row: dict[str, Any], stale_after: float) -> bool:
+def is_stale(row: pgqueue.WorkerInfo, stale_after: float) -> bool:
     """The worker has not heartbeat for longer than `stale_after` seconds (the database's
     clock measures the age, as it stamps the heartbeats)."""
-    return bool(row["heartbeat_age_seconds"] > stale_after)
+    return row.heartbeat_age_seconds > stale_after
 
 
 @click.command()
@@ -221,14 +221,14 @@ def workers(stale_after: float, as_json: bool) -> None:
     with common.open_queue() as q:
         rows = q.workers()
     if as_json:
-        common.print_json([{**r, "started_at": common.iso(r["started_at"]),
-                            "heartbeat_at": common.iso(r["heartbeat_at"]),
+        common.print_json([{**r, "started_at": common.iso(r.started_at),
+                            "heartbeat_at": common.iso(r.heartbeat_at),
                             "stale": is_stale(r, stale_after)} for r in rows])
         return
     common.console().print(common.table(
         "workers", ["id", "node", "host", "pid", "streams", "concurrency", "leases", "heartbeat",
                     "age", "stale"],
-        [[r["id"], r["node"], r["host"], r["pid"], ",".join(r["streams"]), r["concurrency"],
-          r["leases"], common.ago(r["heartbeat_at"]), common.age(r["heartbeat_age_seconds"]),
+        [[r.id, r.node, r.host, r.pid, ",".join(r.streams), r.concurrency, r.leases,
+          common.ago(r.heartbeat_at), common.age(r.heartbeat_age_seconds),
           "stale" if is_stale(r, stale_after) else ""] for r in rows],
         right=["id", "node", "pid", "concurrency", "leases", "age"]))

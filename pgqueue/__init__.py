@@ -44,6 +44,7 @@ from pgqueue.models import (
     NewJob,
     Op,
     StreamStats,
+    WorkerInfo,
 )
 
 #: The public names that live in a subsystem, by the module holding each: loaded at first use
@@ -156,6 +157,7 @@ __all__ = [
     "StreamStats",
     "TickResult",
     "Worker",
+    "WorkerInfo",
     "WorkerSettings",
     "__version__",
     "migrate",

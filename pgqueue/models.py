@@ -6,8 +6,8 @@ kind settings and verdicts.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pgqueue.records import (
@@ -30,7 +30,7 @@ __all__ = ["FINISHED_STATES", "JOB_STATES", "UNSET", "VERBS", "BulkResult", "Che
            "DeadLetterGroup", "JobCount", "JobHistory", "JobInfo", "JobPreview", "JobState",
            "JobsPage", "KindConfig", "Lease", "NewJob", "Op", "OpPreview", "QueueGauges",
            "Renewed", "StreamStats", "Throughput", "ThroughputMinutes", "Unset", "Verdict",
-           "by_stream"]
+           "WorkerInfo", "by_stream"]
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,53 @@ class KindConfig:
                                                          row["rate_ms"] / 1000)
         return cls(row["stream"], row["kind"], row["quarantine_after"], row["max_concurrency"],
                    rate, row["max_per_key"])
+
+
+@dataclass(frozen=True)
+class WorkerInfo(Mapping[str, Any]):
+    """A registered worker process and the leases it holds now (Queue.workers).
+
+    Also a read-only mapping of its fields (`w["node"]`, `dict(w)`, `{**w}`): workers()
+    returned plain dicts before this model, and code written against them keeps working."""
+
+    #: the worker's id (a job's worker_instance while the worker holds its lease)
+    id: int
+    #: the database node the worker leases from (0 outside Citus)
+    node: int
+    host: str
+    pid: int
+    #: the streams it works on
+    streams: list[str]
+    #: how many jobs it runs at once
+    concurrency: int
+    started_at: dt.datetime
+    #: its last heartbeat, by the database's clock
+    heartbeat_at: dt.datetime
+    #: seconds since that heartbeat (at least 0)
+    heartbeat_age_seconds: float
+    #: jobs leased to it right now
+    leases: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WorkerInfo:
+        return cls(id=row["id"], node=row["node"], host=row["host"], pid=row["pid"],
+                   streams=list(row["streams"] or []), concurrency=row["concurrency"],
+                   started_at=row["started_at"], heartbeat_at=row["heartbeat_at"],
+                   heartbeat_age_seconds=row["heartbeat_age_seconds"], leases=row["leases"])
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _WORKER_FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_WORKER_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_WORKER_FIELDS)
+
+
+_WORKER_FIELDS = tuple(f.name for f in fields(WorkerInfo))
 
 
 @dataclass(frozen=True)

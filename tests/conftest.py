@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 import pgqueue
+from tests.asyncbridge import BlockingAsyncQueue
 from tests.citusbed import CitusBed, CitusDatabase, CitusUnavailable, Cluster, session_cluster
 from tests.logins import Logins, session_logins
 from tests.pgbed import Bed, session_bed, temp_files_in_memory
@@ -60,10 +62,23 @@ def bed() -> Iterator[Bed]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A module marked `pytest.mark.layouts("single", "citus", "stock")` runs each test that
     takes a database (`dsn`, `q`) once per layout: on one server, on the Citus cluster, and on
-    the stock server users run (tests/stockbed.py: Debian's PostgreSQL 15, JIT on)."""
-    marker = metafunc.definition.get_closest_marker("layouts")
-    if marker is not None and "layout" in metafunc.fixturenames:
-        metafunc.parametrize("layout", marker.args, indirect=True)
+    the stock server users run (tests/stockbed.py: Debian's PostgreSQL 15, JIT on).
+
+    One marked `pytest.mark.flavours("sync", "async")` runs each test that takes a queue (`q`,
+    `queue_api`) with Queue and with AsyncQueue (tests/asyncbridge.py). The async flavour runs
+    on the single server only: the two share every statement, so the other layouts add nothing
+    for it but time."""
+    layouts = metafunc.definition.get_closest_marker("layouts")
+    flavours = metafunc.definition.get_closest_marker("flavours")
+    takes_layout = "layout" in metafunc.fixturenames
+    if flavours is not None and "flavour" in metafunc.fixturenames:
+        names = layouts.args if layouts is not None and takes_layout else ("single",)
+        pairs = [(layout, flavour) for layout in names for flavour in flavours.args
+                 if flavour == "sync" or layout == "single"]
+        metafunc.parametrize(("layout", "flavour"), pairs, indirect=True,
+                             ids=[f"{layout}-{flavour}" for layout, flavour in pairs])
+    elif layouts is not None and takes_layout:
+        metafunc.parametrize("layout", layouts.args, indirect=True)
 
 
 @pytest.fixture
@@ -107,9 +122,25 @@ def empty_dsn(bed: Bed) -> Iterator[str]:
 
 
 @pytest.fixture
-def q(dsn: str) -> Iterator[pgqueue.Queue]:
-    """A Queue on stream "default" of a fresh database."""
-    with pgqueue.Queue(dsn, stream="default") as queue:
+def flavour(request: pytest.FixtureRequest) -> str:
+    """Which API the test's queue is: "sync" (Queue) unless the module asks for both."""
+    return str(getattr(request, "param", "sync"))
+
+
+@pytest.fixture
+def queue_api(flavour: str) -> Callable[..., pgqueue.Queue]:
+    """What opens the test's queues: Queue, or AsyncQueue behind Queue's blocking interface
+    (the "async" flavour, tests/asyncbridge.py)."""
+    if flavour == "async":
+        return cast(Callable[..., pgqueue.Queue], BlockingAsyncQueue)
+    return pgqueue.Queue
+
+
+@pytest.fixture
+def q(dsn: str, queue_api: Callable[..., pgqueue.Queue]) -> Iterator[pgqueue.Queue]:
+    """A Queue (or, in the async flavour, an AsyncQueue) on stream "default" of a fresh
+    database."""
+    with queue_api(dsn, stream="default") as queue:
         yield queue
 
 

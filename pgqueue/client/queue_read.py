@@ -32,6 +32,7 @@ from pgqueue.models import (
     QueueGauges,
     StreamStats,
     ThroughputMinutes,
+    WorkerInfo,
 )
 from pgqueue.validate import no_such_stream
 
@@ -180,10 +181,10 @@ class QueueReads:
         return None if row is None else list(row["steps"])
 
     @follow_leader(idempotent=True)
-    def workers(self) -> list[dict[str, Any]]:
+    def workers(self) -> list[WorkerInfo]:
         """Registered worker processes and how many leases each holds."""
         with self.connection() as conn:
-            return run.fetch(conn, "list_workers")
+            return [WorkerInfo.from_row(r) for r in run.fetch(conn, "list_workers")]
 
     @follow_leader(idempotent=True)
     def worker_kinds(self, *, stale_after: float = observe.STALE_WORKER_SECONDS

@@ -35,6 +35,7 @@ from pgqueue.models import (
     QueueGauges,
     StreamStats,
     ThroughputMinutes,
+    WorkerInfo,
 )
 from pgqueue.validate import no_such_stream
 
@@ -183,10 +184,10 @@ class AsyncQueueReads:
         return None if row is None else list(row["steps"])
 
     @follow_leader(idempotent=True)
-    async def workers(self) -> list[dict[str, Any]]:
+    async def workers(self) -> list[WorkerInfo]:
         """Registered worker processes and how many leases each holds."""
         async with self.connection() as conn:
-            return await run.fetch(conn, "list_workers")
+            return [WorkerInfo.from_row(r) for r in await run.fetch(conn, "list_workers")]
 
     @follow_leader(idempotent=True)
     async def worker_kinds(self, *, stale_after: float = observe.STALE_WORKER_SECONDS

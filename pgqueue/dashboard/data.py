@@ -9,6 +9,7 @@ import binascii
 import datetime as dt
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +88,7 @@ def jsonable(value: Any) -> Any:
     """A row from the library as JSON (timestamps as ISO 8601)."""
     if isinstance(value, dt.datetime):
         return value.isoformat()
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # dicts and the mapping records (WorkerInfo)
         return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
@@ -142,8 +143,8 @@ async def job(q: AsyncQueue, job_id: int) -> dict[str, Any] | None:
     state = found.job.state if found is not None else history.state if history else "gone"
     worker = None
     if found is not None and found.job.worker_instance is not None:
-        worker = next(({k: w[k] for k in ("id", "node", "host", "pid")}
-                       for w in await q.workers() if w["id"] == found.job.worker_instance), None)
+        worker = next(({"id": w.id, "node": w.node, "host": w.host, "pid": w.pid}
+                       for w in await q.workers() if w.id == found.job.worker_instance), None)
     story = None if history is None else jsonview.history_json(history)
     return {"job_id": job_id, "state": state,
             "job": None if found is None else jsonview.job_json(found),
@@ -269,7 +270,7 @@ async def workers(q: AsyncQueue) -> dict[str, Any]:
     the leases it holds."""
     rows = await q.workers()
     return {"stale_after_seconds": STALE_WORKER_SECONDS, "workers": [
-        {**jsonable(r), "live": (r["heartbeat_age_seconds"] or 0.0) < STALE_WORKER_SECONDS}
+        {**jsonable(r), "live": r.heartbeat_age_seconds < STALE_WORKER_SECONDS}
         for r in rows]}
 
 

@@ -27,51 +27,31 @@ from pathlib import Path
 
 from pgqueue.db import embedded_place
 from pgqueue.db.embedded_binaries import (
-    EmbeddedStatus as EmbeddedStatus,
-)
-from pgqueue.db.embedded_binaries import (
-    Postmaster as Postmaster,
-)
-from pgqueue.db.embedded_binaries import (
-    Restarted as Restarted,
-)
-from pgqueue.db.embedded_binaries import (
+    EmbeddedStatus,
+    Postmaster,
+    Restarted,
     _alive,
     _install_version,
-)
-from pgqueue.db.embedded_binaries import (
-    binary_version as binary_version,
-)
-from pgqueue.db.embedded_binaries import (
-    major as major,
-)
-from pgqueue.db.embedded_binaries import (
-    read_postmaster as read_postmaster,
-)
-from pgqueue.db.embedded_binaries import (
-    runs_from as runs_from,
+    binary_version,
+    major,
+    read_postmaster,
+    runs_from,
 )
 from pgqueue.db.embedded_place import (
-    PORT_ENV as PORT_ENV,
+    PORT_ENV,
+    SOCKET_FILE_MAX,
+    SOCKET_PATH_MAX,
+    bin_dir,
+    default_data_dir,
+    free_port,
+    pinned_port,
 )
-from pgqueue.db.embedded_place import (
-    SOCKET_FILE_MAX as SOCKET_FILE_MAX,
-)
-from pgqueue.db.embedded_place import (
-    SOCKET_PATH_MAX as SOCKET_PATH_MAX,
-)
-from pgqueue.db.embedded_place import (
-    bin_dir as bin_dir,
-)
-from pgqueue.db.embedded_place import (
-    default_data_dir as default_data_dir,
-)
-from pgqueue.db.embedded_place import (
-    free_port as free_port,
-)
-from pgqueue.db.embedded_place import (
-    pinned_port as pinned_port,
-)
+
+#: What callers take from here (the server, its status, where it lives); the rest is this
+#: module's own.
+__all__ = ["BASE_SETTINGS", "PORT_ENV", "RUN_AS", "SOCKET_PATH_MAX", "EmbeddedServer",
+           "EmbeddedStatus", "bin_dir", "default_data_dir", "default_dsn", "embedded_status",
+           "ensure_database", "root_note", "stop_embedded"]
 
 RUN_AS = "pgqueue"
 

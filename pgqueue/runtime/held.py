@@ -8,68 +8,9 @@ loops, the acker's batched acks, and the drain's give-back (the renewer's batche
 is renewer.py). The lifecycle that starts these threads is in worker.py; the per-job writes
 a running job makes are in settler.py.
 
-Lock discipline
----------------
-The worker's locks, in the one order a thread may take them (never the reverse):
-
-1. ``Held.write_lock``, one per job (running.py): serialises the database writes about that
-   job (renewal, checkpoint write, nack, upcast, mark undecodable, give-back), so a renewal
-   carrying an older checkpoint can never land after a step-boundary write. Held across the
-   write's database round trip; that is what it is for. A handler thread takes only its own
-   job's; the renewer and the drain take many, always in ascending lease id, so they cannot
-   deadlock each other.
-2. ``Held.state_lock``, one per job (running.py): guards the in-memory checkpoint and its
-   version counters (``version``, ``flushed_version``). Held for a few attribute reads and
-   writes: alone by the handler thread (``advance``), or inside ``write_lock`` to snapshot
-   before a write and mark it flushed after.
-3. ``WorkerDb._failover_lock`` (worker_db.py): one failover at a time. Held across connecting to
-   the candidate leaders; taken inside a ``write_lock`` when that write finds a replica.
-
-And leaves, never held while taking another lock, a database round trip, or a log call:
-
-- ``HeldLeases._lock``, one per worker: guards ``_held`` (the table), the lanes' counts
-  (capacity.py: jobs held and capacity promised to lease calls in flight) and
-  ``_processed``. Held for dict and counter operations only (not even a queue put).
-- the ``Wakeup`` condition (wakeup.py): guards its generation counter.
-
-Who touches the table: the lease loops (``reserve`` before a lease call, ``admit`` after
-it); handler threads (``release`` of a job that ended without an ack; ``ack`` hands one to
-the acker, without the lock); the acker (``release`` per ack batch); the renewer
-(renewer.py: copies the table with ``snapshot``, then takes write locks); the drain, on the
-main thread after the lease loops ended (``acks_pending``, ``unfinished``, ``give_back``);
-any thread (``len``, ``processed``).
-
-On the hot path no job takes the table lock on its own: a lease loop takes it twice per
-lease batch and the acker once per ack batch.
-
-Flags shared between threads are ``running.Flag``: one-way (never cleared), so any thread may
-set or read one without a lock. ``Held.lost`` is set by whoever learns the lease is gone
-(renewer, acker, settler, drain) and read by the handler thread. ``Held.cancelled`` is set
-(``Held.request_cancel``, which takes no lock) by whoever reads from the job's row that an
-operator cancelled it: the renewer (after releasing its write locks; a NOTIFY only makes it
-renew at once) or a checkpoint write; the handler reads it at its next advance or step
-boundary, and an async job's hook cancels its task on the loop. ``Held.acking`` is set once
-by the handler thread when it hands the job to the acker; from then only the acker releases
-the job, and the renewer goes on renewing it until it is released (an ack in flight keeps its
-lease: a slow or stuck acker must not let a finished job expire and be charged a crash). A
-renewal that finds an acking job's row gone does not mark it lost: the ack removed it, or the
-acker finds out and says so.
-
-Prefetch: ``Held.started`` is a Flag the handler thread sets when it starts the job;
-``Held.start_said`` (whether the database counts the lease as started: said by the lease, or
-by a write since) is written under the job's ``write_lock`` by the write that said it (the
-renewer's round, or the settler's checkpoint write). ``reserve`` gives a lease a `start`
-count only when no other lease is in flight, and holds back the other lease loops until its
-jobs are queued (``admit``): the jobs the lease said started are the first the free handler
-threads take. The automatic prefetch reads the handlers' mean running time, which handler
-threads write without a lock (``ran``).
-
-``Held.claim()`` (one-way, taken atomically without a lock) decides who owns the start of a
-job: the handler thread takes it just before it runs the job, the drain takes it for every
-job it gives back, before the give-back. The first taker wins. A handler thread that loses
-skips the job (the drain returns it); a drain that loses is giving back a job that is already
-running past the grace period (its handler's next write or ``advance`` finds the lease lost,
-and its result is discarded). So no job is started after the drain returned it.
+The worker's threads, the one order in which they take its locks, and who touches this
+table when are written down in docs/internals.md ("Inside the worker"); keep it true when a
+thread, a lock or a flag changes.
 """
 from __future__ import annotations
 

@@ -69,6 +69,7 @@ class LeaseLoops:
         pairs = [(stream, lane) for lane in lanes for stream in self._streams]
         positions = {pair: LeasePosition() for pair in pairs}
         seen, progress = self._wake.generation, False
+        idle = False  # the last round leased nothing: waiting for news
         while not self._stopping.is_set():
             stream, lane = pairs[turn % len(pairs)]
             turn += 1
@@ -94,7 +95,14 @@ class LeaseLoops:
                 progress = progress or got >= reservation.want
             if turn % len(pairs) == 0:
                 if not progress:  # nothing more to lease, or no room: wait for news
+                    if not idle:  # said once per stretch of waiting, not at every poll
+                        log.debug("worker %s: a lease loop found nothing to lease; it waits "
+                                  "for work", self._worker_id(),
+                                  extra={"pgqueue": {"event": "idle"}})
+                    idle = True
                     self._wake.wait(seen, self._poll_interval)
+                else:
+                    idle = False
                 seen, progress = self._wake.generation, False
 
     def take(self, stream: str, reservation: Reservation,

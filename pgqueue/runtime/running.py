@@ -3,7 +3,7 @@ handler sees of it (JobContext; a step's context, sync and async, is in steps.py
 
 The same for handler threads and for coroutines on the worker's event loop: the in-memory
 fields are guarded by threading locks held for a few attribute reads, so the loop thread may
-take them too (never across an await). The lock discipline is in held.py.
+take them too (never across an await). The lock order is in docs/internals.md.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ upcasting its payload, looking up a recorded step list. The worker's handler thr
 nack through it. `JobSettler` is the worker's implementation; it is an object of its own so
 that what a job writes can be read, and replaced in tests, apart from the worker's threads.
 
-Every write about one job holds that job's ``write_lock`` (the lock discipline is in held.py)
+Every write about one job holds that job's ``write_lock`` (the lock order is in docs/internals.md)
 and is retried until the lease would have expired: after that another worker owns the job.
 Acks are not written here but handed to the acker, which writes them in batches.
 

@@ -4,7 +4,7 @@ retried with backoff until they succeed or the worker stops.
 
 Lock: `_failover_lock` lets one failover happen at a time. It is held across connecting to the
 candidate leaders (that is the point: nobody else opens a pool meanwhile) and guards nothing
-else, so no other lock is taken while it is held (see held.py's lock discipline). `dsn` and
+else, so no other lock is taken while it is held (see docs/internals.md, the lock order). `dsn` and
 `pool` are rebound only under it; a reader uses the reference it read.
 """
 from __future__ import annotations

@@ -146,14 +146,17 @@ def test_a_worker_through_the_pooler(dsn: str, pooled_dsn: str, tmp_path: Path,
     it, a job enqueued while it idles is done at once (by NOTIFY, long before the poll)."""
     log = tmp_path / "worker.log"
     poll = "5" if listen else "0.5"
-    proc = _worker(pooled_dsn, log, "--poll-interval", poll,
+    with pgqueue.Queue(pooled_dsn, "pooled") as q:  # before the worker: its first lease finds them
+        first = [q.enqueue("x", kind="ok") for _ in range(RUNS)]
+    proc = _worker(pooled_dsn, log, "--poll-interval", poll, "--verbose",
                    *(["--listen-dsn", dsn] if listen else []))
     try:
         with pgqueue.Queue(pooled_dsn, "pooled") as q:
-            first = [q.enqueue("x", kind="ok") for _ in range(RUNS)]
             wait_for(lambda: all(q.job(j) is None for j in first), timeout=60,
                      what="the worker to do the first jobs")
-            time.sleep(1)  # idle: the next job comes after the worker's lease came back empty
+            # idle: the next job comes after a lease of the worker's came back empty
+            wait_for(lambda: any(e.get("event") == "idle" for e in _events(log)), timeout=30,
+                     what="the worker to go idle")
             started = time.monotonic()
             after = q.enqueue("y", kind="ok")
             wait_for(lambda: q.job(after) is None, timeout=30, what="a job enqueued while idle")

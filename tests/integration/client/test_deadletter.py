@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 import pgqueue
+from tests.asyncbridge import QueueApi
 from tests.dbhelp import op_counts, state_snapshot
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = [pytest.mark.layouts("single", "citus"),
+              pytest.mark.flavours("sync", "async")]
 
 
 def kill(q: pgqueue.Queue, payload: bytes = b"x", *, dedup_key: str | None = None,
@@ -30,8 +32,8 @@ def test_a_dead_job_is_found_by_id_with_state_dead(q: pgqueue.Queue) -> None:
             info.max_attempts, info.last_error) == ("dead", b"payload", "k", 4, 1, 1, "it broke")
 
 
-def test_dead_letters_lists_the_queues_own_stream_only(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_dead_letters_lists_the_queues_own_stream_only(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         a1 = kill(qa)
         b1 = kill(qb)
         a2 = kill(qa)
@@ -121,8 +123,8 @@ def test_requeue_refuses_when_a_live_job_holds_the_dedup_key(q: pgqueue.Queue,
     assert q.enqueue(b"third", dedup_key="once") == dead
 
 
-def test_requeue_is_allowed_when_the_key_is_held_in_another_stream(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_requeue_is_allowed_when_the_key_is_held_in_another_stream(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         dead = kill(qa, dedup_key="k")
         qb.enqueue(b"other stream", dedup_key="k")
         qa.requeue_dead_letter(dead)

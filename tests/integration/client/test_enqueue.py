@@ -14,9 +14,11 @@ import pytest
 import pgqueue
 from pgqueue.client import enqueue, lease
 from pgqueue.db import connection
+from tests.asyncbridge import QueueApi
 from tests.dbhelp import T0, UTC, op_counts, pinned, wait_for
 
-pytestmark = pytest.mark.layouts("single", "citus", "stock")
+pytestmark = [pytest.mark.layouts("single", "citus", "stock"),
+              pytest.mark.flavours("sync", "async")]
 
 
 def job_count(dsn: str) -> int:
@@ -117,10 +119,10 @@ def test_delay_as_timedelta(q: pgqueue.Queue) -> None:
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_never_leased_before_not_before_and_leasable_exactly_at_it(dsn: str) -> None:
+def test_never_leased_before_not_before_and_leasable_exactly_at_it(dsn: str, queue_api: QueueApi) -> None:
     with pinned(dsn, T0) as conn:
         [job_id] = enqueue.enqueue_many(conn, "default", [pgqueue.NewJob(b"x", delay=10)])
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         info = q.job(job_id)
         assert info is not None
         assert info.not_before == T0 + dt.timedelta(seconds=10)
@@ -134,7 +136,7 @@ def test_never_leased_before_not_before_and_leasable_exactly_at_it(dsn: str) -> 
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_absolute_not_before(dsn: str) -> None:
+def test_absolute_not_before(dsn: str, queue_api: QueueApi) -> None:
     with pinned(dsn, T0) as conn:
         later, past = enqueue.enqueue_many(conn, "default", [
             pgqueue.NewJob(b"later", not_before=T0 + dt.timedelta(minutes=5)),
@@ -142,7 +144,7 @@ def test_absolute_not_before(dsn: str) -> None:
         ])
         # a not_before in the past is ready now
         assert ids_of(lease.lease(conn, "default", 10, 30.0, 0, 0)) == [past]
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         info = q.job(later)
         assert info is not None
         assert (info.state, info.not_before) == ("scheduled", T0 + dt.timedelta(minutes=5))
@@ -230,8 +232,8 @@ def test_dedup_key_is_freed_once_the_holder_is_dead(q: pgqueue.Queue) -> None:
     assert second != first
 
 
-def test_dedup_is_per_stream(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_dedup_is_per_stream(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         a = qa.enqueue(b"a", dedup_key="same")
         b = qb.enqueue(b"b", dedup_key="same")
         assert a != b
@@ -239,7 +241,7 @@ def test_dedup_is_per_stream(dsn: str) -> None:
         assert qb.enqueue(b"b2", dedup_key="same") == b
 
 
-def test_dedup_under_concurrent_enqueuers_single_calls(dsn: str) -> None:
+def test_dedup_under_concurrent_enqueuers_single_calls(dsn: str, queue_api: QueueApi) -> None:
     keys = [f"key-{i}" for i in range(25)]
     threads = 8
     barrier = threading.Barrier(threads)
@@ -248,7 +250,7 @@ def test_dedup_under_concurrent_enqueuers_single_calls(dsn: str) -> None:
 
     def run(n: int) -> None:
         try:
-            with pgqueue.Queue(dsn, pool_size=1) as mine:
+            with queue_api(dsn, pool_size=1) as mine:
                 order = keys[:]
                 random.Random(n).shuffle(order)
                 barrier.wait()
@@ -273,7 +275,7 @@ def test_dedup_under_concurrent_enqueuers_single_calls(dsn: str) -> None:
         assert got == holders
 
 
-def test_dedup_under_concurrent_batch_enqueuers(dsn: str) -> None:
+def test_dedup_under_concurrent_batch_enqueuers(dsn: str, queue_api: QueueApi) -> None:
     """Producers enqueue the same keys in big batches, half of them in reverse order: every
     batch returns the holders' ids (no error, e.g. no deadlock between the batches)."""
     rounds, threads, n_keys = 5, 4, 1000
@@ -283,7 +285,7 @@ def test_dedup_under_concurrent_batch_enqueuers(dsn: str) -> None:
 
     def run(n: int) -> None:
         try:
-            with pgqueue.Queue(dsn, pool_size=1) as mine:
+            with queue_api(dsn, pool_size=1) as mine:
                 for r in range(rounds):
                     keys = [f"r{r}-key-{i}" for i in range(n_keys)]
                     order = keys if n % 2 == 0 else keys[::-1]
@@ -391,8 +393,8 @@ def test_sql_enqueue_refuses_missing_or_short_arrays(dsn: str, args: list[Any], 
 # -- streams ------------------------------------------------------------------------------------
 
 
-def test_streams_are_isolated(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_streams_are_isolated(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         a_ids = [qa.enqueue(f"a{i}", priority=255) for i in range(3)]
         b_ids = [qb.enqueue(f"b{i}") for i in range(3)]
         got_b = qb.lease(limit=10)
@@ -402,8 +404,8 @@ def test_streams_are_isolated(dsn: str) -> None:
         assert ids_of(qa.lease(limit=10)) == a_ids
 
 
-def test_job_ids_are_unique_across_streams_and_job_finds_any_stream(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_job_ids_are_unique_across_streams_and_job_finds_any_stream(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         ids = []
         for i in range(5):
             ids.append(qa.enqueue(f"a{i}"))
@@ -421,6 +423,7 @@ def test_job_ids_are_unique_across_streams_and_job_finds_any_stream(dsn: str) ->
 
 # one server only: on Citus an op's xid is its stream's node's, not the caller's transaction's
 @pytest.mark.layouts("single")
+@pytest.mark.flavours("sync")  # conn= a sync connection: test_async_queue.py has the async one
 def test_transactional_enqueue_exists_only_after_commit(q: pgqueue.Queue, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=False) as conn:
         xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
@@ -436,6 +439,7 @@ def test_transactional_enqueue_exists_only_after_commit(q: pgqueue.Queue, dsn: s
     assert xid is not None and ops[0].xid == xid[0]
 
 
+@pytest.mark.flavours("sync")  # conn= a sync connection: test_async_queue.py has the async one
 def test_transactional_enqueue_is_gone_after_rollback(q: pgqueue.Queue, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=False) as conn:
         job_id = q.enqueue(b"never", conn=conn)
@@ -446,6 +450,7 @@ def test_transactional_enqueue_is_gone_after_rollback(q: pgqueue.Queue, dsn: str
     assert op_counts(dsn) == {}
 
 
+@pytest.mark.flavours("sync")  # conn= a sync connection: test_async_queue.py has the async one
 def test_transactional_enqueue_many_commit_and_rollback(q: pgqueue.Queue, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=False) as conn:
         kept = q.enqueue_many([pgqueue.NewJob(b"a"), pgqueue.NewJob(b"b")], conn=conn)
@@ -460,6 +465,7 @@ def test_transactional_enqueue_many_commit_and_rollback(q: pgqueue.Queue, dsn: s
     assert ids_of(q.lease(limit=10)) == kept
 
 
+@pytest.mark.flavours("sync")  # conn= a sync connection: test_async_queue.py has the async one
 def test_transactional_enqueue_rides_the_callers_other_writes(q: pgqueue.Queue, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=False) as conn:
         conn.execute("CREATE TABLE public.orders (id int)")
@@ -521,7 +527,7 @@ SQL_ENQUEUE_ONE = ("SELECT pgqueue.enqueue_one('s', '\\x01'::bytea, %s, 0, %s, N
     ("trace", json.dumps({"baggage": "b" * 16400}), "jobs\\[1\\].trace context must be at most"),
 ])
 def test_sql_enqueue_refuses_fields_that_do_not_fit_naming_the_job(
-        dsn: str, field: str, value: Any, message: str) -> None:
+        dsn: str, field: str, value: Any, message: str, queue_api: QueueApi) -> None:
     """A kind too long for the ready index used to be stored: once its job came due (a
     delay), every lease of its stream failed on the index. Both enqueue functions refuse it
     and the other oversized fields up front, writing nothing; the stream goes on leasing."""
@@ -539,7 +545,7 @@ def test_sql_enqueue_refuses_fields_that_do_not_fit_naming_the_job(
                                            one["concurrency_key"]])
     assert job_count(dsn) == 0
     assert op_counts(dsn) == {}
-    with pgqueue.Queue(dsn, stream="s") as q:
+    with queue_api(dsn, stream="s") as q:
         q.enqueue(b"fits", kind="k" * 200, concurrency_key="c" * 200, dedup_key=b"d" * 1024)
         assert [held.kind for held in q.lease(5)] == ["k" * 200]
 

@@ -10,7 +10,8 @@ import pgqueue
 from pgqueue.db import connection
 from pgqueue.replicas import replica
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = [pytest.mark.layouts("single", "citus"),
+              pytest.mark.flavours("sync", "async")]
 
 
 def prune_older_than_a_week(dsn: str, *, job_id: int, before_op: str | None = None) -> None:

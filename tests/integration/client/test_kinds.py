@@ -15,17 +15,20 @@ from psycopg.types.json import Jsonb
 import pgqueue
 from pgqueue.db import connection
 from pgqueue.runtime import registry
+from tests.asyncbridge import QueueApi
 from tests.dbhelp import op_counts
 from tests.pgbed import Bed
 
-pytestmark = pytest.mark.layouts("single", "citus", "stock")
+pytestmark = [pytest.mark.layouts("single", "citus", "stock"),
+              pytest.mark.flavours("sync", "async")]
 
 
 def _kinds(q: pgqueue.Queue) -> dict[str, pgqueue.KindConfig]:
     return {k.kind: k for k in q.kinds()}
 
 
-def test_a_setting_not_given_is_left_and_none_clears_it(q: pgqueue.Queue, dsn: str) -> None:
+def test_a_setting_not_given_is_left_and_none_clears_it(q: pgqueue.Queue, dsn: str,
+                                                        queue_api: QueueApi) -> None:
     q.configure_kind("mail", max_concurrency=3, rate_limit=(10, 1.5))
     q.configure_kind("mail", max_per_key=2)
     assert _kinds(q)["mail"] == pgqueue.KindConfig("default", "mail", None, 3, (10, 1.5), 2)
@@ -37,7 +40,7 @@ def test_a_setting_not_given_is_left_and_none_clears_it(q: pgqueue.Queue, dsn: s
     assert op_counts(dsn).get("ConfigureKind", 0) == before
     q.configure_kind("mail", quarantine_after=None, max_concurrency=None, max_per_key=None)
     assert "mail" not in _kinds(q)  # nothing set: no row
-    with pgqueue.Queue(dsn, stream="other") as other:
+    with queue_api(dsn, stream="other") as other:
         other.configure_kind("mail", max_concurrency=1)
         assert [(k.stream, k.kind) for k in other.kinds(all_streams=True)] == [("other", "mail")]
     assert _kinds(q) == {}
@@ -52,7 +55,7 @@ def test_each_change_is_one_op_with_the_whole_settings(q: pgqueue.Queue) -> None
                        "max_per_key": None}
 
 
-def test_a_replay_rebuilds_the_settings(q: pgqueue.Queue, dsn: str, bed: Bed) -> None:
+def test_a_replay_rebuilds_the_settings(q: pgqueue.Queue, dsn: str, bed: Bed, queue_api: QueueApi) -> None:
     q.configure_kind("mail", max_concurrency=3, rate_limit=(10, 60), max_per_key=2)
     q.configure_kind("report", quarantine_after=4)
     q.configure_kind("gone", max_concurrency=1)
@@ -62,7 +65,7 @@ def test_a_replay_rebuilds_the_settings(q: pgqueue.Queue, dsn: str, bed: Bed) ->
     target = bed.new_database()
     try:
         pgqueue.replay(dsn, target)
-        with pgqueue.Queue(target) as replica:
+        with queue_api(target) as replica:
             assert _kinds(replica) == _kinds(q)
         assert _kinds(q)["old"] == pgqueue.KindConfig("default", "old", 2)
     finally:
@@ -208,7 +211,7 @@ def test_the_rate_limit_counts_leases_in_its_window(q: pgqueue.Queue) -> None:
     assert len(later) == 3
 
 
-def test_limits_hold_under_concurrent_leasers(dsn: str, q: pgqueue.Queue) -> None:
+def test_limits_hold_under_concurrent_leasers(dsn: str, q: pgqueue.Queue, queue_api: QueueApi) -> None:
     """Eight threads on their own connections lease and ack as fast as they can; the jobs of
     the kind held at once never exceed its max_concurrency."""
     limit = 3
@@ -222,7 +225,7 @@ def test_limits_hold_under_concurrent_leasers(dsn: str, q: pgqueue.Queue) -> Non
 
     def work() -> None:
         try:
-            with pgqueue.Queue(dsn, pool_size=1) as mine:
+            with queue_api(dsn, pool_size=1) as mine:
                 while True:
                     got = mine.lease(limit=4)
                     if not got:
@@ -278,7 +281,7 @@ def test_a_key_at_its_limit_holds_back_no_other_key(q: pgqueue.Queue) -> None:
     assert {lease.job_id for lease in leased} >= set(small[:4])  # max_concurrency 5 in all
 
 
-def test_the_key_travels_with_the_job(q: pgqueue.Queue, dsn: str, bed: Bed) -> None:
+def test_the_key_travels_with_the_job(q: pgqueue.Queue, dsn: str, bed: Bed, queue_api: QueueApi) -> None:
     job_id = q.enqueue(b"x", kind="t", concurrency_key="tenant-7", max_attempts=1)
     (batch,) = q.enqueue_many([pgqueue.NewJob(b"y", kind="t", concurrency_key="tenant-8",
                                               dedup_key="d")])
@@ -293,7 +296,7 @@ def test_the_key_travels_with_the_job(q: pgqueue.Queue, dsn: str, bed: Bed) -> N
     target = bed.new_database()
     try:
         pgqueue.replay(dsn, target)
-        with pgqueue.Queue(target) as replica:
+        with queue_api(target) as replica:
             for jid, key in ((job_id, "tenant-7"), (batch, "tenant-8")):
                 got = replica.job(jid)
                 assert got is not None and got.concurrency_key == key

@@ -11,9 +11,11 @@ import pytest
 import pgqueue
 from pgqueue.client import enqueue, lease, observe, reclaim
 from pgqueue.db import connection
+from tests.asyncbridge import QueueApi
 from tests.dbhelp import T0, UTC, force_reclaim, op_counts, pinned
 
-pytestmark = pytest.mark.layouts("single", "citus", "stock")
+pytestmark = [pytest.mark.layouts("single", "citus", "stock"),
+              pytest.mark.flavours("sync", "async")]
 
 
 def job_row(dsn: str, job_id: int) -> tuple[object, ...]:
@@ -65,8 +67,8 @@ def test_lease_returns_every_field(q: pgqueue.Queue) -> None:
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_lease_expiry_is_exactly_now_plus_visibility_timeout(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_lease_expiry_is_exactly_now_plus_visibility_timeout(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         q.enqueue(b"x")
     with pinned(dsn, T0) as conn:
         [held] = lease.lease(conn, "default", 1, 12.5, 0, 0)
@@ -109,14 +111,14 @@ def test_a_leased_job_is_not_leased_again(q: pgqueue.Queue) -> None:
     assert q.lease() == []
 
 
-def test_concurrent_leasers_never_share_a_job(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_concurrent_leasers_never_share_a_job(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         ids = q.enqueue_many([pgqueue.NewJob(f"{i}") for i in range(300)])
     got: list[list[int]] = [[] for _ in range(6)]
     barrier = threading.Barrier(6)
 
     def run(n: int) -> None:
-        with pgqueue.Queue(dsn, pool_size=1) as mine:
+        with queue_api(dsn, pool_size=1) as mine:
             barrier.wait()
             while leases := mine.lease(limit=7):
                 got[n] += [held.job_id for held in leases]
@@ -200,8 +202,8 @@ def test_due_scheduled_and_pending_jobs_mix_by_priority(dsn: str) -> None:
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_renew_extends_the_lease(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_renew_extends_the_lease(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         job_id = q.enqueue(b"x")
     with pinned(dsn, T0) as conn:
         [held] = lease.lease(conn, "default", 1, 10.0, 0, 0)
@@ -211,7 +213,7 @@ def test_renew_extends_the_lease(dsn: str) -> None:
             held.lease_id: T0 + dt.timedelta(seconds=18)}
         assert lease.renew_many(conn, [(held, 60.0, None)]) == {
             held.lease_id: T0 + dt.timedelta(seconds=68)}
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         info = q.job(job_id)
     assert info is not None
     assert info.lease_expires_at == T0 + dt.timedelta(seconds=68)
@@ -230,8 +232,8 @@ def test_queue_renew_returns_the_new_expiry(q: pgqueue.Queue) -> None:
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_renew_writes_the_checkpoint_and_stamps_it(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_renew_writes_the_checkpoint_and_stamps_it(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         job_id = q.enqueue(b"x")
         [held] = q.lease()
     stamp = T0 + dt.timedelta(seconds=1.234)
@@ -240,7 +242,7 @@ def test_renew_writes_the_checkpoint_and_stamps_it(dsn: str) -> None:
                                step_set_hash="abc123", updated_at_ms=42)
     with pinned(dsn, stamp) as conn:
         assert held.lease_id in lease.renew_many(conn, [(held, None, bogus)])
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         info = q.job(job_id)
     assert info is not None
     cp = info.checkpoint
@@ -265,15 +267,15 @@ def test_renew_with_a_checkpoint_writes_every_worker_field(q: pgqueue.Queue) -> 
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_renew_without_checkpoint_keeps_the_stored_one(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_renew_without_checkpoint_keeps_the_stored_one(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         job_id = q.enqueue(b"x")
         [held] = q.lease()
     with pinned(dsn, T0) as conn:
         lease.renew_many(conn, [(held, None, FULL)])
     with pinned(dsn, T0 + dt.timedelta(seconds=5)) as conn:
         assert held.lease_id in lease.renew_many(conn, [(held, None, None)])
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         info = q.job(job_id)
     assert info is not None
     assert info.checkpoint == pgqueue.Checkpoint(
@@ -344,13 +346,13 @@ def test_a_later_lease_after_reclaim_returns_the_stored_checkpoint(
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_renew_logs_one_renew_op_with_the_whole_checkpoint(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_renew_logs_one_renew_op_with_the_whole_checkpoint(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         q.enqueue(b"x")
         [held] = q.lease()
     with pinned(dsn, T0) as conn:
         lease.renew_many(conn, [(held, 20.0, FULL)])
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         ops = q.op_log(job_id=held.job_id)
     assert [op.op for op in ops] == ["Renew", "Lease", "Enqueue"]
     renew = ops[0]
@@ -431,8 +433,8 @@ def test_renew_after_the_lease_ended_raises(q: pgqueue.Queue, dsn: str, how: str
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_a_late_renewal_before_reclaim_still_counts(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_a_late_renewal_before_reclaim_still_counts(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         job_id = q.enqueue(b"x")
     with pinned(dsn, T0) as conn:
         [held] = lease.lease(conn, "default", 1, 10.0, 0, 0)
@@ -441,7 +443,7 @@ def test_a_late_renewal_before_reclaim_still_counts(dsn: str) -> None:
         assert lease.renew_many(conn, [(held, None, FULL)]) == {
             held.lease_id: T0 + dt.timedelta(seconds=80)}
         assert reclaim.reclaim_expired(conn) == 0
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         info = q.job(job_id)
     assert info is not None
     assert (info.state, info.lease_id, info.attempts) == ("leased", held.lease_id, 0)
@@ -459,7 +461,7 @@ def _index_scans(dsn: str, index: str) -> int:
 # one server only: it reads the plan of one server's lease
 @pytest.mark.layouts("single")
 def test_no_lease_plan_takes_the_oldest_ready_index_while_the_table_has_no_statistics(
-        q: pgqueue.Queue, dsn: str) -> None:
+        q: pgqueue.Queue, dsn: str, queue_api: QueueApi) -> None:
     """Before the job table was first analyzed (a new queue's first burst), with 20,000 jobs
     leased in another stream, the planner chose the oldest-ready index for the lease's
     ordered scan and sorted every ready job (4 ms instead of 0.4 for 100 of 10,000). Now only
@@ -467,7 +469,7 @@ def test_no_lease_plan_takes_the_oldest_ready_index_while_the_table_has_no_stati
     on the plain path or the limited one."""
     with psycopg.connect(dsn, autocommit=True) as conn:  # no autoanalyze midway (a slow run)
         conn.execute("ALTER TABLE pgqueue.job SET (autovacuum_enabled = false)")
-    with pgqueue.Queue(dsn, stream="elsewhere") as other:
+    with queue_api(dsn, stream="elsewhere") as other:
         for _ in range(20):
             other.enqueue_many([pgqueue.NewJob(b"h") for _ in range(1000)])
         while other.lease(limit=1000, visibility_timeout=3600):

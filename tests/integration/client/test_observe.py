@@ -10,11 +10,13 @@ from collections.abc import Mapping
 import pytest
 
 import pgqueue
-from pgqueue.client import observe
+from pgqueue.client import observe, observe_async
 from pgqueue.db import connection, queries
+from tests.asyncbridge import QueueApi
 from tests.dbhelp import force_reclaim, wait_for
 
-pytestmark = pytest.mark.layouts("single", "citus", "stock")
+pytestmark = [pytest.mark.layouts("single", "citus", "stock"),
+              pytest.mark.flavours("sync", "async")]
 
 
 def by_key(stats: list[pgqueue.StreamStats]) -> dict[tuple[str, str], int]:
@@ -50,8 +52,8 @@ def test_job_reports_every_state(q: pgqueue.Queue, dsn: str, state: str) -> None
     assert info.stream == "default"
 
 
-def test_jobs_lists_newest_first_with_filters(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_jobs_lists_newest_first_with_filters(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         a1, a2, a3 = qa.enqueue_many([pgqueue.NewJob(b"1"), pgqueue.NewJob(b"2"),
                                       pgqueue.NewJob(b"3", delay=60)])
         b1 = qb.enqueue(b"b")
@@ -76,8 +78,8 @@ def test_jobs_lists_dead_letters_too(q: pgqueue.Queue) -> None:
     assert [j.job_id for j in q.jobs()] == [job_id]
 
 
-def test_stats_counts_jobs_by_stream_and_state(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_stats_counts_jobs_by_stream_and_state(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         assert qa.stats() == []
         qa.enqueue_many([pgqueue.NewJob(f"{i}") for i in range(4)])
         qa.enqueue(b"later", delay=60)
@@ -134,8 +136,8 @@ def test_op_log_tells_a_jobs_whole_history(q: pgqueue.Queue, dsn: str) -> None:
     assert row is not None and row[0] == 6
 
 
-def test_op_log_is_per_stream_unless_asked(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_op_log_is_per_stream_unless_asked(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         a = qa.enqueue(b"a")
         b = qb.enqueue(b"b")
         assert [op.job_id for op in qa.op_log()] == [a]
@@ -186,8 +188,8 @@ def test_job_preview_cuts_the_payload_and_gives_its_size(q: pgqueue.Queue) -> No
         q.job_preview(job_id, preview_bytes=-1)
 
 
-def test_jobs_and_dead_letter_previews_list_like_the_whole_readers(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_jobs_and_dead_letter_previews_list_like_the_whole_readers(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         qa.enqueue_many([pgqueue.NewJob(b"x" * 5000, max_attempts=1),
                          pgqueue.NewJob(b"y" * 10, max_attempts=1)])
         qb.enqueue(b"z" * 3000)
@@ -207,6 +209,7 @@ def test_jobs_and_dead_letter_previews_list_like_the_whole_readers(dsn: str) -> 
         assert qb.dead_letters_preview() == []
 
 
+@pytest.mark.flavours("sync")  # runs its own statements on q.connection()
 def test_op_log_preview_is_op_body_with_the_payload_cut(q: pgqueue.Queue) -> None:
     """For payloads within the preview, the preview's bodies are exactly op_body's (so the
     query that rebuilds Enqueue bodies cannot drift from pgqueue.op_body); beyond it only the
@@ -321,12 +324,13 @@ def test_pages_walk_every_job_once_newest_first(q: pgqueue.Queue) -> None:
         q.jobs_page(state="finished")
 
 
-def test_throughput_counts_the_op_log_by_stream_and_minute(dsn: str, q: pgqueue.Queue) -> None:
+def test_throughput_counts_the_op_log_by_stream_and_minute(dsn: str, q: pgqueue.Queue,
+                                                           queue_api: QueueApi) -> None:
     q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(4)])
     first, second = q.lease(limit=2)
     q.ack(first)
     q.nack(second, error="no")
-    with pgqueue.Queue(dsn, stream="other") as other:
+    with queue_api(dsn, stream="other") as other:
         job_id = other.enqueue(b"y")
         other.cancel(job_id)
     whole = q.throughput()
@@ -346,6 +350,7 @@ def test_a_kind_page_looks_at_a_bounded_window_and_the_walk_still_finds_every_jo
     """With a kind, a page reads at most KIND_WINDOW jobs: a kind no job near the top has
     gives an empty page with a next cursor, and following next finds every job of it."""
     monkeypatch.setattr(observe, "KIND_WINDOW", 5)
+    monkeypatch.setattr(observe_async, "KIND_WINDOW", 5)  # the async flavour's
     rare = [q.enqueue(b"r", kind="rare")]
     q.enqueue_many([pgqueue.NewJob(b"x", kind="bulk") for _ in range(12)])
     rare.append(q.enqueue(b"r", kind="rare"))

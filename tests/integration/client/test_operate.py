@@ -14,9 +14,11 @@ from psycopg.types.json import Jsonb
 
 import pgqueue
 from pgqueue.db import connection
+from tests.asyncbridge import QueueApi
 from tests.dbhelp import lock_waiters, op_counts, register_etl_step_sets, wait_for
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = [pytest.mark.layouts("single", "citus"),
+              pytest.mark.flavours("sync", "async")]
 
 KEY = "the-key"
 H1, H2 = "hash-one", "hash-two"
@@ -64,8 +66,9 @@ def _someone_waits_on_a_lock(dsn: str) -> bool:
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
+@pytest.mark.flavours("sync")  # conn= a sync connection
 def test_a_verb_racing_an_uncommitted_enqueue_of_its_key_raises_dedup_conflict(
-        dsn: str, q: pgqueue.Queue, verb: str) -> None:
+        dsn: str, q: pgqueue.Queue, verb: str, queue_api: QueueApi) -> None:
     make, act = VERBS[verb]
     job_id = make(q, dsn)
     before = q.job(job_id)
@@ -73,7 +76,7 @@ def test_a_verb_racing_an_uncommitted_enqueue_of_its_key_raises_dedup_conflict(
     with psycopg.connect(dsn) as rival_tx:  # a transaction, left open
         rival = q.enqueue(b"rival", dedup_key=KEY, conn=rival_tx)
         outcome: dict[str, Any] = {}
-        with pgqueue.Queue(dsn) as other:
+        with queue_api(dsn) as other:
             def run() -> None:
                 try:
                     outcome["result"] = act(other, job_id)
@@ -102,14 +105,15 @@ def test_a_verb_racing_an_uncommitted_enqueue_of_its_key_raises_dedup_conflict(
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
+@pytest.mark.flavours("sync")  # conn= a sync connection
 def test_a_verb_whose_rival_enqueue_rolls_back_goes_ahead(
-        dsn: str, q: pgqueue.Queue, verb: str) -> None:
+        dsn: str, q: pgqueue.Queue, verb: str, queue_api: QueueApi) -> None:
     make, act = VERBS[verb]
     job_id = make(q, dsn)
     with psycopg.connect(dsn) as rival_tx:
         q.enqueue(b"rival", dedup_key=KEY, conn=rival_tx)
         outcome: dict[str, Any] = {}
-        with pgqueue.Queue(dsn) as other:
+        with queue_api(dsn) as other:
             worker = threading.Thread(
                 target=lambda: outcome.setdefault("result", act(other, job_id)), daemon=True)
             worker.start()

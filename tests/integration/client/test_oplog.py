@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -60,6 +61,9 @@ ENQUEUE_FIELDS = frozenset({
     "job_id", "payload", "enqueued_at_ms", "next_job_id", "priority", "not_before_ms",
     "dedup_key", "attempts", "max_attempts",
 })
+
+#: What Postgres's regular expressions call whitespace (\s): pgqueue.error_summary's.
+SQL_SPACE = re.compile(r"[ \t\n\v\f\r]+")
 
 
 # -------------------------------------------------------------------------------------------
@@ -515,8 +519,10 @@ class Workload:
         else:
             assert info.last_error == a.error
             if a.error.isascii():  # else Python and the database may differ on whitespace
-                first = next((ln for ln in a.error.split("\n") if ln.strip()), None)
-                assert info.error_summary == (None if first is None else " ".join(first.split()))
+                # the database's whitespace ([[:space:]]), not Python's (which has \x1c-\x1f)
+                first = next((ln for ln in a.error.split("\n") if SQL_SPACE.sub("", ln)), None)
+                assert info.error_summary == (None if first is None else
+                                              SQL_SPACE.sub(" ", first).strip(" ") or None)
         if dead:
             assert info.state == "dead"
         elif a.retry_in == 0:

@@ -11,6 +11,7 @@ import pytest
 
 import pgqueue
 from pgqueue.client import lease, reclaim
+from tests.asyncbridge import QueueApi
 from tests.dbhelp import T0, lease_long_ago, op_counts, pinned, set_now
 
 LATER = T0 + dt.timedelta(hours=1)
@@ -37,8 +38,8 @@ def info_of(q: pgqueue.Queue, job_id: int) -> pgqueue.JobInfo:
 # -- what reclaim does --------------------------------------------------------------------------
 
 
-def test_reclaim_returns_expired_leases_of_every_stream(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="a") as qa, pgqueue.Queue(dsn, stream="b") as qb:
+def test_reclaim_returns_expired_leases_of_every_stream(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="a") as qa, queue_api(dsn, stream="b") as qb:
         a1, a2 = qa.enqueue_many([pgqueue.NewJob(b"a1"), pgqueue.NewJob(b"a2")])
         b1 = qb.enqueue(b"b1")
         keep = qb.enqueue(b"keep")
@@ -57,8 +58,8 @@ def test_reclaim_returns_expired_leases_of_every_stream(dsn: str) -> None:
         assert [h.job_id for h in qb.lease(limit=5)] == [b1]
 
 
-def test_reclaim_only_takes_leases_past_their_expiry(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_reclaim_only_takes_leases_past_their_expiry(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         job_id = q.enqueue(b"x")
     with pinned(dsn, T0) as conn:
         lease.lease(conn, "default", 1, 10.0, 0, 0)
@@ -66,7 +67,7 @@ def test_reclaim_only_takes_leases_past_their_expiry(dsn: str) -> None:
         assert reclaim.reclaim_expired(conn) == 0
         set_now(conn, T0 + dt.timedelta(seconds=10, milliseconds=1))
         assert reclaim.reclaim_expired(conn) == 1
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         assert info_of(q, job_id).state == "pending"
 
 
@@ -162,8 +163,8 @@ def test_quarantine_threshold_counts_per_step(q: pgqueue.Queue, dsn: str) -> Non
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 5])
-def test_quarantine_threshold_is_settable_per_stream(dsn: str, threshold: int) -> None:
-    with pgqueue.Queue(dsn, stream="fragile") as q, pgqueue.Queue(dsn) as other:
+def test_quarantine_threshold_is_settable_per_stream(dsn: str, threshold: int, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="fragile") as q, queue_api(dsn) as other:
         q.configure_stream(quarantine_after=threshold)
         job_id = q.enqueue(b"x", max_attempts=0)
         other_id = other.enqueue(b"y", max_attempts=0)
@@ -231,8 +232,8 @@ def test_a_renewal_before_reclaim_wins(q: pgqueue.Queue, dsn: str) -> None:
     q.ack(held)
 
 
-def test_a_renewal_in_flight_is_not_reclaimed_under_it(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_a_renewal_in_flight_is_not_reclaimed_under_it(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         job_id = q.enqueue(b"x")
     with pinned(dsn, T0) as conn:
         [held] = lease.lease(conn, "default", 1, 10.0, 0, 0)
@@ -247,7 +248,7 @@ def test_a_renewal_in_flight_is_not_reclaimed_under_it(dsn: str) -> None:
         renewer.commit()
     with pinned(dsn, reclaim_at) as conn:
         assert reclaim.reclaim_expired(conn) == 0
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         info = info_of(q, job_id)
         assert (info.state, info.attempts, info.lease_expires_at) == (
             "leased", 0, T0 + dt.timedelta(seconds=65))
@@ -268,8 +269,8 @@ def test_reclaimed_lease_is_fenced_and_the_job_leasable_again(q: pgqueue.Queue,
     q.ack(new)
 
 
-def test_concurrent_reclaimers_reclaim_each_lease_once(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_concurrent_reclaimers_reclaim_each_lease_once(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         ids = q.enqueue_many([pgqueue.NewJob(f"{i}") for i in range(300)])
     with pinned(dsn, T0) as conn:
         assert len(lease.lease(conn, "default", 300, 1.0, 0, 0)) == 300
@@ -288,6 +289,6 @@ def test_concurrent_reclaimers_reclaim_each_lease_once(dsn: str) -> None:
         w.join(30)
     assert sum(counts) == 300
     assert op_counts(dsn)["Reclaim"] == 300
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         assert {(j.state, j.attempts) for j in q.jobs(limit=1000)} == {("pending", 1)}
         assert sorted(j.job_id for j in q.jobs(limit=1000)) == ids

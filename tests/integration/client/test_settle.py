@@ -10,6 +10,7 @@ import pgqueue
 from pgqueue.client import lease, reclaim, settle
 from pgqueue.db import connection
 from pgqueue.db.queries import Conn
+from tests.asyncbridge import QueueApi
 from tests.dbhelp import (
     T0,
     UTC,
@@ -22,7 +23,8 @@ from tests.dbhelp import (
     wait_for,
 )
 
-pytestmark = pytest.mark.layouts("single", "citus", "stock")
+pytestmark = [pytest.mark.layouts("single", "citus", "stock"),
+              pytest.mark.flavours("sync", "async")]
 
 
 def backoff_ms(conn: Conn, q: pgqueue.Queue, when: dt.datetime, job_id: int) -> int:
@@ -66,15 +68,15 @@ def test_ack_many(q: pgqueue.Queue, dsn: str) -> None:
     assert op_counts(dsn)["Ack"] == 4
 
 
-def test_ack_of_an_expired_but_unreclaimed_lease_succeeds(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_ack_of_an_expired_but_unreclaimed_lease_succeeds(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         job_id = q.enqueue(b"x")
     with pinned(dsn, T0) as conn:
         [held] = lease.lease(conn, "default", 1, 1.0, 0, 0)
     with pinned(dsn, T0 + dt.timedelta(hours=1)) as conn:
         assert settle.ack_many(conn, [held]) == {job_id}
         assert reclaim.reclaim_expired(conn) == 0
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         assert q.job(job_id) is None
 
 
@@ -165,15 +167,15 @@ def test_nack_counts_a_failure_and_keeps_the_error(q: pgqueue.Queue, dsn: str) -
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_nack_retry_in_is_exact(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q:
+def test_nack_retry_in_is_exact(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q:
         job_id = q.enqueue(b"x")
     failed_at = T0 + dt.timedelta(milliseconds=321)
     with pinned(dsn, T0) as conn:
         [held] = lease.lease(conn, "default", 1, 30.0, 0, 0)
         set_now(conn, failed_at)
         assert settle.nack(conn, held, "later", 2.5) == "scheduled"
-    with pgqueue.Queue(dsn) as q:
+    with queue_api(dsn) as q:
         info = q.job(job_id)
         assert info is not None
         assert (info.state, info.not_before) == ("scheduled", failed_at + dt.timedelta(seconds=2.5))
@@ -224,8 +226,8 @@ def test_short_retry_is_leasable_without_maintenance(q: pgqueue.Queue) -> None:
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_default_backoff_is_about_two_to_the_attempts_seconds(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q, pinned(dsn, T0) as conn:
+def test_default_backoff_is_about_two_to_the_attempts_seconds(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q, pinned(dsn, T0) as conn:
         job_id = q.enqueue(b"x", max_attempts=0)
         for attempts in range(1, 6):
             when = T0 + dt.timedelta(days=attempts)
@@ -237,8 +239,8 @@ def test_default_backoff_is_about_two_to_the_attempts_seconds(dsn: str) -> None:
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_default_backoff_has_jitter(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q, pinned(dsn, T0) as conn:
+def test_default_backoff_has_jitter(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q, pinned(dsn, T0) as conn:
         ids = q.enqueue_many([pgqueue.NewJob(f"{i}") for i in range(12)])
         got = {backoff_ms(conn, q, T0, job_id) for job_id in ids}
     assert all(1500 <= b <= 2500 for b in got)
@@ -248,8 +250,8 @@ def test_default_backoff_has_jitter(dsn: str) -> None:
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_retry_base_is_settable_per_stream(dsn: str) -> None:
-    with pgqueue.Queue(dsn, stream="slow") as slow, pgqueue.Queue(dsn) as q, \
+def test_retry_base_is_settable_per_stream(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn, stream="slow") as slow, queue_api(dsn) as q, \
             pinned(dsn, T0) as conn:
         slow.configure_stream(retry_base=10)
         slow_id = slow.enqueue(b"s")
@@ -263,8 +265,8 @@ def test_retry_base_is_settable_per_stream(dsn: str) -> None:
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_retry_cap_is_settable_per_stream(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q, pinned(dsn, T0) as conn:
+def test_retry_cap_is_settable_per_stream(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q, pinned(dsn, T0) as conn:
         q.configure_stream(retry_cap=3)
         job_id = q.enqueue(b"x", max_attempts=0)
         first = backoff_ms(conn, q, T0 + dt.timedelta(days=1), job_id)  # 2 s +-25% < cap
@@ -277,8 +279,8 @@ def test_retry_cap_is_settable_per_stream(dsn: str) -> None:
 # one server only: it pins the clock (pgqueue.now), which on Citus is the coordinator's session's,
 # not the streams' nodes'
 @pytest.mark.layouts("single")
-def test_default_backoff_is_capped_at_one_hour(dsn: str) -> None:
-    with pgqueue.Queue(dsn) as q, pinned(dsn, T0) as conn:
+def test_default_backoff_is_capped_at_one_hour(dsn: str, queue_api: QueueApi) -> None:
+    with queue_api(dsn) as q, pinned(dsn, T0) as conn:
         job_id = q.enqueue(b"x", max_attempts=0)
         for _ in range(12):
             [held] = lease.lease(conn, "default", 1, 30.0, 0, 0)

@@ -18,7 +18,8 @@ from tests.integration.dashboard.dashboard_help import (
     undecodable_job,
 )
 
-pytestmark = pytest.mark.layouts("single", "citus")
+pytestmark = [pytest.mark.layouts("single", "citus"),
+              pytest.mark.flavours("sync", "async")]
 
 
 def _pending_step_job(q: pgqueue.Queue, dsn: str) -> int:

@@ -17,7 +17,7 @@ import pgqueue
 from pgqueue import shapes
 from pgqueue.cron import Schedule
 from pgqueue.db import statements
-from pgqueue.models import Checkpoint, JobInfo, KindConfig, Lease, Op, StreamStats
+from pgqueue.models import Checkpoint, JobInfo, KindConfig, Lease, Op, StreamStats, WorkerInfo
 
 pytestmark = pytest.mark.layouts("single", "citus")
 
@@ -94,7 +94,8 @@ def _row(shape: tuple[str, ...]) -> Reads:
     (shapes.CHECKPOINT, Checkpoint.from_row),
     (shapes.KIND_CONFIG, KindConfig.from_row),
     (shapes.SCHEDULE, Schedule.from_row),
-], ids=["job", "checkpoint", "kind_config", "schedule"])
+    (shapes.WORKER, WorkerInfo.from_row),
+], ids=["job", "checkpoint", "kind_config", "schedule", "worker"])
 def test_each_model_reads_exactly_its_shape(shape: tuple[str, ...],
                                             read: Callable[[Any], object]) -> None:
     row = _row(shape)

@@ -85,9 +85,9 @@ def state_rows(dsn: str, tables: Sequence[tuple[str, str]] = STATE_TABLES) -> di
     out: dict[str, list[str]] = {}
     with connection.connect(dsn) as conn:
         for table, key in tables:
-            cur = conn.execute(
-                f"SELECT CASE WHEN length(t::text) > 10000 THEN 'md5 ' || md5(t::text) "
-                f"ELSE t::text END FROM {table} t ORDER BY {key}".encode())
+            cur = conn.execute(  # each row's text made once (a subquery), then cut
+                f"SELECT CASE WHEN length(r) > 10000 THEN 'md5 ' || md5(r) ELSE r END "
+                f"FROM (SELECT t::text AS r FROM {table} t ORDER BY {key}) rows".encode())
             out[table] = [r[0] for r in cur.fetchall()]
     return out
 

@@ -43,6 +43,7 @@ from tests.integration.replicas.replicas_fixtures import (  # noqa: E402
     op_count,
     rows,
     state_differences,
+    state_rows,
 )
 
 FAR = dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
@@ -52,13 +53,18 @@ EXPECTED_OPS = {"Enqueue", "Lease", "Renew", "Ack", "Nack", "Reclaim", "RequeueD
                 "ConfigureStream", "Cancel", "Release", "RequestCancel", "ConfigureKind"}
 
 
-def assert_identical(leader: str, replica_dsn: str, *, timeout: float = 120.0) -> None:
-    """replica.verify says identical, and so does a row-by-row comparison of every table."""
+def assert_identical(leader: str, replica_dsn: str, *, timeout: float = 120.0,
+                     leader_state: dict[str, list[str]] | None = None) -> None:
+    """replica.verify says identical, and so does a row-by-row comparison of every table
+    (against `leader_state`, the leader's state_rows, when the caller read them already)."""
     result = replica.verify(leader, replica_dsn, timeout=timeout)
     assert result.identical, "\n".join(result.differences[:20] + state_differences(
         leader, replica_dsn) + job_ops_of(leader, result.differences))
     assert result.differences == []
-    assert state_differences(leader, replica_dsn) == []
+    if leader_state is None:
+        assert state_differences(leader, replica_dsn) == []
+    else:
+        assert state_rows(replica_dsn) == leader_state
     assert ops_of(leader) == ops_of(replica_dsn)
 
 

@@ -10,6 +10,7 @@ tests/acceptance/test_worker.py.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import socket
@@ -768,10 +769,14 @@ def test_a_worker_registers_itself_and_its_handlers_and_deregisters_on_stop(
         job_id = q.enqueue("x", kind="hold")
         assert entered.wait(10)
         (row,) = q.workers()
-        assert row["id"] == worker.worker_id
-        assert (row["host"], row["pid"], row["node"]) == (socket.gethostname(), os.getpid(), 7)
-        assert (list(row["streams"]), row["concurrency"], row["leases"]) == (
-            ["default", "other"], 2, 1)
+        assert isinstance(row, pgqueue.WorkerInfo) and row.id == worker.worker_id
+        assert (row.host, row.pid, row.node) == (socket.gethostname(), os.getpid(), 7)
+        assert (row.streams, row.concurrency, row.leases) == (["default", "other"], 2, 1)
+        assert row.started_at <= row.heartbeat_at and row.heartbeat_age_seconds >= 0
+        # read as the dict workers() returned before it had a model: the same values
+        assert dict(row) == {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
+        assert (row["id"], row["leases"], row.get("nothing"), "pid" in row) == (
+            worker.worker_id, 1, None, True)
         assert job(q, job_id).worker_instance == worker.worker_id
         with q.connection() as conn:
             kinds = conn.execute("SELECT stream, kind, quarantine_after FROM pgqueue.kind_config "
