@@ -11,11 +11,14 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pgqueue.runtime.app import App
-from pgqueue.runtime.settings import WorkerSettings
+from pgqueue.runtime.settings import WorkerOptions, WorkerSettings
 from pgqueue.runtime.worker import Worker
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 
 class AsyncWorker:
@@ -24,7 +27,7 @@ class AsyncWorker:
     what Worker takes (the settings, or their fields by name)."""
 
     def __init__(self, app: App, dsn: str | Sequence[str], settings: WorkerSettings | None = None,
-                 **options: Any) -> None:
+                 **options: Unpack[WorkerOptions]) -> None:
         #: The Worker it runs (its settings, worker_id, processed and held_count).
         self.worker = Worker(app, dsn, settings, **options)
         self._task: asyncio.Task[None] | None = None

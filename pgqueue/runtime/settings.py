@@ -9,8 +9,8 @@ left to it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pgqueue import validate
 from pgqueue.db import connection
@@ -112,7 +112,8 @@ class WorkerSettings:
         object.__setattr__(self, name, value)
 
     @classmethod
-    def given(cls, settings: WorkerSettings | None, options: dict[str, Any]) -> WorkerSettings:
+    def given(cls, settings: WorkerSettings | None, options: Mapping[str, Any]
+              ) -> WorkerSettings:
         """What a constructor was given: `settings` (or the defaults) with the fields named
         in `options` replaced."""
         if settings is not None and not isinstance(settings, WorkerSettings):
@@ -146,6 +147,29 @@ class WorkerSettings:
             raise ValueError(f"renew_interval ({renew}s) must be shorter than the visibility "
                              f"timeout ({shortest}s), or leases expire between renewals")
         return dataclasses.replace(self, async_concurrency=slots, renew_interval=renew)
+
+
+class WorkerOptions(TypedDict, total=False):
+    """WorkerSettings' fields as keywords of `Worker(app, dsn, concurrency=8)` and
+    `AsyncWorker`, so that a type checker checks each name and value there as it does in
+    WorkerSettings(...); tests/unit/test_worker_settings.py keeps the two field for field."""
+
+    streams: Sequence[str] | str
+    concurrency: int
+    async_concurrency: int | None
+    prefetch: int | None
+    visibility_timeout: float
+    renew_interval: float | None
+    poll_interval: float
+    maintenance: bool
+    maintenance_interval: float
+    grace_period: float
+    node: int
+    metrics_port: int | None
+    metrics_host: str
+    connect_timeout: float
+    listen_dsn: str | None
+    pooled: bool | None
 
 
 class _Setting:

@@ -45,7 +45,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pgqueue.client import observe
 from pgqueue.db import connection
@@ -63,13 +63,15 @@ from pgqueue.runtime.held import AUTO_PREFETCH_MAX, HEARTBEAT_SECONDS, HeldLease
 from pgqueue.runtime.leasing import LeaseLoops
 from pgqueue.runtime.renewer import Renewer
 from pgqueue.runtime.running import Held
-from pgqueue.runtime.settings import WorkerSettings, setting
+from pgqueue.runtime.settings import WorkerOptions, WorkerSettings, setting
 from pgqueue.runtime.settler import JobSettler
 from pgqueue.runtime.wakeup import NOTIFY_CHANNEL, Wakeup, listen_loop
 from pgqueue.runtime.worker_db import WorkerDb
 from pgqueue.telemetry.outage import Outage
 
 if TYPE_CHECKING:  # prometheus_client is imported only by a worker that serves metrics
+    from typing_extensions import Unpack  # typing's from Python 3.11
+
     from pgqueue.telemetry.metrics import MetricsServer, WorkerMetrics
 
 __all__ = ["HEARTBEAT_SECONDS", "MAX_ERROR_CHARS", "NOTIFY_CHANNEL", "PARALLEL_LEASE_CAPACITY",
@@ -101,7 +103,7 @@ class Worker:
     listen_dsn = setting()
 
     def __init__(self, app: App, dsn: str | Sequence[str], settings: WorkerSettings | None = None,
-                 **options: Any) -> None:
+                 **options: Unpack[WorkerOptions]) -> None:
         """
         :param dsn: the database, or several (the worker finds the leader among them).
         :param settings: how the worker runs (WorkerSettings: every field documented there).

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import pgqueue
-from pgqueue.runtime.settings import DEFAULT_ASYNC_CONCURRENCY
+from pgqueue.runtime.settings import DEFAULT_ASYNC_CONCURRENCY, WorkerOptions, WorkerSettings
 
 
 def test_defaults_are_whole_and_frozen() -> None:
@@ -89,7 +89,7 @@ def test_a_worker_takes_settings_or_their_fields_by_name() -> None:
     assert worker.node == 7 and worker.concurrency == 3 and worker.streams == ["a"]
     assert worker.settings.renew_interval == 10.0  # filled in for the app: a third of 30 s
     with pytest.raises(TypeError, match="no setting 'threads'"):
-        pgqueue.Worker(app, "dbname=x", threads=2)
+        pgqueue.Worker(app, "dbname=x", threads=2)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"settings must be a pgqueue\.WorkerSettings, got dict"):
         pgqueue.Worker(app, "dbname=x", {"concurrency": 2})  # type: ignore[arg-type]
 
@@ -107,3 +107,21 @@ def test_the_glossary_names_every_worker_setting_and_a_checkpoint_has_its_moment
     at = dt.datetime(2026, 12, 7, 12, 0, 0, 250_000, tzinfo=dt.timezone.utc)
     checkpoint = pgqueue.Checkpoint(updated_at_ms=round(at.timestamp() * 1000))
     assert checkpoint.updated_at == at and pgqueue.Checkpoint().updated_at is None
+
+
+def test_the_keyword_options_are_the_settings_field_for_field() -> None:
+    """WorkerOptions (what a type checker checks `Worker(app, dsn, concurrency=8)` against)
+    names every WorkerSettings field with the field's type (streams also as one str), and
+    nothing else."""
+    import typing
+
+    fields = [f.name for f in dataclasses.fields(WorkerSettings)]
+    options = typing.get_type_hints(WorkerOptions)
+    assert list(options) == fields
+    assert not WorkerOptions.__required_keys__  # each one optional
+    settings_types = typing.get_type_hints(WorkerSettings)
+    for name, hint in options.items():
+        expected = settings_types[name]
+        if name == "streams":
+            expected = expected | str
+        assert hint == expected, name

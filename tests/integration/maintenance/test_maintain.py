@@ -12,17 +12,19 @@ from pgqueue.client import enqueue, lease, settle
 from pgqueue.db import connection, queries
 from pgqueue.maintenance import maintain, vacuum
 from pgqueue.replicas import replica
+from tests.dbhelp import job_rows_deleted, lease_long_ago, wait_for
 
 
 def _churn(conn: queries.Conn, n: int) -> None:
+    """n jobs through enqueue, lease and ack, in batches of 500; then the statistics the
+    passes go by show their dead rows."""
+    before = job_rows_deleted(conn)
     for _ in range(n // 500):
         enqueue.enqueue_many(conn, "default", [pgqueue.NewJob(b"x") for _ in range(500)])
         while leases := lease.lease(conn, "default", 500, 30.0, 0, 0):
             settle.ack_many(conn, leases)
-    # a backend sends its table statistics at most once a second (idle: after ten)
-    conn.execute("SELECT pg_stat_force_next_flush()")
-    time.sleep(1.1)
-    conn.execute("SELECT 1")
+    wait_for(lambda: job_rows_deleted(conn) >= before + n // 500 * 500, 10,
+             "the table statistics to show the churn")
 
 
 def test_pass_vacuums_the_job_table_once_dead_rows_pile_up(dsn: str) -> None:
@@ -35,10 +37,12 @@ def test_pass_vacuums_the_job_table_once_dead_rows_pile_up(dsn: str) -> None:
         assert before is not None and before["dead"] >= maintain.VACUUM_DEAD_ROWS
         result = maintain.run_pass(conn)
         assert result.vacuumed
-        conn.execute("SELECT pg_stat_force_next_flush()")
-        time.sleep(0.6)
-        after = queries.fetch_one(conn, "job_dead_tuples")
-        assert after is not None and after["dead"] < before["dead"]
+
+        def cleaned() -> bool:  # a VACUUM writes its counts to the statistics as it ends
+            after = queries.fetch_one(conn, "job_dead_tuples")
+            return after is not None and after["dead"] < before["dead"]
+
+        wait_for(cleaned, 10, "the statistics to show the vacuum's work")
         # with nothing to clean up, the next pass does not vacuum again
         assert not maintain.run_pass(conn).vacuumed
 
@@ -54,7 +58,8 @@ def test_a_held_vacuum_horizon_makes_the_pass_wait_for_it_instead_of_vacuuming_e
     with connection.connect(dsn) as conn, psycopg.connect(dsn) as holder:
         conn.execute("ALTER TABLE pgqueue.job SET (autovacuum_enabled = false)")
         holder.execute("SET application_name = 'forgotten-begin'")
-        holder.execute("SELECT pg_current_xact_id()")  # idle in transaction from here
+        xid = holder.execute("SELECT pg_current_xact_id()::text").fetchone()  # idle in
+        assert xid is not None  # transaction from here
         pid = holder.info.backend_pid
         _churn(conn, 6000)
         stats = queries.fetch_one(conn, "job_dead_tuples")
@@ -76,8 +81,11 @@ def test_a_held_vacuum_horizon_makes_the_pass_wait_for_it_instead_of_vacuuming_e
         assert f"session {pid} (forgotten-begin, idle in transaction" in warned[0]
         holder.rollback()  # the horizon moves on
         assert maintain.run_pass(conn).vacuumed  # at once
-        after = queries.fetch_one(conn, "job_dead_tuples")
-        assert after is not None and 2 * after["dead"] < stats["dead"]
+        # with a horizon past the holder's xid: what died under it may go now. (Not counted
+        # in dead rows: on the shared test server another test's walsender may hold every
+        # database's horizon for a moment, and that is not what this test is about.)
+        vacuumed_at = vacuum._memory(conn).horizon
+        assert vacuumed_at is not None and vacuum._moved(int(xid[0]) % 2**32, vacuumed_at)
 
 
 def test_a_horizon_that_moves_lets_every_vacuum_run(dsn: str) -> None:
@@ -114,7 +122,7 @@ def test_a_vacuum_that_takes_long_never_holds_up_reclaim(dsn: str, q: pgqueue.Qu
                 assert time.monotonic() < deadline, "the vacuum never started"
                 time.sleep(0.05)
             job_id = q.enqueue(b"x")
-            (held,) = q.lease(visibility_timeout=0.2)
+            (held,) = lease_long_ago(dsn, "default")  # expired: the next pass reclaims it
             assert held.job_id == job_id
             while (info := q.job(job_id)) is None or info.state != "pending":
                 assert time.monotonic() < deadline, "no reclaim while the vacuum waited"
@@ -132,8 +140,7 @@ def test_a_vacuum_that_takes_long_never_holds_up_reclaim(dsn: str, q: pgqueue.Qu
 
 def test_pass_is_idempotent_and_reclaims_expired_leases(q: pgqueue.Queue, dsn: str) -> None:
     q.enqueue_many([pgqueue.NewJob(b"x") for _ in range(3)])
-    leases = q.lease(3, visibility_timeout=0.05)
-    time.sleep(0.1)
+    leases = lease_long_ago(dsn, "default", 3)
     with connection.connect(dsn) as a, connection.connect(dsn) as b:
         first = maintain.run_pass(a)
         second = maintain.run_pass(b)

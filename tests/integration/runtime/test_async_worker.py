@@ -227,7 +227,7 @@ def test_worker_settings_for_async_handlers_are_checked(dsn: str) -> None:
     with pytest.raises(ValueError, match="async_concurrency"):
         pgqueue.Worker(app, dsn, async_concurrency=-1)
     with pytest.raises(TypeError, match="async_concurrency"):
-        pgqueue.Worker(app, dsn, async_concurrency="8")
+        pgqueue.Worker(app, dsn, async_concurrency="8")  # type: ignore[arg-type]
     assert pgqueue.Worker(app, dsn).async_concurrency == 100
     assert pgqueue.Worker(pgqueue.App(), dsn).async_concurrency == 0
 
