@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,31 +201,33 @@ def test_the_revisions_and_a_fresh_install_build_the_same_catalog(bed: Bed, dsn:
         bed.drop(by_revisions)
 
 
-@pytest.fixture(scope="module")
-def built_up_to(bed: Bed) -> Iterator[dict[str, dict[str, str]]]:
-    """The catalog each revision builds, read from one database taken up a revision at a time
-    (what building up to each from nothing gives, for one pass instead of one per revision)."""
-    db = bed.new_database(migrated=False)
+def test_a_downgrade_through_every_revision_and_back_round_trips(bed: Bed, dsn: str) -> None:
+    """Down from head a revision at a time, each step gives the catalog that building up to
+    that revision gives (old code from its frozen file, old tables from the down deltas,
+    carrying the jobs head wrote); back up a revision at a time, each step gives it again; at
+    head, head's. One chain: each migration runs once each way, not once per revision below
+    it."""
+    names = revisions()
+    built: dict[str, dict[str, str]] = {}
+    up_to = bed.new_database(migrated=False)
     try:
-        catalogs = {}
-        for revision in revisions()[:-1]:
-            schema.upgrade(db, revision)
-            catalogs[revision] = schema.catalog(db)
-        yield catalogs
+        for revision in names[:-1]:
+            schema.upgrade(up_to, revision)
+            built[revision] = schema.catalog(up_to)
     finally:
-        bed.drop(db)
-
-
-@pytest.mark.parametrize("revision", revisions()[:-1])
-def test_a_downgrade_to_each_revision_and_back_round_trips(
-        dsn: str, revision: str, built_up_to: dict[str, dict[str, str]]) -> None:
-    """Down from head to `revision` gives the catalog that building up to it gives (old code
-    from its frozen file, old tables from the down deltas); back up gives head's again."""
+        bed.drop(up_to)
     head_catalog = schema.catalog(dsn)
-    run_sql(dsn, enqueue_sql("r"))  # data for the down deltas to carry
-    schema.downgrade(dsn, revision)
-    assert schema.current(dsn) == revision
-    assert_same(built_up_to[revision], schema.catalog(dsn), ("upgraded to", "downgraded to"))
+    run_sql(dsn, enqueue_sql("r"))  # data for the down (and then the up) deltas to carry
+    for revision in reversed(names[:-1]):
+        schema.downgrade(dsn, revision)
+        assert schema.current(dsn) == revision
+        assert_same(built[revision], schema.catalog(dsn),
+                    (f"upgraded to {revision}", f"downgraded to {revision}"))
+    for revision in names[1:-1]:
+        schema.upgrade(dsn, revision)
+        assert schema.current(dsn) == revision
+        assert_same(built[revision], schema.catalog(dsn),
+                    (f"upgraded to {revision}", f"down and up again to {revision}"))
     schema.upgrade(dsn)
     assert_same(head_catalog, schema.catalog(dsn), ("head", "down and up again"))
 
