@@ -3,18 +3,21 @@ tables keep, for a plain job and for a three-step job, from enqueue to ack.
 
     python bench/wal_per_job.py [--dsn DSN] [--jobs N] [--batch N]
 
-Jobs are enqueued in batches of `--batch` (256-byte payloads), then a worker (concurrency 16,
-maintenance off) runs them: a no-op plain handler, then a step job of three no-op steps. The WAL
-of each part is read back with pg_walinspect (superuser, or pg_read_server_files) and charged
-to the relation each record's first block belongs to (commit records and the like: "(no
-relation)"); full-page images are counted apart, since they depend on when the last checkpoint
-was. The op log grows by what it keeps per job (it is pruned after its retention); the job
-table returns to its size once the jobs are acked. With no DSN it starts its own embedded
-Postgres (fsync on). Figures only: nothing here is asserted.
+Jobs are enqueued in batches of `--batch` (256-byte payloads of random bytes: a log that keeps a
+call's payloads in one row would see TOAST compress alike payloads to almost nothing, and real
+payloads are not alike), then a worker (concurrency 16, maintenance off) runs them: a no-op
+plain handler, then a step job of three no-op steps. The WAL of each part is read back with
+pg_walinspect (superuser, or pg_read_server_files) and charged to the relation each record's
+first block belongs to (commit records and the like: "(no relation)"); full-page images are
+counted apart, since they depend on when the last checkpoint was. The op log grows by what it
+keeps per job (it is pruned after its retention); the job table returns to its size once the
+jobs are acked. With no DSN it starts its own embedded Postgres (fsync on). Figures only:
+nothing here is asserted.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import threading
 import time
@@ -28,7 +31,7 @@ import pgqueue
 from pgqueue.client.benchmark import family, fresh_database, server
 from pgqueue.db import connection
 
-PAYLOAD = b"x" * 256
+PAYLOAD_BYTES = 256
 _REL = re.compile(r"rel \d+/(\d+)/(\d+)")
 
 
@@ -102,7 +105,8 @@ def measure(dsn: str, kind: str, jobs: int, batch: int, app: pgqueue.App) -> tup
     start = lsn(dsn)
     with pgqueue.Queue(dsn, stream=stream) as q:
         for at in range(0, jobs, batch):
-            q.enqueue_many([app.new_job(kind, PAYLOAD) for _ in range(min(batch, jobs - at))])
+            q.enqueue_many([app.new_job(kind, os.urandom(PAYLOAD_BYTES))
+                            for _ in range(min(batch, jobs - at))])
     middle = lsn(dsn)
     drain(dsn, app, stream, jobs)
     end = lsn(dsn)
@@ -170,7 +174,7 @@ def main() -> None:
         report(console, parts, grown)
         with connection.connect(dsn) as conn:
             row = conn.execute("SELECT current_setting('wal_level')").fetchone()
-        console.print(f"{args.jobs:,} jobs of each kind, {len(PAYLOAD)}-byte payloads; "
+        console.print(f"{args.jobs:,} jobs of each kind, {PAYLOAD_BYTES}-byte random payloads; "
                       f"wal_level={row[0] if row else '?'} (logical: an update logs its whole "
                       f"new row; below it, only what changed around the row's middle)")
 
